@@ -1,0 +1,138 @@
+"""markov.py against independent computations: numpy eigenvectors, sequential loops, sample statistics."""
+import numpy as np
+import pytest
+import torch
+
+import markov
+from markov import TaskSet, ablate_bias, sample_chains, sample_sequences, stationary
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 3.0])
+def test_chains_are_column_stochastic_dirichlet(alpha):
+    C = 10
+    T = sample_chains(4000, C, alpha, gen(1))
+    assert T.shape == (4000, C, C) and T.dtype == torch.float32
+    assert (T >= 0).all()
+    torch.testing.assert_close(T.sum(1), torch.ones(4000, C))
+    # Dirichlet(alpha) marginals: mean 1/C, variance (C - 1) / (C^2 (C alpha + 1))
+    var = (C - 1) / (C**2 * (C * alpha + 1))
+    assert abs(T.mean().item() - 1 / C) < 1e-4
+    assert abs(T.var().item() - var) / var < 0.03
+
+
+def test_stationary_matches_numpy_eigenvector():
+    T = sample_chains(20, 7, 1.0, gen(2))
+    p = stationary(T)
+    for k in range(20):
+        w, v = np.linalg.eig(T[k].double().numpy())
+        ref = np.real(v[:, np.argmin(np.abs(w - 1))])
+        ref = ref / ref.sum()
+        np.testing.assert_allclose(p[k].numpy(), ref, atol=1e-6)
+    torch.testing.assert_close(torch.einsum("kij,kj->ki", T, p), p, atol=1e-6, rtol=0)
+    torch.testing.assert_close(p.sum(-1), torch.ones(20))
+
+
+def test_compose_equals_sequential_loop():
+    g = gen(3)
+    for L, n, C in [(2, 3, 4), (17, 5, 10), (100, 2, 3), (257, 4, 10)]:
+        block = max(1, round((L - 1) ** 0.5))
+        nb = -(-(L - 1) // block)
+        step = torch.randint(C, (block, nb, n, C), generator=g)
+        s0 = torch.randint(C, (n,), generator=g)
+        flat = step.transpose(0, 1).reshape(nb * block, n, C)  # position k * block + j + 1 at [j, k]
+        ref = torch.empty(n, L, dtype=torch.long)
+        for b in range(n):
+            s = s0[b].item()
+            ref[b, 0] = s
+            for t in range(1, L):
+                s = flat[t - 1, b, s].item()
+                ref[b, t] = s
+        assert torch.equal(markov._compose(s0, step.clone())[:, :L], ref)
+
+
+def test_sampler_statistics():
+    T = sample_chains(1, 10, 1.0, gen(4))
+    seqs, idx = sample_sequences(T, 4000, 60, gen(5))
+    assert seqs.shape == (4000, 60) and (idx == 0).all()
+    counts = torch.zeros(10, 10)
+    counts.index_put_((seqs[:, 1:].flatten(), seqs[:, :-1].flatten()), torch.ones(4000 * 59), accumulate=True)
+    empirical = counts / counts.sum(0)
+    se = (T[0] * (1 - T[0]) / counts.sum(0)).sqrt()  # binomial standard error per column
+    assert ((empirical - T[0]).abs() < 5 * se + 1e-3).all()
+    p = stationary(T)[0]
+    for pos in [0, 30, 59]:  # stationary at every position, the first included
+        freq = torch.bincount(seqs[:, pos], minlength=10) / 4000
+        assert ((freq - p).abs() < 5 * (p * (1 - p) / 4000).sqrt() + 1e-3).all()
+
+
+def test_sampler_chain_choice_and_determinism():
+    tasks = TaskSet.create(5, seed=0)
+    s1, i1 = tasks.batch(300, 20, gen(6))
+    s2, i2 = tasks.batch(300, 20, gen(6))
+    assert torch.equal(s1, s2) and torch.equal(i1, i2)
+    s3, _ = tasks.batch(300, 20, gen(7))
+    assert not torch.equal(s1, s3)
+    assert set(i1.tolist()) == set(range(5))
+    idx = torch.tensor([3] * 10)
+    _, i4 = sample_sequences(tasks.T, 10, 20, gen(8), chain_idx=idx)
+    assert torch.equal(i4, idx)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_short_sequences(length):
+    seqs, _ = sample_sequences(sample_chains(3, 4, 1.0, gen(9)), 7, length, gen(10))
+    assert seqs.shape == (7, length) and seqs.min() >= 0 and seqs.max() < 4
+
+
+def test_task_sets_are_nested():
+    big = TaskSet.create(200, seed=11)
+    for K in [1, 63, 64, 65, 130]:
+        small = TaskSet.create(K, seed=11)
+        assert torch.equal(small.T, big.T[:K]) and torch.equal(small.p, big.p[:K])
+    assert not torch.equal(TaskSet.create(5, seed=12).T, big.T[:5])
+
+
+def test_generalization_batches_use_fresh_chains():
+    tasks = TaskSet.create(4, seed=0)
+    seqs, T = tasks.gen_batch(6, 30, gen(13))
+    assert seqs.shape == (6, 30) and T.shape == (6, 10, 10)
+    assert len({tuple(t.flatten().tolist()) for t in T}) == 6
+    assert all(not torch.allclose(t, s) for t in T for s in tasks.T)
+
+
+def test_bias_ablation_changes_only_the_second_to_last_state():
+    T = sample_chains(1, 10, 1.0, gen(14))
+    seqs, _ = sample_sequences(T, 20000, 9, gen(15))
+    p = stationary(T)[0]
+    out = ablate_bias(seqs, p.expand(20000, 10), gen(16))
+    keep = [i for i in range(9) if i != 6]
+    assert torch.equal(out[:, keep], seqs[:, keep])
+    assert (out[:, 6] != seqs[:, 6]).float().mean() > 0.5
+    # the new state is drawn from p independently of its neighbours: P(s_{N-1} = tau | s_N = mu) = p_tau
+    for mu in range(3):
+        rows = out[:, 7] == mu
+        freq = torch.bincount(out[rows, 6], minlength=10) / rows.sum()
+        assert ((freq - p).abs() < 5 * (p * (1 - p) / rows.sum()).sqrt() + 1e-3).all()
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: sample_chains(0), "K"),
+    (lambda: sample_chains(3, C=1), "C"),
+    (lambda: sample_chains(3, alpha=0.0), "alpha"),
+    (lambda: sample_chains(3, alpha=-1), "alpha"),
+    (lambda: TaskSet.create(0), "K"),
+    (lambda: sample_sequences(sample_chains(2), 4, 0), "length"),
+    (lambda: sample_sequences(sample_chains(2), 0, 5), "n"),
+    (lambda: sample_sequences(torch.rand(2, 10, 10), 4, 5), "T"),
+    (lambda: sample_sequences(torch.ones(2, 10, 9) / 10, 4, 5), "T"),
+    (lambda: stationary(torch.ones(3, 3)), "T"),
+    (lambda: sample_sequences(sample_chains(2), 4, 5, chain_idx=torch.tensor([0, 1, 2, 0])), "chain_idx"),
+])
+def test_bad_input_names_the_argument(call, name):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert name in str(err.value) and "\n" not in str(err.value)
