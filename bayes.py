@@ -1,0 +1,273 @@
+"""The four Bayes predictors that define the algorithmic phases (Appendix "Defining the four
+algorithmic phases") and the losses measured against them.
+
+Each predictor maps sequences (B, L) to log-probabilities (B, L, C): out[:, n] is the predictive
+distribution of s_{n+1} given s_0..s_n (0-indexed; the appendix counts from 1).
+
+  1-Gen  (n_tau + 1) / (n + C)              n_tau: occurrences of tau in s_0..s_n (n + 1 states)
+  2-Gen  (m_{tau mu} + 1) / (n_mu + C)      mu = s_n; m: transition counts mu -> tau inside s_0..s_n
+  1-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood prod_i p_k(s_i)            (uniform prior on S)
+  2-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood p_k(s_0) prod_i T^k[s_i, s_{i-1}]
+
+Everything is vectorized over sequences, positions and chains, in log space, and chunked over
+sequences so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well under 4 GB).
+
+Run `python bayes.py` for the appendix figure "Scaling of the four predictor losses".
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from markov import TaskSet, check_chains, check_int, check_seqs, stationary
+
+CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
+PREDICTORS = ("1gen", "2gen", "1mem", "2mem")
+
+
+def _chunks(B: int, per_sequence: int):
+    """Slices over the batch so that a chunk holds at most CHUNK_ELEMENTS elements."""
+    step = max(1, CHUNK_ELEMENTS // max(1, per_sequence))
+    return [slice(b, min(B, b + step)) for b in range(0, B, step)]
+
+
+# ----------------------------------------------------------------------------- generalizing predictors
+
+
+def one_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:
+    """1-Gen: (n_tau + 1) / (n + 1 + C) from the counts over s_0..s_n. Returns (B, L, C)."""
+    check_int("C", C, 2)
+    seqs = check_seqs(seqs, C)
+    L = seqs.shape[1]
+    counts = F.one_hot(seqs, C).to(dtype).cumsum(1)  # (B, L, C): n_tau over s_0..s_n
+    n = torch.arange(1, L + 1, dtype=dtype, device=seqs.device).view(1, L, 1)
+    return (counts + 1).log() - (n + C).log()
+
+
+def two_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:
+    """2-Gen: (m_{tau mu} + 1) / (n_mu + C) with mu = s_n. Returns (B, L, C)."""
+    check_int("C", C, 2)
+    seqs = check_seqs(seqs, C)
+    B, L = seqs.shape
+    out = torch.empty(B, L, C, dtype=dtype, device=seqs.device)
+    for sl in _chunks(B, L * C * C):
+        s = seqs[sl]
+        b = s.shape[0]
+        pair = s[:, :-1] * C + s[:, 1:]  # transition s_{i-1} = mu -> s_i = tau, as mu * C + tau
+        m = F.one_hot(pair, C * C).to(dtype).cumsum(1)  # (b, L - 1, C*C): counts inside s_0..s_i
+        m = torch.cat([m.new_zeros(b, 1, C * C), m], 1).view(b, L, C, C)  # position 0 has none
+        row = m.gather(2, s.view(b, L, 1, 1).expand(b, L, 1, C)).squeeze(2)  # (b, L, C): m_{tau, s_n}
+        out[sl] = (row + 1).log() - (row.sum(-1, keepdim=True) + C).log()
+    return out
+
+
+# ----------------------------------------------------------------------------- memorizing predictors
+
+
+def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.Tensor:
+    """Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's dtype."""
+    check_chains(T)
+    K, C = T.shape[0], T.shape[-1]
+    seqs = check_seqs(seqs, C).to(T.device)
+    B, L = seqs.shape
+    # Each position's log-likelihood term log p_k(s_i) or log T_k[s_i, s_{i-1}] is a column of
+    # `table` (K, index); gathering them gives (K, b, L), positions on the contiguous axis,
+    # where the cumulative sum is fast on the CPU (along a strided axis it is ~8x slower).
+    log_p = stationary(T).log()  # (K, C)
+    table = torch.cat([T.log().reshape(K, C * C), log_p], 1) if two_point else log_p  # (K, C*C + C) or (K, C)
+    # mixture rows: T_k[tau, mu] at mu * C + tau, and a row of ones for the posterior's normalizer
+    mixture = torch.cat([T.permute(2, 1, 0).reshape(C * C, K), T.new_ones(1, K)])  # (C*C + 1, K)
+    out = torch.empty(B * L, C, dtype=T.dtype, device=T.device)
+    for sl in _chunks(B, K * L):
+        s = seqs[sl]
+        b = s.shape[0]
+        if two_point:  # s_0 from the stationary distribution, then transitions s_{i-1} -> s_i
+            idx = torch.cat([C * C + s[:, :1], s[:, 1:] * C + s[:, :-1]], 1)  # column of log T_k[tau, mu] is tau*C + mu
+        else:
+            idx = s
+        loglik = table.gather(1, idx.reshape(1, b * L).expand(K, b * L))  # (K, b*L) per-position terms
+        loglik.view(K, b, L).cumsum_(-1)  # log-likelihood of s_0..s_n
+        loglik -= loglik.amax(0)
+        # unnormalized posterior; the clamp keeps exp() clear of float32 denormals (slow on CPUs)
+        weight = loglik.clamp_(min=-80.0).exp_()
+        pred = mixture @ weight  # (C*C + 1, b*L): sum_k w_k T_k[tau, mu] for every mu, and sum_k w_k
+        rows = s.reshape(1, b * L) * C + torch.arange(C, device=T.device).view(C, 1)  # (C, b*L): mu = s_n
+        out[sl.start * L : sl.stop * L] = (pred.gather(0, rows) / pred[-1]).T
+    return out.view(B, L, C).log_()
+
+
+def one_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """1-Mem: posterior over the chains of T from prod_i p_k(s_i). Returns (B, L, C)."""
+    return _memorizing(seqs, T, two_point=False)
+
+
+def two_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """2-Mem: posterior over the chains of T from p_k(s_0) prod_i T_k[s_i, s_{i-1}]. Returns (B, L, C)."""
+    return _memorizing(seqs, T, two_point=True)
+
+
+def predict(name: str, seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the predictor `name` in PREDICTORS; T is the task set's chains."""
+    C = T.shape[-1]
+    return {"1gen": lambda: one_gen(seqs, C, T.dtype), "2gen": lambda: two_gen(seqs, C, T.dtype),
+            "1mem": lambda: one_mem(seqs, T), "2mem": lambda: two_mem(seqs, T)}[name]()
+
+
+# ----------------------------------------------------------------------------- losses
+
+
+def nll(logp: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    """Per-position negative log-likelihood of the next state, (B, L - 1): -log out[:, n, s_{n+1}]."""
+    return -logp[:, :-1].gather(2, seqs[:, 1:, None].to(logp.device)).squeeze(2)
+
+
+def ar_loss(logp: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    """Autoregressive loss: mean NLL of s_{n+1} over the L - 1 positions that have a target."""
+    return nll(logp, seqs).mean()
+
+
+def kl_div(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """D_KL^{S_N}(p || q) (Appendix "Behavioral readouts"): the KL divergence between two
+    predictors' next-state distributions, averaged over the positions that have a target
+    (all but the last) and over sequences. logp, logq: (B, L, C)."""
+    logp, logq = logp[:, :-1], logq[:, :-1]
+    terms = logp.exp() * (logp - logq)
+    return torch.where(logp == -math.inf, 0.0, terms).sum(-1).mean()
+
+
+def asymptotic_loss_1gen(T: torch.Tensor) -> torch.Tensor:
+    """L^{1-Gen} = -< sum_tau p_tau log p_tau > over the chains T (K, C, C)."""
+    p = stationary(T)
+    return -torch.special.xlogy(p, p).sum(-1).mean()
+
+
+def asymptotic_loss_2gen(T: torch.Tensor) -> torch.Tensor:
+    """L^{2-Gen} = -< sum_{mu, tau} p_mu T_{tau mu} log T_{tau mu} > over the chains T (K, C, C)."""
+    p = stationary(T)
+    return -(p[:, None, :] * torch.special.xlogy(T, T)).sum((-2, -1)).mean()
+
+
+# ----------------------------------------------------------------------------- figure: predictor scaling
+
+
+def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device) -> dict:
+    """Autoregressive loss (length N + 1 sequences from S) of each predictor vs K, per task distribution."""
+    losses = {name: [[0.0] * len(Ks) for _ in range(n_dists)] for name in PREDICTORS}
+    for d in range(n_dists):
+        full = TaskSet.create(max(Ks), seed=d, device=device)  # nested: S(K) = first K chains
+        g = torch.Generator(device).manual_seed(10_000 + d)
+        for j, K in enumerate(Ks):
+            tasks = TaskSet(T=full.T[:K], p=full.p[:K])
+            seqs, _ = tasks.batch(n_seqs, N + 1, g)
+            for name in PREDICTORS:
+                losses[name][d][j] = ar_loss(predict(name, seqs, tasks.T), seqs).item()
+    return losses
+
+
+def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 64) -> dict:
+    """Non-autoregressive loss -log pi(s_N | s_0..s_{N-1}) of each predictor vs N at fixed K.
+
+    One set of length max(N) + 1 sequences serves every N: the prediction at position N - 1
+    only sees s_0..s_{N-1}."""
+    cols = torch.tensor(Ns, device=device) - 1
+    losses = {name: [] for name in PREDICTORS}
+    for d in range(n_dists):
+        tasks = TaskSet.create(K, seed=d, device=device)
+        g = torch.Generator(device).manual_seed(20_000 + d)
+        totals = {name: torch.zeros(len(Ns), device=device) for name in PREDICTORS}
+        for start in range(0, n_seqs, batch):
+            seqs, _ = tasks.batch(min(batch, n_seqs - start), max(Ns) + 1, g)
+            for name in PREDICTORS:
+                totals[name] += nll(predict(name, seqs, tasks.T), seqs)[:, cols].sum(0)
+        for name in PREDICTORS:
+            losses[name].append((totals[name] / n_seqs).tolist())
+    return losses
+
+
+def plot_scaling(result: dict, path: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}
+    labels = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, x, key, title in [
+        (axes[0], result["K"], "loss_vs_K", f"autoregressive, N = {result['config']['N_for_K']}"),
+        (axes[1], result["N"], "loss_vs_N", f"non-autoregressive, K = {result['config']['K_for_N']}"),
+    ]:
+        for name in PREDICTORS:
+            mean, std = result[key][name]["mean"], result[key][name]["std"]
+            ax.errorbar(x, mean, yerr=std, color=colors[name], label=labels[name], marker="o", ms=3, capsize=2)
+        ax.set_xscale("log", base=2)
+        ax.set_title(title)
+        ax.set_ylabel("loss (nats)")
+    for name, ls in [("1gen", ":"), ("2gen", "--")]:
+        axes[1].axhline(result["asymptotic"][name], color=colors[name], ls=ls, lw=1, label=f"L^{labels[name]} (N -> inf)")
+    axes[0].set_xlabel("K (number of training chains)")
+    axes[1].set_xlabel("N (context length)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"Scaling of the four predictor losses ({result['config']['dists']} task distributions)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
+    parser.add_argument("--paper", action="store_true", help="the paper's sizes (K to 2^13, N to 2^14, more sequences)")
+    parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
+    parser.add_argument("--seqs", type=int, default=None,
+                        help="sequences per task distribution at each K (default 256, paper 2048); the N sweep uses 4x")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default="figures", help="output directory")
+    args = parser.parse_args()
+    check_int("--dists", args.dists, 1)
+    device = torch.device(args.device)
+    Ks = [2**i for i in range(14 if args.paper else 13)]
+    Ns = [2**i for i in range(15 if args.paper else 14)]
+    n_seqs = check_int("--seqs", args.seqs, 1) if args.seqs is not None else (2048 if args.paper else 256)
+    # the non-autoregressive loss is a single position per sequence, hence more sequences
+    N_for_K, K_for_N = 256, 128
+    os.makedirs(args.out, exist_ok=True)
+
+    t0 = time.time()
+    vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device)
+    print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
+    vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device)
+    print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
+    asymptotic_T = torch.cat([TaskSet.create(K_for_N, seed=d).T for d in range(args.dists)])
+
+    def summary(per_dist):
+        x = torch.tensor(per_dist)
+        return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist() if len(per_dist) > 1 else [0.0] * x.shape[1]}
+
+    result = {
+        "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": args.paper},
+        "K": Ks, "loss_vs_K": {name: summary(vs_K[name]) for name in PREDICTORS},
+        "N": Ns, "loss_vs_N": {name: summary(vs_N[name]) for name in PREDICTORS},
+        "asymptotic": {"1gen": asymptotic_loss_1gen(asymptotic_T).item(), "2gen": asymptotic_loss_2gen(asymptotic_T).item()},
+        "seconds": round(time.time() - t0, 1),
+    }
+    with open(os.path.join(args.out, "predictor_scaling.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot_scaling(result, os.path.join(args.out, "predictor_scaling.png"))
+    for j, K in enumerate(Ks):
+        print(f"K={K:5d}  " + "  ".join(f"{n}={result['loss_vs_K'][n]['mean'][j]:.4f}" for n in PREDICTORS))
+    for j, N in enumerate(Ns):
+        print(f"N={N:5d}  " + "  ".join(f"{n}={result['loss_vs_N'][n]['mean'][j]:.4f}" for n in PREDICTORS))
+    print(f"wrote {args.out}/predictor_scaling.png and .json in {result['seconds']} s")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

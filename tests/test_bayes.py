@@ -1,0 +1,170 @@
+"""bayes.py against brute-force loops written from the appendix formulas (float64)."""
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bayes
+from bayes import (ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, nll, one_gen, one_mem,
+                   two_gen, two_mem)
+from markov import TaskSet, sample_chains, sample_sequences, stationary
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def brute_gen(seqs, C, two_point):
+    """(n_tau + 1) / (n + C) or (m_{tau mu} + 1) / (n_mu + C), counted by hand."""
+    B, L = seqs.shape
+    out = torch.empty(B, L, C, dtype=torch.float64)
+    for b in range(B):
+        for n in range(L):
+            s = seqs[b, : n + 1].tolist()
+            for tau in range(C):
+                if two_point:
+                    mu = s[-1]
+                    m = sum(1 for i in range(1, len(s)) if s[i - 1] == mu and s[i] == tau)
+                    n_mu = sum(1 for i in range(1, len(s)) if s[i - 1] == mu)
+                    out[b, n, tau] = (m + 1) / (n_mu + C)
+                else:
+                    out[b, n, tau] = (s.count(tau) + 1) / (len(s) + C)
+    return out.log()
+
+
+def brute_mem(seqs, T, two_point):
+    """Posterior over the K chains from the likelihood of s_0..s_n, then sum_k P(k) T_k[:, s_n]."""
+    K, C = T.shape[0], T.shape[-1]
+    p = stationary(T)
+    B, L = seqs.shape
+    out = torch.empty(B, L, C, dtype=torch.float64)
+    for b in range(B):
+        s = seqs[b].tolist()
+        for n in range(L):
+            loglik = []
+            for k in range(K):
+                ll = math.log(p[k, s[0]])
+                for i in range(1, n + 1):
+                    ll += math.log(T[k, s[i], s[i - 1]]) if two_point else math.log(p[k, s[i]])
+                loglik.append(ll)
+            post = torch.softmax(torch.tensor(loglik, dtype=torch.float64), 0)
+            for tau in range(C):
+                out[b, n, tau] = sum(post[k] * T[k, tau, s[n]] for k in range(K))
+    return out.log()
+
+
+CASES = [(1, 4, 1), (3, 4, 9), (7, 3, 12), (5, 10, 1), (16, 10, 20)]  # (K, C, L)
+
+
+@pytest.mark.parametrize("K, C, L", CASES)
+def test_generalizing_predictors_match_brute_force(K, C, L):
+    seqs, _ = sample_sequences(sample_chains(K, C, 1.0, gen(K)), 3, L, gen(L))
+    torch.testing.assert_close(one_gen(seqs, C, torch.float64), brute_gen(seqs, C, False))
+    torch.testing.assert_close(two_gen(seqs, C, torch.float64), brute_gen(seqs, C, True))
+
+
+@pytest.mark.parametrize("K, C, L", CASES)
+def test_memorizing_predictors_match_brute_force(K, C, L):
+    T = sample_chains(K, C, 1.0, gen(K + 100)).double()
+    T = T / T.sum(1, keepdim=True)
+    seqs, _ = sample_sequences(T, 3, L, gen(L + 100))
+    torch.testing.assert_close(one_mem(seqs, T), brute_mem(seqs, T, False))
+    torch.testing.assert_close(two_mem(seqs, T), brute_mem(seqs, T, True))
+
+
+def test_float32_memorizing_predictors_are_close_to_float64():
+    T = TaskSet.create(300, seed=1).T
+    seqs, _ = sample_sequences(T, 8, 257, gen(1))
+    T64 = T.double() / T.double().sum(1, keepdim=True)
+    for f in (one_mem, two_mem):
+        torch.testing.assert_close(f(seqs, T), f(seqs, T64).float(), atol=2e-4, rtol=0)
+
+
+def test_chunking_does_not_change_the_result(monkeypatch):
+    T = TaskSet.create(40, seed=2).T
+    seqs, _ = sample_sequences(T, 9, 33, gen(2))
+    full = [f(seqs, T) for f in (one_mem, two_mem)] + [two_gen(seqs, 10)]
+    monkeypatch.setattr(bayes, "CHUNK_ELEMENTS", 40 * 33 * 2)  # two sequences per chunk, ragged end
+    chunked = [f(seqs, T) for f in (one_mem, two_mem)] + [two_gen(seqs, 10)]
+    for a, b in zip(full, chunked):
+        torch.testing.assert_close(a, b)
+
+
+def test_predictors_are_normalized():
+    tasks = TaskSet.create(50, seed=3)
+    seqs, _ = tasks.batch(6, 40, gen(3))
+    for name in bayes.PREDICTORS:
+        logp = bayes.predict(name, seqs, tasks.T)
+        assert logp.shape == (6, 40, 10)
+        torch.testing.assert_close(logp.exp().sum(-1), torch.ones(6, 40))
+
+
+def test_memorizing_with_one_chain_is_that_chain():
+    T = sample_chains(1, 6, 1.0, gen(4))
+    seqs, _ = sample_sequences(T, 4, 30, gen(5))
+    expected = T[0][:, seqs].permute(1, 2, 0).log()  # T[:, s_n]
+    torch.testing.assert_close(one_mem(seqs, T), expected)
+    torch.testing.assert_close(two_mem(seqs, T), expected)
+
+
+def test_losses_and_divergence_match_loops():
+    tasks = TaskSet.create(20, seed=6)
+    seqs, _ = tasks.batch(5, 12, gen(6))
+    p, q = two_mem(seqs, tasks.T), one_gen(seqs, 10)
+    ref_nll = torch.tensor([[-p[b, n, seqs[b, n + 1]].item() for n in range(11)] for b in range(5)])
+    torch.testing.assert_close(nll(p, seqs), ref_nll)
+    torch.testing.assert_close(ar_loss(p, seqs), ref_nll.mean())
+    ref_kl = sum(
+        sum(p[b, n, c].exp() * (p[b, n, c] - q[b, n, c]) for c in range(10)) for b in range(5) for n in range(11)
+    ) / 55
+    torch.testing.assert_close(kl_div(p, q), ref_kl)
+    assert kl_div(p, p).abs() < 1e-7 and kl_div(p, q) > 0
+
+
+def test_asymptotic_losses():
+    T = sample_chains(50, 10, 1.0, gen(7)).double()
+    T = T / T.sum(1, keepdim=True)
+    p = stationary(T)
+    l1 = sum(-sum(p[k, t] * math.log(p[k, t]) for t in range(10)) for k in range(50)) / 50
+    l2 = sum(-sum(p[k, m] * T[k, t, m] * math.log(T[k, t, m]) for t in range(10) for m in range(10))
+             for k in range(50)) / 50
+    torch.testing.assert_close(asymptotic_loss_1gen(T), torch.as_tensor(l1, dtype=torch.float64))
+    torch.testing.assert_close(asymptotic_loss_2gen(T), torch.as_tensor(l2, dtype=torch.float64))
+    assert asymptotic_loss_2gen(T) < asymptotic_loss_1gen(T)
+
+
+def test_two_gen_converges_to_the_true_chain():
+    T = sample_chains(1, 10, 1.0, gen(8))
+    seqs, _ = sample_sequences(T, 64, 4000, gen(9))
+    per_position = nll(two_gen(seqs, 10), seqs)
+    early, late = per_position[:, :200].mean(), per_position[:, -200:].mean()
+    assert abs(late - asymptotic_loss_2gen(T)) < 0.03 and early > late
+
+
+def test_large_K_fits_in_memory():
+    """K = 8192, B = 256, L = 257 within 4 GB peak resident memory (measured in a fresh process)."""
+    code = (
+        "import resource, torch; from markov import TaskSet; from bayes import two_mem, one_mem\n"
+        "t = TaskSet.create(8192, seed=0); s, _ = t.batch(256, 257, torch.Generator().manual_seed(0))\n"
+        "a = two_mem(s, t.T); b = one_mem(s, t.T); assert a.isfinite().all() and b.isfinite().all()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    peak_gb = int(out.stdout.strip()) / 2**20
+    assert peak_gb < 4.0, f"peak {peak_gb:.2f} GB"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: one_gen(torch.tensor([[0, 1, 10]]), 10),
+    lambda: two_gen(torch.tensor([[0, -1]]), 10),
+    lambda: two_mem(torch.tensor([[0, 1]]), torch.rand(3, 10, 10)),
+    lambda: one_mem(torch.tensor([[0, 1]]), torch.ones(3, 10, 9) / 10),
+    lambda: one_gen(torch.tensor([[0.0, 1.0]]), 10),
+    lambda: one_gen(torch.tensor([[0, 1]]), 1),
+])
+def test_bad_input_is_a_one_line_value_error(call):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert "\n" not in str(err.value)
