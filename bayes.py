@@ -14,16 +14,16 @@ sequences so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well 
 
 Run `python bayes.py` for the appendix figure "Scaling of the four predictor losses".
 """
-import argparse
 import json
 import math
 import os
-import sys
 import time
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
+import cli
 from markov import TaskSet, check_chains, check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
@@ -122,8 +122,10 @@ def predict(name: str, seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
 
 
 def nll(logp: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
-    """Per-position negative log-likelihood of the next state, (B, L - 1): -log out[:, n, s_{n+1}]."""
-    return -logp[:, :-1].gather(2, seqs[:, 1:, None].to(logp.device)).squeeze(2)
+    """Per-position negative log-likelihood of the next state, (B, L - 1): -log logp[:, n, s_{n+1}].
+
+    logp is (B, L, C) (a predictor on all of seqs) or (B, L - 1, C) (a model fed seqs[:, :-1])."""
+    return -logp[:, : seqs.shape[1] - 1].gather(2, seqs[:, 1:, None].to(logp.device)).squeeze(2)
 
 
 def ar_loss(logp: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
@@ -133,9 +135,8 @@ def ar_loss(logp: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
 
 def kl_div(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """D_KL^{S_N}(p || q) (Appendix "Behavioral readouts"): the KL divergence between two
-    predictors' next-state distributions, averaged over the positions that have a target
-    (all but the last) and over sequences. logp, logq: (B, L, C)."""
-    logp, logq = logp[:, :-1], logq[:, :-1]
+    predictors' next-state distributions, averaged over positions and sequences. logp, logq:
+    (B, L, C) aligned position by position (slice a predictor's [:, :-1] to match a model)."""
     terms = logp.exp() * (logp - logq)
     return torch.where(logp == -math.inf, 0.0, terms).sum(-1).mean()
 
@@ -190,11 +191,6 @@ def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 6
 
 
 def plot_scaling(result: dict, path: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colors = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}
     labels = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -220,7 +216,7 @@ def plot_scaling(result: dict, path: str):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
+    parser = cli.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
     parser.add_argument("--paper", action="store_true", help="the paper's sizes (K to 2^13, N to 2^14, more sequences)")
     parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
     parser.add_argument("--seqs", type=int, default=None,
@@ -266,8 +262,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    cli.run(main)

@@ -115,10 +115,11 @@ def test_losses_and_divergence_match_loops():
     p, q = two_mem(seqs, tasks.T), one_gen(seqs, 10)
     ref_nll = torch.tensor([[-p[b, n, seqs[b, n + 1]].item() for n in range(11)] for b in range(5)])
     torch.testing.assert_close(nll(p, seqs), ref_nll)
+    torch.testing.assert_close(nll(p[:, :-1], seqs), ref_nll)  # a model's predictions for seqs[:, :-1]
     torch.testing.assert_close(ar_loss(p, seqs), ref_nll.mean())
     ref_kl = sum(
-        sum(p[b, n, c].exp() * (p[b, n, c] - q[b, n, c]) for c in range(10)) for b in range(5) for n in range(11)
-    ) / 55
+        sum(p[b, n, c].exp() * (p[b, n, c] - q[b, n, c]) for c in range(10)) for b in range(5) for n in range(12)
+    ) / 60
     torch.testing.assert_close(kl_div(p, q), ref_kl)
     assert kl_div(p, p).abs() < 1e-7 and kl_div(p, q) > 0
 
