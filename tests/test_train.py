@@ -1,0 +1,111 @@
+"""train.py: a tiny end-to-end run, exact resume after a kill, the sweep commands, bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from train import Config, eval_steps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEYS = ["step", "train_loss", "gen_loss", "train_loss_1gen", "train_loss_2gen", "train_loss_1mem", "train_loss_2mem",
+        "gen_loss_1gen", "gen_loss_2gen", "gen_loss_1mem", "gen_loss_2mem", "kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem",
+        "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "n_A_1", "n_A_2"]
+
+
+def tiny(out, **kw) -> Config:
+    return Config(**{**dict(K=4, N=12, iters=30, batch=8, D=16, evals=6, eval_train=16, eval_gen=16,
+                            ckpt_every=5, out=str(out)), **kw})
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_eval_steps_are_log_spaced():
+    s = eval_steps(10_000, 20)
+    assert s[0] == 0 and s[-1] == 10_000 and s == sorted(set(s)) and len(s) <= 21
+    assert eval_steps(1, 5) == [0, 1]
+
+
+def test_tiny_training_run(tmp_path):
+    rows = train.train(tiny(tmp_path), quiet=True)
+    assert [r["step"] for r in rows] == eval_steps(30, 6)
+    assert all(set(KEYS) <= set(r) for r in rows)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert read(tmp_path / "metrics.jsonl") == rows
+    for name in ["config.json", "ckpt.pt", "fig2a.png", "model_0000030.pt"]:
+        assert (tmp_path / name).exists()
+    assert not any(p.suffix == ".tmp" for p in tmp_path.iterdir())
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert ckpt["step"] == 30 and set(ckpt) >= {"model", "optimizer", "rng", "step", "config"}
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kill_after", [13, 20])
+def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, kill_after):
+    straight = train.train(tiny(tmp_path / "straight"), quiet=True)
+    step = torch.optim.AdamW.step
+    count = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):  # the process "dies" after kill_after optimizer steps
+        if count["n"] == kill_after:
+            raise Killed
+        count["n"] += 1
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    with pytest.raises(Killed):
+        train.train(tiny(tmp_path / "killed"), quiet=True)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    resumed = train.train(tiny(tmp_path / "killed"), resume=True, quiet=True)
+    assert resumed == straight
+    assert read(tmp_path / "killed" / "metrics.jsonl") == straight
+    a = torch.load(tmp_path / "straight" / "ckpt.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "killed" / "ckpt.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sweep_prints_one_command_per_run():
+    out = subprocess.run([sys.executable, "train.py", "--sweep", "--preset", "quick", "--Ks", "4,16", "--seeds", "0,1",
+                          "--iters", "50", "--print-commands"], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 4
+    assert all("--threads 1" in line and "--iters 50" in line for line in lines)
+    assert "--K 16 --seed 1" in lines[-1]
+
+
+def bad(args, cwd=ROOT):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--preset", "fast"], "preset"),
+    (["--K", "0"], "K"),
+    (["--N", "1"], "N"),
+    (["--batch", "0"], "batch"),
+    (["--K", "two"], "K"),
+    (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, words):
+    r = bad(args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
+
+
+def test_bad_resume_and_output_dir(tmp_path):
+    r = bad(["--resume", "--out", str(tmp_path / "nothing")])
+    assert r.returncode == 2 and "no checkpoint" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    train.train(tiny(tmp_path / "run"), quiet=True)
+    r = bad(["--resume", "--out", str(tmp_path / "run"), "--K", "8", "--N", "12", "--iters", "30", "--D", "16"])
+    assert r.returncode == 2 and "does not match" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    (tmp_path / "file").write_text("")
+    r = bad(["--out", str(tmp_path / "file" / "sub"), "--iters", "1"])
+    assert r.returncode == 2 and "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -1,0 +1,182 @@
+"""The 2-layer transformer of Appendix "Network architecture" and its readouts (Appendix
+"Behavioral readouts", "Mechanistic readouts").
+
+Residual stream, eqs. (model_start)-(model_end):
+    x0 = W_E x_n
+    y1 = x0 + Att1(x0)          x1 = y1 + MLP1(y1)
+    y2 = x1 + Att2(x1)          x2 = y2 + MLP2(y2)          logits = W_U^T x2
+Each block normalizes its input with a LayerNorm without affine parameters (eps 1e-5).
+Attention is single-head with W_Q, W_K, W_V in R^{D x D}, rotary positions on queries and keys,
+scores / sqrt(D), a causal softmax and no output projection. MLPs are D -> 4D -> D with GELU and
+no biases; there is no final LayerNorm. GPT-2 initialization: N(0, 1/D), and N(0, 1/(4D)) for the
+weights that write into the residual stream (W_V and the MLP output). C = 10, D = 64: 91,392
+parameters.
+
+Options used by later experiments (all off by default):
+  position="bias"   learned additive relative-position bias P_{i-j} instead of rotary (Fig. 6c)
+  mlp1=False        no MLP1 (Fig. 6c bottom)
+  n_tasks=K         task injection: a learned D-vector per chain added to MLP1's input (Sec. "Task Injection")
+  prev_weight=w     gradient reweighting of layer-1 previous-token attention (Sec. "Gradient Reweighting"):
+                    A_{i,i-1} = w A' + (1 - w) detach(A'), forward unchanged
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bayes import kl_div
+from kernels import attention as kernel
+
+# ----------------------------------------------------------------------------- attention switch point
+
+
+def use_kernel(q: torch.Tensor) -> bool:
+    """The Triton kernel on CUDA, the PyTorch reference elsewhere (same semantics)."""
+    return q.is_cuda and kernel.triton is not None
+
+
+def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0):
+    """Causal attention over (B, H, N, d) -> (out, A), A (B, H, N, N) when need_weights else None.
+
+    The one place that picks the implementation. Gradient reweighting has to edit A itself, so
+    it always takes the reference path."""
+    if use_kernel(q) and prev_weight == 1.0:
+        if not need_weights:
+            return kernel.attention(q, k, v, bias, rotary), None
+        out, lse = kernel.attention_forward(q, k, v, bias, rotary)
+        return out, kernel.attention_rows(q, k, lse, torch.arange(q.shape[2], device=q.device), bias, rotary)
+    A = torch.softmax(kernel.attention_scores(q, k, bias, rotary), -1)  # (B, H, N, N) fp32
+    if prev_weight != 1.0:  # scale the gradient through A_{i,i-1} by w, keep its value
+        N = q.shape[2]
+        prev = torch.eye(N, dtype=torch.bool, device=q.device).roll(-1, 1).tril(-1)  # (i, i - 1)
+        A = torch.where(prev, prev_weight * A + (1 - prev_weight) * A.detach(), A)
+    return (A @ v.float()).to(v.dtype), A
+
+
+# ----------------------------------------------------------------------------- blocks
+
+
+def layer_norm(x: torch.Tensor) -> torch.Tensor:
+    """LN(x) = (x - mu) / sqrt(sigma^2 + eps), no affine parameters (eq. layernorm)."""
+    return F.layer_norm(x, x.shape[-1:], eps=1e-5)
+
+
+class Attention(nn.Module):
+    """Att(x)_n = sum_{i <= n} A_ni W_V LN(x)_i with A from LN(x) W_Q, LN(x) W_K (eq. full_att_func)."""
+
+    def __init__(self, D: int, position: str, max_len: int, prev_weight: float = 1.0):
+        super().__init__()
+        self.W_Q = nn.Linear(D, D, bias=False)
+        self.W_K = nn.Linear(D, D, bias=False)
+        self.W_V = nn.Linear(D, D, bias=False)
+        self.rotary = position == "rotary"
+        self.P = nn.Parameter(torch.zeros(1, max_len)) if position == "bias" else None  # P_{i-j}, one head
+        self.prev_weight = prev_weight
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False):
+        B, N, D = x.shape
+        h = layer_norm(x)
+        q, k, v = (W(h).view(B, 1, N, D) for W in (self.W_Q, self.W_K, self.W_V))  # (B, 1, N, D)
+        bias = self.P[:, :N] if self.P is not None else None
+        out, A = attend(q, k, v, bias, self.rotary, need_weights, self.prev_weight)
+        return out.view(B, N, D), (A[:, 0] if A is not None else None)
+
+
+class MLP(nn.Module):
+    """MLP(y) = W_out GELU(W_in LN(y)), D -> 4D -> D, no biases."""
+
+    def __init__(self, D: int):
+        super().__init__()
+        self.W_in = nn.Linear(D, 4 * D, bias=False)
+        self.W_out = nn.Linear(4 * D, D, bias=False)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return self.W_out(F.gelu(self.W_in(layer_norm(y))))
+
+
+class Transformer(nn.Module):
+    """The paper's two-layer transformer on sequences of C states.
+
+    forward(seqs) -> logits (B, N, C); logits[:, n] predicts s_{n+1} from s_0..s_n.
+    forward(seqs, cache=True) -> (logits, cache) with the intermediates, each (B, N, D) unless noted:
+        x0 token embedding       A1, A2 attention weights (B, N, N), row = query position
+        att1, mlp1, att2, mlp2   block outputs written into the residual stream
+        y1, x1, y2, x2           residual stream after each block
+    `task` (B,) gives the chain of each sequence when task injection is on."""
+
+    def __init__(self, C: int = 10, D: int = 64, position: str = "rotary", mlp1: bool = True,
+                 n_tasks: int = 0, prev_weight: float = 1.0, max_len: int = 1024):
+        super().__init__()
+        if position not in ("rotary", "bias"):
+            raise ValueError(f"position must be 'rotary' or 'bias', got {position!r}")
+        if not 0.0 <= prev_weight <= 1.0:
+            raise ValueError(f"prev_weight must be in [0, 1], got {prev_weight}")
+        self.C, self.D, self.max_len = C, D, max_len
+        self.W_E = nn.Embedding(C, D)
+        self.att1 = Attention(D, position, max_len, prev_weight)
+        self.mlp1 = MLP(D) if mlp1 else None
+        self.att2 = Attention(D, position, max_len)
+        self.mlp2 = MLP(D)
+        self.W_U = nn.Linear(D, C, bias=False)
+        self.task_embedding = nn.Embedding(n_tasks, D) if n_tasks > 0 else None
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self, generator=None):
+        """GPT-2 initialization; residual-stream writers (W_V, MLP W_out) get variance 1/(4D)."""
+        for name, param in self.named_parameters():
+            if name.endswith(".P"):
+                param.zero_()
+                continue
+            writes_residual = name.endswith("W_V.weight") or name.endswith("W_out.weight")
+            std = 1 / math.sqrt(4 * self.D) if writes_residual else 1 / math.sqrt(self.D)
+            param.normal_(0.0, std, generator=generator)
+
+    def forward(self, seqs: torch.Tensor, cache: bool = False, task: torch.Tensor | None = None):
+        if seqs.shape[1] > self.max_len and self.att1.P is not None:
+            raise ValueError(f"sequence length {seqs.shape[1]} exceeds max_len {self.max_len}")
+        x0 = self.W_E(seqs)
+        att1, A1 = self.att1(x0, need_weights=cache)
+        y1 = x0 + att1
+        mlp1 = torch.zeros_like(y1)
+        if self.mlp1 is not None:
+            inject = self.task_embedding(task).unsqueeze(1) if self.task_embedding is not None else 0.0
+            mlp1 = self.mlp1(y1 + inject)
+        x1 = y1 + mlp1
+        att2, A2 = self.att2(x1, need_weights=cache)
+        y2 = x1 + att2
+        mlp2 = self.mlp2(y2)
+        x2 = y2 + mlp2
+        logits = self.W_U(x2)
+        if not cache:
+            return logits
+        return logits, dict(x0=x0, A1=A1, att1=att1, y1=y1, mlp1=mlp1, x1=x1, A2=A2, att2=att2, y2=y2, mlp2=mlp2, x2=x2)
+
+
+# ----------------------------------------------------------------------------- readouts (Appendix "Mechanistic readouts")
+
+
+def phi_delta(A: torch.Tensor) -> torch.Tensor:
+    """Previous-state order parameter: < (1/(N-1)) sum_{n>=1} A[n, n-1] >, A (B, N, N)."""
+    return torch.diagonal(A, -1, 1, 2).mean()
+
+
+def phi_beta(A: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    """Induction-head order parameter: < (1/N) sum_{n>=1} sum_{1<=i<=n} [s_n = s_{i-1}] A[n, i] >:
+    the attention a position pays to states that followed earlier occurrences of its own state."""
+    N = A.shape[-1]
+    match = seqs[:, :, None] == seqs[:, None, :-1]  # (B, n, i - 1)
+    return (A[:, :, 1:] * match).sum((1, 2)).mean() / N  # row n = 0 has no i >= 1 to attend to
+
+
+def n_A(A: torch.Tensor) -> torch.Tensor:
+    """Effective number of attended positions at the last position: exp of the expected entropy."""
+    last = A[:, -1]
+    return torch.exp(-torch.special.xlogy(last, last).sum(-1).mean())
+
+
+def behavioral_divergence(logp_S: torch.Tensor, logq_S: torch.Tensor, logp_D: torch.Tensor, logq_D: torch.Tensor):
+    """D(pi_hat, pi_theta) = 1/2 <D_KL^{S_N}(pi_hat || pi_theta)>_S + 1/2 <...>_{D_T}: logp_* are
+    the predictor's and logq_* the model's log-probabilities on sequences from S and from D_T."""
+    return 0.5 * kl_div(logp_S, logq_S) + 0.5 * kl_div(logp_D, logq_D)
