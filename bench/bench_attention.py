@@ -1,0 +1,98 @@
+"""Benchmark (not a test): the Triton relative-position attention against the eager reference,
+F.scaled_dot_product_attention with a float mask carrying the bias, and FlexAttention with a
+bias score_mod, at the paper's training shapes. Needs a CUDA GPU.
+
+    python bench/bench_attention.py
+
+Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
+ratio of every method's time to the kernel's, measured in the same run.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
+
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:
+    flex_attention = None
+
+
+def sdpa(q, k, v, bias=None, rotary=False):
+    """SDPA with an explicit float mask: -inf above the diagonal plus bias[h, i - j] below."""
+    B, H, N, d = q.shape
+    if rotary:
+        cos, sin = rotary_tables(N, d, q.device)
+        q, k = _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+    rel = torch.arange(N, device=q.device).view(N, 1) - torch.arange(N, device=q.device).view(1, N)
+    mask = torch.zeros(H, N, N, device=q.device) if bias is None else bias[:, rel.clamp(min=0)]
+    mask = mask.masked_fill(rel < 0, float("-inf")).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(0))
+
+
+def make_flex(N, device):
+    if flex_attention is None:
+        return None
+    block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=N, KV_LEN=N, device=device)
+    compiled = torch.compile(flex_attention)
+
+    def flex(q, k, v, bias=None, rotary=False):
+        if rotary:
+            cos, sin = rotary_tables(N, q.shape[-1], q.device)
+            q, k = _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+        score_mod = None if bias is None else (lambda score, b, h, qi, ki: score + bias[h, qi - ki])
+        return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+    return flex
+
+
+def bench(fn, q, k, v, bias, rotary, backward):
+    from triton.testing import do_bench
+
+    leaves = [q, k, v] + ([bias] if bias is not None else [])
+
+    def step():
+        out = fn(q, k, v, bias, rotary)
+        if backward:
+            torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    return do_bench(step, warmup=25, rep=100)
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("bench_attention.py needs a CUDA GPU")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'shape':>28} {'mode':>8} {'method':>10} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
+    for N in (256, 1024):
+        for dtype in (torch.float32, torch.bfloat16):
+            for mode in ("rotary", "bias"):
+                B, H, d = 128, 1, 64
+                g = torch.Generator(device="cuda").manual_seed(0)
+                q, k, v = (torch.randn(B, H, N, d, device="cuda", generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+                bias = (0.1 * torch.randn(H, N, device="cuda", generator=g)).requires_grad_() if mode == "bias" else None
+                rotary = mode == "rotary"
+                methods = {"kernel": attention, "eager": attention_reference, "sdpa+mask": sdpa}
+                flex = make_flex(N, "cuda")
+                if flex is not None:
+                    methods["flex"] = flex
+                times = {}
+                for name, fn in methods.items():
+                    try:
+                        times[name] = (bench(fn, q, k, v, bias, rotary, False), bench(fn, q, k, v, bias, rotary, True))
+                    except Exception as e:  # e.g. FlexAttention without a bias gradient on this torch
+                        print(f"{name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                base = times["kernel"]
+                shape = f"B={B} H={H} N={N} d={d} {str(dtype)[6:]}"
+                for name, (fwd, both) in times.items():
+                    print(f"{shape:>28} {mode:>8} {name:>10} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
+
+
+if __name__ == "__main__":
+    main()
