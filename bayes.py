@@ -39,14 +39,18 @@ def _chunks(B: int, per_sequence: int):
 # ----------------------------------------------------------------------------- generalizing predictors
 
 
-def one_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:
-    """1-Gen: (n_tau + 1) / (n + 1 + C) from the counts over s_0..s_n. Returns (B, L, C)."""
+def one_gen(seqs: torch.Tensor, C: int, dtype=torch.float32, alpha: float = 1.0) -> torch.Tensor:
+    """1-Gen: (n_tau + alpha') / (n + 1 + C alpha') from the counts over s_0..s_n, alpha' = 1 in the
+    paper (a Dirichlet(alpha') prior on the stationary distribution; alpha' = 0 gives the raw
+    frequencies). Returns (B, L, C)."""
     check_int("C", C, 2)
     seqs = check_seqs(seqs, C)
+    if not alpha >= 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
     L = seqs.shape[1]
     counts = F.one_hot(seqs, C).to(dtype).cumsum(1)  # (B, L, C): n_tau over s_0..s_n
     n = torch.arange(1, L + 1, dtype=dtype, device=seqs.device).view(1, L, 1)
-    return (counts + 1).log() - (n + C).log()
+    return (counts + alpha).log() - (n + C * alpha).log()
 
 
 def two_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:

@@ -63,6 +63,8 @@ def test_generalizing_predictors_match_brute_force(K, C, L):
     seqs, _ = sample_sequences(sample_chains(K, C, 1.0, gen(K)), 3, L, gen(L))
     torch.testing.assert_close(one_gen(seqs, C, torch.float64), brute_gen(seqs, C, False))
     torch.testing.assert_close(two_gen(seqs, C, torch.float64), brute_gen(seqs, C, True))
+    counts = torch.nn.functional.one_hot(seqs, C).double().cumsum(1)
+    torch.testing.assert_close(one_gen(seqs, C, torch.float64, alpha=0.0).exp(), counts / counts.sum(-1, keepdim=True))
 
 
 @pytest.mark.parametrize("K, C, L", CASES)
