@@ -77,6 +77,24 @@ if triton is not None:
         return cos, sin
 
     @triton.jit
+    def _load_rotated(ptr, offs, N, Cos, Sin, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+                      DT: tl.constexpr, UPCAST: tl.constexpr):
+        """Rows offs of q or k, rotated to their own positions when ROTARY, as a dot operand."""
+        x = _load_rows(ptr, offs, N, D)
+        if ROTARY:
+            cos, sin = _load_angles(Cos, Sin, offs, N, D)
+            x = _rotate(x, cos, sin, BLOCK, D)
+        return _operand(x, DT, UPCAST)
+
+    @triton.jit
+    def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+        """The gradient with respect to the unrotated rows: the transpose rotation (angle -theta)."""
+        if ROTARY:
+            cos, sin = _load_angles(Cos, Sin, offs, N, D)
+            dx = _rotate(dx, cos, -sin, BLOCK, D)
+        return dx
+
+    @triton.jit
     def _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS: tl.constexpr):
         """Scores of a (BLOCK_M, BLOCK_N) tile with the causal mask (-inf where j > i or j >= N)."""
         s = tl.dot(q, tl.trans(k)) * scale
@@ -99,24 +117,17 @@ if triton is not None:
         K += bh * N * D
         V += bh * N * D
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(Q, offs_m, N, D)
-        if ROTARY:
-            cos, sin = _load_angles(Cos, Sin, offs_m, N, D)
-            q = _rotate(q, cos, sin, BLOCK_M, D)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _operand(q, DT, UPCAST)
+        q = _load_rotated(Q, offs_m, N, Cos, Sin, ROTARY, D, BLOCK_M, DT, UPCAST)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), tl.float32)  # running normalizer
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K, offs_n, N, D)
-            if ROTARY:
-                cos, sin = _load_angles(Cos, Sin, offs_n, N, D)
-                k = _rotate(k, cos, sin, BLOCK_N, D)
+            k = _load_rotated(K, offs_n, N, Cos, Sin, ROTARY, D, BLOCK_N, DT, UPCAST)
             v = _operand(_load_rows(V, offs_n, N, D), DT, UPCAST)
-            s, _ = _scores(q, _operand(k, DT, UPCAST), Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
+            s, _ = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m_i - m_new)
@@ -149,31 +160,21 @@ if triton is not None:
         h = bh % H
         offset = bh * N * D
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(K + offset, offs_n, N, D)
-        if ROTARY:
-            cos_n, sin_n = _load_angles(Cos, Sin, offs_n, N, D)
-            k = _rotate(k, cos_n, sin_n, BLOCK_N, D)
         DT: tl.constexpr = Q.dtype.element_ty
-        k = _operand(k, DT, UPCAST)
+        k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, BLOCK_N, DT, UPCAST)
         v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q = _load_rows(Q + offset, offs_m, N, D)
-            if ROTARY:
-                cos, sin = _load_angles(Cos, Sin, offs_m, N, D)
-                q = _rotate(q, cos, sin, BLOCK_M, D)
-            q = _operand(q, DT, UPCAST)
+            q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK_M, DT, UPCAST)
             do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
             lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
             delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
             dk += tl.dot(tl.trans(_operand(ds, DT, UPCAST)), q)
-        dk *= scale
-        if ROTARY:
-            dk = _rotate(dk, cos_n, -sin_n, BLOCK_N, D)
+        dk = _unrotate(dk * scale, Cos, Sin, offs_n, N, ROTARY, D, BLOCK_N)
         offs_d = tl.arange(0, D)
         mask = offs_n[:, None] < N
         tl.store(DK + offset + offs_n[:, None] * D + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
@@ -194,12 +195,8 @@ if triton is not None:
         h = bh % H
         offset = bh * N * D
         offs_m = start_m + tl.arange(0, BLOCK)
-        q = _load_rows(Q + offset, offs_m, N, D)
-        if ROTARY:
-            cos_m, sin_m = _load_angles(Cos, Sin, offs_m, N, D)
-            q = _rotate(q, cos_m, sin_m, BLOCK, D)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _operand(q, DT, UPCAST)
+        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
         do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
         lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
         delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
@@ -211,11 +208,7 @@ if triton is not None:
                            + BLOCK - 1) == t[None, None, :]  # (a, c, t)
         for start_n in range(0, tl.minimum(start_m + BLOCK, N), BLOCK):
             offs_n = start_n + tl.arange(0, BLOCK)
-            k = _load_rows(K + offset, offs_n, N, D)
-            if ROTARY:
-                cos, sin = _load_angles(Cos, Sin, offs_n, N, D)
-                k = _rotate(k, cos, sin, BLOCK, D)
-            k = _operand(k, DT, UPCAST)
+            k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
             v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(_operand(ds, DT, UPCAST), k)
@@ -223,9 +216,7 @@ if triton is not None:
                 diag = tl.sum(tl.sum(tl.where(on_diagonal, ds[:, :, None], 0.0), axis=0), axis=0)
                 slot = ((bh * n_blocks + pid_m) * n_blocks + start_n // BLOCK) * (2 * BLOCK)
                 tl.store(DBias + slot + t, diag)
-        dq *= scale
-        if ROTARY:
-            dq = _rotate(dq, cos_m, -sin_m, BLOCK, D)
+        dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK)
         offs_d = tl.arange(0, D)
         tl.store(DQ + offset + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty),
                  mask=offs_m[:, None] < N)
