@@ -1,0 +1,88 @@
+"""mem_minimal.py: the encoder-pool-decoder model against direct computations, and the search."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mem_minimal as mm
+from mem_minimal import MemRun, TaskHead, bisect_K, pooled
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def seqs(B=4, N=25, seed=0):
+    return torch.randint(10, (B, N), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("depth1, depth2", [(1, 1), (1, 2), (2, 1), (2, 2)])
+def test_shapes_and_pair_lookup_equals_the_direct_evaluation(depth1, depth2):
+    g = torch.Generator().manual_seed(1)
+    model = TaskHead(D=8, D_phi=6, width=16, depth1=depth1, depth2=depth2, generator=g)
+    s = seqs()
+    logits, phi = model(s, return_phi=True)
+    assert logits.shape == (4, 25, 10) and phi.shape == (4, 25, 6)
+    x0 = model.W_E[s]  # (B, N, D)
+    pairs = model.mlp1(torch.cat([x0[:, 1:], x0[:, :-1]], -1))  # MLP1(x0_i (+) x0_{i-1}) at every position
+    direct_phi = torch.cat([torch.zeros(4, 1, 6), pairs.cumsum(1) / torch.arange(1, 25).view(1, 24, 1)], 1)
+    torch.testing.assert_close(phi, direct_phi)
+    direct = model.mlp2_rest(model.mlp2_in(torch.cat([x0, direct_phi], -1)))
+    torch.testing.assert_close(logits, direct)
+    assert sum(1 for m in model.mlp1 if isinstance(m, torch.nn.Linear)) == depth1 + 1
+    assert not model.W_E.requires_grad and "W_E" not in dict(model.named_parameters())
+
+
+def test_running_mean_is_causal():
+    model = TaskHead(D=8, D_phi=6, width=16)
+    s = seqs()
+    _, phi = model(s, return_phi=True)
+    for n in [0, 5, 23]:
+        s2 = s.clone()
+        s2[:, n + 1] = (s2[:, n + 1] + 3) % 10
+        _, phi2 = model(s2, return_phi=True)
+        torch.testing.assert_close(phi2[:, : n + 1], phi[:, : n + 1])
+        assert not torch.allclose(phi2[:, n + 1], phi[:, n + 1])
+
+
+def test_one_hot_pair_embedding_pools_the_empirical_pair_frequencies():
+    """With D_phi >= C^2 and one-hot pairs, phi_n holds the transition counts / n: 2-Gen is representable."""
+    s = seqs(B=3, N=40)
+    phi = pooled(s, torch.eye(100))
+    for b in range(3):
+        for n in [1, 10, 39]:
+            counts = torch.zeros(100)
+            for i in range(1, n + 1):
+                counts[s[b, i - 1] * 10 + s[b, i]] += 1
+            torch.testing.assert_close(phi[b, n], counts / n)
+    assert torch.equal(phi[:, 0], torch.zeros(3, 100))
+
+
+def test_binary_search_on_a_monotone_criterion():
+    calls = []
+
+    def crit(run):
+        calls.append(run.K)
+        return math.log2(run.K) - 5.5  # < 0 (beats 2-Gen) up to K = 32
+
+    K2, history = bisect_K(MemRun(), 2, 2048, crit)
+    assert K2 == pytest.approx(2**5.5) and len(calls) <= 6 and history[0][0] == 2
+    K2, _ = bisect_K(MemRun(), 2, 2048, lambda r: math.log2(r.K) - 5.25)  # crossing interpolated in log K
+    assert K2 == pytest.approx(2**5.25)
+    assert bisect_K(MemRun(), 2, 64, lambda r: -1.0)[0] == pytest.approx(64 * math.sqrt(2))
+    assert bisect_K(MemRun(), 4, 64, lambda r: 1.0)[0] == pytest.approx(4 / math.sqrt(2))
+
+
+def test_small_K_memorizes_and_large_K_does_not():
+    small = mm.train_mem(MemRun(K=2, iters=150, tail=50, eval_seqs=128, width=64))
+    large = mm.train_mem(MemRun(K=2048, iters=150, tail=50, eval_seqs=128, width=64))
+    assert small["train_minus_2gen"] < 0 < small["gen_minus_2gen"]
+    assert large["train_minus_2gen"] > small["train_minus_2gen"]
+
+
+@pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"]])
+def test_bad_input(args):
+    r = subprocess.run([sys.executable, "mem_minimal.py", *args], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
