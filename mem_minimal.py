@@ -183,33 +183,36 @@ def _search(args) -> dict:
     return {"run": asdict(run), "K2_hat": K2, "history": history}
 
 
-def plot_heatmaps(result: dict, preset: str, path: str):
+def plot_heatmaps(result: dict, path: str):
     H = result["heatmap"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    lim = max(1e-3, np.nanmax(np.abs(H["train_minus_2gen"] + H["gen_minus_2gen"])))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    lim = max(1e-3, np.nanmax(np.abs(np.array(H["train_minus_2gen"] + H["gen_minus_2gen"]))))
     for ax, key, title in ((axes[0], "train_minus_2gen", "L_train - L^2-Gen"), (axes[1], "gen_minus_2gen", "L_gen - L^2-Gen")):
-        im = ax.pcolormesh(H["K"], H["D_phi"], np.array(H[key]), shading="nearest", cmap="RdBu_r", vmin=-lim, vmax=lim)
+        im = ax.pcolormesh(np.arange(len(H["K"])), np.arange(len(H["D_phi"])), np.array(H[key]), shading="nearest",
+                           cmap="RdBu_r", vmin=-lim, vmax=lim)
         fig.colorbar(im, ax=ax)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
+        ax.set_xticks(range(len(H["K"])), H["K"])
+        ax.set_yticks(range(len(H["D_phi"])), H["D_phi"])
         ax.set_xlabel("K")
         ax.set_ylabel("D_phi")
         ax.set_title(f"{title} (blue: beats 2-Gen)")
-    for depths, values in result["K2_hat"].items():
-        axes[2].plot([depths] * len(values), values, "o", alpha=0.6)
-        axes[2].plot([depths], [np.exp(np.mean(np.log(values)))], "k_", ms=20)
-    if result.get("K2_hat_vs_D_phi"):
-        ax2 = axes[2].twiny()
-        D, K = zip(*sorted((int(d), k) for d, k in result["K2_hat_vs_D_phi"].items()))
-        ax2.plot(D, K, "s--", color="tab:purple", label="(1,2) vs D_phi (top axis)")
-        ax2.set_xscale("log", base=2)
-        ax2.legend(fontsize=7, loc="lower right")
+    depths = sorted(result["K2_hat"])
+    for i, d in enumerate(depths):
+        values = result["K2_hat"][d]
+        axes[2].plot([i] * len(values), values, "o", alpha=0.6)
+        axes[2].plot([i], [np.exp(np.mean(np.log(values)))], "k_", ms=20)
+    axes[2].set_xticks(range(len(depths)), [f"({d})" for d in depths])
     axes[2].set_yscale("log", base=2)
-    axes[2].set_xlabel("(l1, l2) hidden layers of MLP1, MLP2")
-    axes[2].set_title(f"K2_hat at D_phi = {result['search_D_phi']}")
-    iters = result["iters"]
-    note = (f"quick preset: {iters} iterations - how fast memorization happens, not the asymptotic capacity"
-            if preset == "quick" else f"{iters} iterations")
+    axes[2].set_xlabel("(l1, l2): hidden layers of MLP1, MLP2")
+    axes[2].set_title(f"K2_hat at D_phi = {result['search_D_phi']} (dots: seeds, bar: geometric mean)", fontsize=9)
+    D, K = zip(*sorted((int(d), k) for d, k in result["K2_hat_vs_D_phi"].items()))
+    axes[3].plot(D, K, "s-", color="tab:purple")
+    axes[3].set_xscale("log", base=2)
+    axes[3].set_yscale("log", base=2)
+    axes[3].set_xlabel("D_phi")
+    axes[3].set_title("K2_hat of (1, 2) against D_phi (seed 0)", fontsize=9)
+    note = (f"quick preset: {result['iters']} iterations - how fast memorization happens, not the asymptotic capacity"
+            if result["preset"] == "quick" else f"{result['iters']} iterations")
     fig.suptitle(f"Minimal task-recognition head ({note})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -222,7 +225,15 @@ def main():
     parser.add_argument("--iters", type=int, default=None, help="override the preset's iterations per run")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (one torch thread each)")
     parser.add_argument("--out", default="figures")
+    parser.add_argument("--replot", action="store_true", help="only redraw the figure from OUT/mem_minimal.json")
     args = parser.parse_args()
+    if args.replot:
+        path = os.path.join(args.out, "mem_minimal.json")
+        if not os.path.exists(path):
+            raise ValueError(f"--replot: no {path}")
+        with open(path) as f:
+            plot_heatmaps(json.load(f), os.path.join(args.out, "mem_heatmaps.png"))
+        return
     preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
     P = PRESETS[preset]
     base = P["base"] if args.iters is None else replace(P["base"], iters=check_int("--iters", args.iters, 1))
@@ -260,7 +271,7 @@ def main():
     result["seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(args.out, "mem_minimal.json"), "w") as f:
         json.dump(result, f, indent=1)
-    plot_heatmaps(result, preset, os.path.join(args.out, "mem_heatmaps.png"))
+    plot_heatmaps(result, os.path.join(args.out, "mem_heatmaps.png"))
     H = result["heatmap"]
     for i, d in enumerate(H["D_phi"]):
         print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
