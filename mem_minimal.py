@@ -67,6 +67,17 @@ class TaskHead(nn.Module):
         self.mlp1 = mlp(2 * D, width, D_phi, depth1)
         self.mlp2_in = nn.Linear(D + D_phi, width)  # MLP2's first layer, on x0_n (+) phi_n
         self.mlp2_rest = nn.Sequential(nn.GELU(), *mlp(width, width, C, depth2 - 1))
+        self.reset_parameters(generator)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator=None):
+        """PyTorch's default Linear initialization, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from
+        `generator` instead of the global RNG."""
+        for layer in self.modules():
+            if isinstance(layer, nn.Linear):
+                bound = 1 / math.sqrt(layer.in_features)
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
 
     def pair_table(self) -> torch.Tensor:
         """MLP1(x0_cur (+) x0_prev) for all C^2 pairs, row prev * C + cur: (C^2, D_phi)."""
