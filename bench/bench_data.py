@@ -27,12 +27,12 @@ def best_of(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
-def sample_loop(T: np.ndarray, p: np.ndarray, B: int, L: int, rng: np.random.Generator) -> np.ndarray:
+def sample_loop(T: np.ndarray, p: np.ndarray, B: int, L: int, rng: np.random.RandomState) -> np.ndarray:
     """The usual public-code sampler: one np.random.choice per token."""
     K, C = T.shape[0], T.shape[-1]
     seqs = np.empty((B, L), dtype=np.int64)
     for b in range(B):
-        k = rng.integers(K)
+        k = rng.randint(K)
         seqs[b, 0] = rng.choice(C, p=p[k])
         for t in range(1, L):
             seqs[b, t] = rng.choice(C, p=T[k, :, seqs[b, t - 1]])
@@ -60,7 +60,7 @@ def main():
     B, L = 128, 257
     T_np, p_np = tasks.T.double().numpy(), tasks.p.double().numpy()
     T_np, p_np = T_np / T_np.sum(1, keepdims=True), p_np / p_np.sum(1, keepdims=True)
-    rng = np.random.default_rng(0)
+    rng = np.random.RandomState(0)  # np.random.choice's own generator, seeded
     t_loop = best_of(lambda: sample_loop(T_np, p_np, B, L, rng), 3)
     t_vec = best_of(lambda: tasks.batch(B, L, g), 50)
     print(f"sampler  B={B} L={L}: per-token np.random.choice {t_loop * 1e3:8.1f} ms | "
