@@ -118,7 +118,7 @@ def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain
 
     All positions are drawn at once: with one uniform u_t per position, step t is a fixed map
     f_t: {0..C-1} -> {0..C-1} (inverse CDF of column mu at u_t), and s_t = f_t o ... o f_1 (s_0);
-    the prefix compositions come from a two-level scan over positions (`_compose`)."""
+    the prefix compositions come from a blocked scan over positions (`_compose`)."""
     check_chains(T)
     check_int("n", n, 1)
     check_int("length", length, 1)
@@ -131,12 +131,16 @@ def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain
         if chain_idx.shape != (n,) or chain_idx.min() < 0 or chain_idx.max() >= K:
             raise ValueError(f"chain_idx must have shape ({n},) with entries in [0, {K})")
     Tb = T[chain_idx]  # (n, C, C)
-    p = stationary(Tb)  # (n, C)
+    return _sample_from(Tb, stationary(Tb), length, generator), chain_idx
+
+
+def _sample_from(Tb: torch.Tensor, p: torch.Tensor, length: int, generator=None) -> torch.Tensor:
+    """Sequences (n, length) from the validated chains Tb (n, C, C) with stationary distributions p (n, C)."""
+    n, C, device = Tb.shape[0], Tb.shape[-1], Tb.device
     u0 = torch.rand(n, 1, generator=generator, device=device, dtype=p.dtype)
     s0 = _inverse_cdf(p.cumsum(-1), u0)  # (n, 1)
-
     if length == 1:
-        return s0, chain_idx
+        return s0
 
     # Positions 1..length-1 are laid out as (block, nb): position k * block + j + 1 sits at [j, k].
     # step[j, k, b, mu] is the state there when the previous position holds mu: the inverse
@@ -145,27 +149,36 @@ def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain
     nb = -(-(length - 1) // block)
     cdf = Tb.cumsum(1).transpose(0, 1).contiguous()  # (C_tau, n, C_mu)
     u = torch.rand(block, nb, n, 1, generator=generator, device=device, dtype=cdf.dtype)
+    u = u.expand(block, nb, n, C).contiguous()  # compares that broadcast only the leading axes run faster
     step = torch.zeros(block, nb, n, C, dtype=torch.uint8, device=device)
     for tau in range(C - 1):  # cheaper than one broadcast compare summed over a short last axis
         step += (cdf[tau] <= u).view(torch.uint8)
-    return _compose(s0[:, 0], step.long())[:, :length], chain_idx
+    return _compose(s0[:, 0], step)[:, :length]
 
 
 def _compose(s0: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """States s_t = step_t o ... o step_1 (s_0) for s0 (n,) and per-position maps step (block, nb, n, C).
+    """States s_t = step_t o ... o step_1 (s_0) for s0 (n,) and per-position maps step (block, nb, n, C)
+    of any integer dtype.
 
-    A two-level scan: the compositions from a block's entry to each of its positions are built
-    for all blocks at once (block - 1 steps), then the state is carried from block to block
-    (nb - 1 steps): depth ~2 sqrt(L) instead of L, each step vectorized. Returns (n, 1 + nb * block)."""
+    Depth ~3 sqrt(L) instead of L, each step vectorized over blocks and sequences: (1) every block's
+    whole map, for all blocks at once (block - 1 compositions of C-entry maps); (2) the state entering
+    each block, carried from block to block (nb - 1 steps); (3) the states inside all blocks, run
+    forward from their entry states (block steps on single states). Only (1) touches whole maps, and it
+    keeps one (nb, n, C) map, not one per position. Returns (n, 1 + nb * block)."""
     block, nb, n, C = step.shape
-    for j in range(1, block):  # step[j] <- step[j] o step[j - 1]
-        step[j] = step[j].gather(2, step[j - 1])
+    whole = step[0].long()  # (nb, n, C): block entry -> position j of the block
+    for j in range(1, block):
+        whole = step[j].gather(2, whole).long()
     start = s0.new_empty(nb, n, 1)  # state entering each block
     start[0, :, 0] = s0
     for k in range(1, nb):
-        start[k] = step[-1, k - 1].gather(1, start[k - 1])
-    inside = step.gather(3, start.expand(block, nb, n, 1))  # (block, nb, n, 1)
-    return torch.cat([s0[:, None], inside.permute(2, 1, 0, 3).reshape(n, nb * block)], 1)
+        start[k] = whole[k - 1].gather(1, start[k - 1])
+    inside = s0.new_empty(n, nb, block)
+    s = start
+    for j in range(block):
+        s = step[j].gather(2, s).long()
+        inside[:, :, j] = s[..., 0].T
+    return torch.cat([s0[:, None], inside.reshape(n, nb * block)], 1)
 
 
 def ablate_bias(seqs: torch.Tensor, p: torch.Tensor, generator=None) -> torch.Tensor:
@@ -217,8 +230,12 @@ class TaskSet:
         return self.T.shape[-1]
 
     def batch(self, n: int, length: int, generator=None):
-        """Sequences from chains of S: (seqs (n, length), chain_idx (n,))."""
-        return sample_sequences(self.T, n, length, generator)
+        """Sequences from chains of S: (seqs (n, length), chain_idx (n,)). The same draws as
+        sample_sequences(self.T, n, length, generator), reusing the stored (validated) chains and p."""
+        check_int("n", n, 1)
+        check_int("length", length, 1)
+        chain_idx = torch.randint(self.K, (n,), generator=generator, device=self.T.device)
+        return _sample_from(self.T[chain_idx], self.p[chain_idx], length, generator), chain_idx
 
     def gen_batch(self, n: int, length: int, generator=None):
         """Out-of-distribution sequences, each from a fresh chain of D_T: (seqs, T_fresh (n, C, C))."""

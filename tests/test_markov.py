@@ -77,6 +77,8 @@ def test_sampler_chain_choice_and_determinism():
     s3, _ = tasks.batch(300, 20, gen(7))
     assert not torch.equal(s1, s3)
     assert set(i1.tolist()) == set(range(5))
+    s5, i5 = sample_sequences(tasks.T, 300, 20, gen(6))  # batch() is the same draw on stored chains and p
+    assert torch.equal(s5, s1) and torch.equal(i5, i1)
     idx = torch.tensor([3] * 10)
     _, i4 = sample_sequences(tasks.T, 10, 20, gen(8), chain_idx=idx)
     assert torch.equal(i4, idx)
