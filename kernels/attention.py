@@ -151,6 +151,17 @@ if triton is not None:
         return p, p * (dp - delta[:, None])
 
     @triton.jit
+    def _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
+                          ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, DT: tl.constexpr,
+                          UPCAST: tl.constexpr):
+        """What both backward kernels read for a block of queries: rotated q, dO, lse and delta."""
+        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
+        do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
+        lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
+        delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
+        return q, do, lse, delta
+
+    @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, Bias, Cos, Sin, DO, Lse, Delta, DK, DV, N, H, scale,
                          HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -167,10 +178,8 @@ if triton is not None:
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK_M, DT, UPCAST)
-            do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
-            lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
-            delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
+            q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
+                                                  ROTARY, D, BLOCK_M, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
             dk += tl.dot(tl.trans(_operand(ds, DT, UPCAST)), q)
@@ -196,10 +205,8 @@ if triton is not None:
         offset = bh * N * D
         offs_m = start_m + tl.arange(0, BLOCK)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
-        do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
-        lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
-        delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
+        q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
+                                              ROTARY, D, BLOCK, DT, UPCAST)
         dq = tl.zeros((BLOCK, D), tl.float32)
         if HAS_BIAS:
             n_blocks = tl.cdiv(N, BLOCK)
