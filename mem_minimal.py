@@ -17,6 +17,7 @@ training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found 
 
     python mem_minimal.py                  # quick preset (CPU, ~15 min on 2 cores)
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
+    python mem_minimal.py --depths-only --iters 6000 --seeds 1   # K2_hat against depth at 4x the budget
 """
 import json
 import math
@@ -194,6 +195,14 @@ def _search(args) -> dict:
     return {"run": asdict(run), "K2_hat": K2, "history": history}
 
 
+def _depth_pair(text: str) -> tuple[int, int]:
+    """'l1,l2' -> (l1, l2): hidden layers of MLP1 and MLP2, each >= 1."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--depths: expected pairs like 1,2 (hidden layers of MLP1 and MLP2, each >= 1), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def plot_heatmaps(result: dict, path: str):
     H = result["heatmap"]
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
@@ -237,6 +246,10 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (one torch thread each)")
     parser.add_argument("--out", default="figures")
     parser.add_argument("--replot", action="store_true", help="only redraw the figure from OUT/mem_minimal.json")
+    parser.add_argument("--depths-only", action="store_true",
+                        help="only the K2_hat searches over (l1, l2), for budget studies with --iters; writes OUT/mem_depths_<iters>.json")
+    parser.add_argument("--depths", nargs="+", default=["1,1", "1,2", "2,1", "2,2"], help="(l1, l2) pairs as l1,l2")
+    parser.add_argument("--seeds", type=int, default=None, help="override the preset's seeds per (l1, l2) search")
     args = parser.parse_args()
     if args.replot:
         path = os.path.join(args.out, "mem_minimal.json")
@@ -247,15 +260,32 @@ def main():
         return
     preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
     P = PRESETS[preset]
-    base = P["base"] if args.iters is None else replace(P["base"], iters=check_int("--iters", args.iters, 1))
-    base = replace(base, tail=min(base.tail, base.iters))
+    base = P["base"]
+    if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
+        iters = check_int("--iters", args.iters, 1)
+        base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
     jobs = check_int("--jobs", args.jobs, 1)
+    seeds = P["search_seeds"] if args.seeds is None else check_int("--seeds", args.seeds, 1)
+    depths = [_depth_pair(d) for d in args.depths]
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
 
-    heat_runs = [replace(base, K=K, D_phi=d) for d in P["D_phis"] for K in P["Ks"]]
     searches = [(replace(base, D_phi=P["search_D_phi"], depth1=l1, depth2=l2, seed=s), *P["K_range"])
-                for l1 in (1, 2) for l2 in (1, 2) for s in range(P["search_seeds"])]
+                for l1, l2 in depths for s in range(seeds)]
+    if args.depths_only:
+        with ProcessPoolExecutor(jobs, initializer=_worker_init) as pool:
+            found = list(pool.map(_search, searches))
+        K2 = {}
+        for f in found:
+            K2.setdefault(f"{f['run']['depth1']},{f['run']['depth2']}", []).append(f["K2_hat"])
+        path = os.path.join(args.out, f"mem_depths_{base.iters}.json")
+        with open(path, "w") as f:
+            json.dump({"preset": preset, "config": asdict(base), "K2_hat": K2, "searches": found,
+                       "seconds": round(time.time() - t0, 1)}, f, indent=1)
+        print(f"K2_hat at D_phi = {P['search_D_phi']}, {base.iters} iterations:", json.dumps(K2))
+        print(f"wrote {path} in {(time.time() - t0) / 60:.1f} min")
+        return
+    heat_runs = [replace(base, K=K, D_phi=d) for d in P["D_phis"] for K in P["Ks"]]
     searches += [(replace(base, D_phi=d), *P["K_range"]) for d in P["D_phis"] if d != P["search_D_phi"]]
     searches.sort(key=lambda s: -(s[0].depth1 + s[0].depth2))  # deeper (slower) runs first
     with ProcessPoolExecutor(jobs, initializer=_worker_init) as pool:

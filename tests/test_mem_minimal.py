@@ -1,4 +1,5 @@
 """mem_minimal.py: the encoder-pool-decoder model against direct computations, and the search."""
+import json
 import math
 import os
 import subprocess
@@ -90,7 +91,18 @@ def test_small_K_memorizes_and_large_K_does_not():
     assert large["train_minus_2gen"] > small["train_minus_2gen"]
 
 
-@pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"]])
+@pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"], ["--seeds", "0"],
+                                  ["--depths", "1,x"], ["--depths", "0,2"]])
 def test_bad_input(args):
     r = subprocess.run([sys.executable, "mem_minimal.py", *args], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_depths_only_writes_the_searches(tmp_path):
+    r = subprocess.run([sys.executable, "mem_minimal.py", "--depths-only", "--iters", "4", "--seeds", "1", "--depths",
+                        "1,1", "2,1", "--jobs", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "mem_depths_4.json") as f:
+        result = json.load(f)
+    assert sorted(result["K2_hat"]) == ["1,1", "2,1"] and all(len(v) == 1 for v in result["K2_hat"].values())
+    assert result["config"]["iters"] == 4 and result["config"]["tail"] == 1  # 150 of 1500 -> 10% of the run
