@@ -12,9 +12,9 @@ if not torch.cuda.is_available():
 
 def _same_numbers(a, b, rel=1e-6):
     """Nested dicts/lists equal, floats up to float32 rounding. Seeded runs are bit-identical here, but
-    on CI two identical runs in one process once differed by one float32 ulp in a logged loss (MKL picks
-    its CPU kernels at run time), so the tests compare to rounding; a seeding or resume bug moves the
-    numbers by ~1e-2."""
+    on CI two identical runs in one process once differed by one float32 ulp in a logged loss (probably
+    MKL choosing its CPU kernels at run time), so the tests compare to rounding; a seeding or resume
+    bug moves the numbers by ~1e-2."""
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
     if isinstance(a, (list, tuple)):
