@@ -28,6 +28,8 @@ from markov import TaskSet, check_chains, check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
 PREDICTORS = ("1gen", "2gen", "1mem", "2mem")
+LABELS = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
+COLORS = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}  # the same in every figure
 
 
 def _chunks(B: int, per_sequence: int):
@@ -195,8 +197,6 @@ def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 6
 
 
 def plot_scaling(result: dict, path: str):
-    colors = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}
-    labels = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, x, key, title in [
         (axes[0], result["K"], "loss_vs_K", f"autoregressive, N = {result['config']['N_for_K']}"),
@@ -204,12 +204,12 @@ def plot_scaling(result: dict, path: str):
     ]:
         for name in PREDICTORS:
             mean, std = result[key][name]["mean"], result[key][name]["std"]
-            ax.errorbar(x, mean, yerr=std, color=colors[name], label=labels[name], marker="o", ms=3, capsize=2)
+            ax.errorbar(x, mean, yerr=std, color=COLORS[name], label=LABELS[name], marker="o", ms=3, capsize=2)
         ax.set_xscale("log", base=2)
         ax.set_title(title)
         ax.set_ylabel("loss (nats)")
     for name, ls in [("1gen", ":"), ("2gen", "--")]:
-        axes[1].axhline(result["asymptotic"][name], color=colors[name], ls=ls, lw=1, label=f"L^{labels[name]} (N -> inf)")
+        axes[1].axhline(result["asymptotic"][name], color=COLORS[name], ls=ls, lw=1, label=f"L^{LABELS[name]} (N -> inf)")
     axes[0].set_xlabel("K (number of training chains)")
     axes[1].set_xlabel("N (context length)")
     axes[1].legend(fontsize=8)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from matplotlib.colors import LogNorm
 
 import cli
-from bayes import PREDICTORS, kl_div, nll, predict
+from bayes import COLORS, LABELS, PREDICTORS, kl_div, nll, predict
 from markov import TaskSet, check_int
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
@@ -252,19 +252,17 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False) -> list[dict]:
 
 def plot_run(rows: list[dict], cfg: Config, path: str):
     """Fig. 2a/2c for one K: losses against the predictor levels, and the readouts, vs step."""
-    colors = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}
-    labels = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
     steps = [max(r["step"], 1) for r in rows]
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     for ax, split, title in ((axes[0], "train", "L_train (sequences from S)"), (axes[1], "gen", "L_gen (fresh chains)")):
         ax.plot(steps, [r[f"{split}_loss"] for r in rows], "k.-", label="transformer")
         for name in PREDICTORS:
-            ax.axhline(rows[0][f"{split}_loss_{name}"], color=colors[name], ls="--", lw=1, label=labels[name])
+            ax.axhline(rows[0][f"{split}_loss_{name}"], color=COLORS[name], ls="--", lw=1, label=LABELS[name])
         ax.set_title(title)
         ax.set_ylabel("loss (nats)")
     axes[0].legend(fontsize=8)
     for name in PREDICTORS:
-        axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=colors[name], label=labels[name])
+        axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=COLORS[name], label=LABELS[name])
     axes[2].set_yscale("log")
     axes[2].set_title("divergence D(predictor, model)")
     axes[2].legend(fontsize=8)
