@@ -23,7 +23,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 import matplotlib.pyplot as plt
@@ -181,10 +180,6 @@ PRESETS = {
 }
 
 
-def _worker_init():
-    torch.set_num_threads(1)  # independent runs go faster as processes with one thread each
-
-
 def _criterion(run: MemRun) -> float:
     return train_mem(run)["criterion"]
 
@@ -273,8 +268,7 @@ def main():
     searches = [(replace(base, D_phi=P["search_D_phi"], depth1=l1, depth2=l2, seed=s), *P["K_range"])
                 for l1, l2 in depths for s in range(seeds)]
     if args.depths_only:
-        with ProcessPoolExecutor(jobs, initializer=_worker_init) as pool:
-            found = list(pool.map(_search, searches))
+        found = cli.parallel_map(_search, searches, jobs)
         K2 = {}
         for f in found:
             K2.setdefault(f"{f['run']['depth1']},{f['run']['depth2']}", []).append(f["K2_hat"])
@@ -288,10 +282,9 @@ def main():
     heat_runs = [replace(base, K=K, D_phi=d) for d in P["D_phis"] for K in P["Ks"]]
     searches += [(replace(base, D_phi=d), *P["K_range"]) for d in P["D_phis"] if d != P["search_D_phi"]]
     searches.sort(key=lambda s: -(s[0].depth1 + s[0].depth2))  # deeper (slower) runs first
-    with ProcessPoolExecutor(jobs, initializer=_worker_init) as pool:
-        heat = list(pool.map(train_mem, heat_runs))
-        print(f"heat map: {len(heat_runs)} runs in {time.time() - t0:.0f} s", flush=True)
-        found = list(pool.map(_search, searches))
+    heat = cli.parallel_map(train_mem, heat_runs, jobs)
+    print(f"heat map: {len(heat_runs)} runs in {time.time() - t0:.0f} s", flush=True)
+    found = cli.parallel_map(_search, searches, jobs)
     print(f"K2_hat searches done in {time.time() - t0:.0f} s", flush=True)
 
     shape = (len(P["D_phis"]), len(P["Ks"]))

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
 import matplotlib.pyplot as plt
@@ -485,21 +484,6 @@ def iters_cap(N: int) -> int:
     return int(5000 * (N / math.log(N)) / (64 / math.log(64)))
 
 
-def _worker_init():
-    torch.set_num_threads(1)  # independent runs go faster as processes with one thread each
-
-
-def run_jobs(fn, jobs: list, processes: int) -> list:
-    if processes == 1:
-        return [fn(job) for job in jobs]
-    with ProcessPoolExecutor(processes, initializer=_worker_init) as pool:
-        return list(pool.map(fn, jobs))
-
-
-def _train_sa_job(run: Run) -> dict:
-    return train_sa(run)
-
-
 def _train_transformer_job(args: tuple) -> dict:
     N, seed, iters, stop_after = args
     return train_transformer_nonautoregressive(N, seed, iters, stop_after=stop_after)
@@ -559,7 +543,7 @@ def main():
     tau_runs = [Run(N=N, seed=s, iters=iters_cap(N), eval_batch=P["eval_batch"], eval_every=max(25, N // 4), stop_after=stop)
                 for N in P["N_tau"] if N != N_dyn for s in range(P["seeds_tau"])]
     all_runs = sorted(tau_runs, key=lambda r: -r.N) + [r for runs in settings.values() for r in runs]  # longest first
-    done = dict(zip([id(r) for r in all_runs], run_jobs(_train_sa_job, all_runs, jobs)))
+    done = dict(zip([id(r) for r in all_runs], cli.parallel_map(train_sa, all_runs, jobs)))
     print(f"{len(all_runs)} SA-transformer runs done in {time.time() - t0:.0f} s", flush=True)
     dyn = {k: [done[id(r)] for r in runs] for k, runs in settings.items()}
     by_N = {N_dyn: dyn[(False, False)][: P["seeds_tau"]]}
@@ -573,14 +557,14 @@ def main():
     w_plateau = tuple(np.mean([r["w"][int(np.searchsorted(r["t"], 0.5 * tau_control))] for r in control], 0).tolist())
     frozen_runs = [Run(N=N_dyn, seed=s, reduced=True, ablate=ablate, iters=int(0.75 * tau_control),  # the plateau only
                        eval_batch=P["eval_batch"], freeze_weights=w_plateau) for ablate in (False, True) for s in range(P["seeds_reduced"])]
-    frozen_out = run_jobs(_train_sa_job, frozen_runs, jobs)
+    frozen_out = cli.parallel_map(train_sa, frozen_runs, jobs)
     frozen = {False: frozen_out[: P["seeds_reduced"]], True: frozen_out[P["seeds_reduced"]:]}
 
     # the non-autoregressive transformer without MLP1 (Fig. 6c bottom)
     tr_out = []
     if P["transformer"]:
         tr_jobs = [(N, s, P["transformer_iters"], stop) for N in P["N_transformer"] for s in range(P["seeds_transformer"])]
-        tr_out = run_jobs(_train_transformer_job, tr_jobs, jobs)
+        tr_out = cli.parallel_map(_train_transformer_job, tr_jobs, jobs)
         print(f"transformer runs done in {time.time() - t0:.0f} s", flush=True)
 
     # exponents of beta(t), delta(t) over windows of the plateau (fractions of tau)
