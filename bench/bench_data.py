@@ -16,7 +16,7 @@ from bayes import two_mem  # noqa: E402
 from markov import TaskSet, stationary  # noqa: E402
 
 
-def best_of(fn, repeats: int) -> float:
+def median_time(fn, repeats: int) -> float:
     """Median wall time of fn() in seconds over `repeats` runs (after one warm-up)."""
     fn()
     times = []
@@ -61,16 +61,16 @@ def main():
     T_np, p_np = tasks.T.double().numpy(), tasks.p.double().numpy()
     T_np, p_np = T_np / T_np.sum(1, keepdims=True), p_np / p_np.sum(1, keepdims=True)
     rng = np.random.RandomState(0)  # np.random.choice's own generator, seeded
-    t_loop = best_of(lambda: sample_loop(T_np, p_np, B, L, rng), 3)
-    t_vec = best_of(lambda: tasks.batch(B, L, g), 50)
+    t_loop = median_time(lambda: sample_loop(T_np, p_np, B, L, rng), 3)
+    t_vec = median_time(lambda: tasks.batch(B, L, g), 50)
     print(f"sampler  B={B} L={L}: per-token np.random.choice {t_loop * 1e3:8.1f} ms | "
           f"TaskSet.batch (markov) {t_vec * 1e3:6.2f} ms | x{t_loop / t_vec:.0f}")
 
     B = 16
     seqs, _ = tasks.batch(B, L, g)
     assert torch.allclose(two_mem(seqs, tasks.T), two_mem_loop(seqs, tasks.T), atol=1e-4)
-    t_loop = best_of(lambda: two_mem_loop(seqs, tasks.T), 3)
-    t_vec = best_of(lambda: two_mem(seqs, tasks.T), 30)
+    t_loop = median_time(lambda: two_mem_loop(seqs, tasks.T), 3)
+    t_vec = median_time(lambda: two_mem(seqs, tasks.T), 30)
     print(f"2-Mem    K=1024 B={B} L={L}: loop over sequences and chains {t_loop * 1e3:8.1f} ms | "
           f"bayes.two_mem {t_vec * 1e3:6.2f} ms | x{t_loop / t_vec:.0f}")
 
