@@ -84,6 +84,19 @@ def test_float32_memorizing_predictors_are_close_to_float64():
         torch.testing.assert_close(f(seqs, T), f(seqs, T64).float(), atol=2e-4, rtol=0)
 
 
+@pytest.mark.parametrize("anchor_every, chunk", [(1, 2**20), (3, 40 * 7), (7, 2**20), (7, 40 * 3)])
+def test_memorizing_anchors_and_chunks_match_brute_force(monkeypatch, anchor_every, chunk):
+    """Every anchor spacing (1: all positions are anchors) and chunks of whole sequences
+    and of a few positions give the predictor of the formulas."""
+    T = sample_chains(40, 5, 1.0, gen(7)).double()
+    T = T / T.sum(1, keepdim=True)
+    seqs, _ = sample_sequences(T, 4, 17, gen(8))
+    monkeypatch.setattr(bayes, "ANCHOR_EVERY", anchor_every)
+    monkeypatch.setattr(bayes, "CHUNK_ELEMENTS", chunk)
+    torch.testing.assert_close(one_mem(seqs, T), brute_mem(seqs, T, False))
+    torch.testing.assert_close(two_mem(seqs, T), brute_mem(seqs, T, True))
+
+
 def test_chunking_does_not_change_the_result(monkeypatch):
     T = TaskSet.create(40, seed=2).T
     seqs, _ = sample_sequences(T, 9, 33, gen(2))
