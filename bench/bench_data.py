@@ -16,15 +16,21 @@ from bayes import two_mem  # noqa: E402
 from markov import TaskSet, stationary  # noqa: E402
 
 
-def median_time(fn, repeats: int) -> float:
-    """Median wall time of fn() in seconds over `repeats` runs (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
+def paired_medians(slow, fast, rounds: int, fast_repeats: int) -> tuple[float, float]:
+    """Median wall times in seconds of slow() and fast(), after one warm-up each. The two are
+    timed alternately, one slow() then fast_repeats fast() per round, so that a busy spell of a
+    shared machine slows both alike and the ratio stays meaningful."""
+    slow(), fast()
+    t_slow, t_fast = [], []
+    for _ in range(rounds):
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        slow()
+        t_slow.append(time.perf_counter() - t0)
+        for _ in range(fast_repeats):
+            t0 = time.perf_counter()
+            fast()
+            t_fast.append(time.perf_counter() - t0)
+    return float(np.median(t_slow)), float(np.median(t_fast))
 
 
 def sample_loop(T: np.ndarray, p: np.ndarray, B: int, L: int, rng: np.random.RandomState) -> np.ndarray:
@@ -61,16 +67,14 @@ def main():
     T_np, p_np = tasks.T.double().numpy(), tasks.p.double().numpy()
     T_np, p_np = T_np / T_np.sum(1, keepdims=True), p_np / p_np.sum(1, keepdims=True)
     rng = np.random.RandomState(0)  # np.random.choice's own generator, seeded
-    t_loop = median_time(lambda: sample_loop(T_np, p_np, B, L, rng), 3)
-    t_vec = median_time(lambda: tasks.batch(B, L, g), 50)
+    t_loop, t_vec = paired_medians(lambda: sample_loop(T_np, p_np, B, L, rng), lambda: tasks.batch(B, L, g), 5, 10)
     print(f"sampler  B={B} L={L}: per-token np.random.choice {t_loop * 1e3:8.1f} ms | "
           f"TaskSet.batch (markov) {t_vec * 1e3:6.2f} ms | x{t_loop / t_vec:.0f}")
 
     B = 16
     seqs, _ = tasks.batch(B, L, g)
     assert torch.allclose(two_mem(seqs, tasks.T), two_mem_loop(seqs, tasks.T), atol=1e-4)
-    t_loop = median_time(lambda: two_mem_loop(seqs, tasks.T), 3)
-    t_vec = median_time(lambda: two_mem(seqs, tasks.T), 30)
+    t_loop, t_vec = paired_medians(lambda: two_mem_loop(seqs, tasks.T), lambda: two_mem(seqs, tasks.T), 5, 6)
     print(f"2-Mem    K=1024 B={B} L={L}: loop over sequences and chains {t_loop * 1e3:8.1f} ms | "
           f"bayes.two_mem {t_vec * 1e3:6.2f} ms | x{t_loop / t_vec:.0f}")
 
