@@ -34,6 +34,9 @@ except ImportError:  # the model falls back to the reference; the kernel needs t
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 ROTARY_BASE = 10000.0
+# software-pipelining depth on GPUs: at 3 the fp32 forward with rotary and bias needs 240 KB of
+# shared memory per block, over an H100/H200's 227 KB
+STAGES = 2
 
 
 def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,14 +46,20 @@ def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return angle.cos(), angle.sin()
 
 
+def _kernel_rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' (N, d) tables, one entry per column so that tiles load contiguously:
+    cos at both columns of a pair, and -sin, +sin at its first and second column."""
+    cos, sin = rotary_tables(N, d, device)
+    return cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
+
+
 if triton is not None:
 
     @triton.jit
-    def _rotate(x, cos, sin, BLOCK: tl.constexpr, D: tl.constexpr):
-        """Rotary embedding of a (BLOCK, D) fp32 tile: each pair (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin).
-        With -sin it applies the transpose, i.e. carries a gradient back through the rotation."""
+    def _swap_pairs(x, BLOCK: tl.constexpr, D: tl.constexpr):
+        """A (BLOCK, D) tile with the columns of each pair (2f, 2f + 1) exchanged."""
         x0, x1 = tl.split(tl.reshape(x, (BLOCK, D // 2, 2)))
-        return tl.reshape(tl.join(x0 * cos - x1 * sin, x1 * cos + x0 * sin), (BLOCK, D))
+        return tl.reshape(tl.join(x1, x0), (BLOCK, D))
 
     @triton.jit
     def _operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
@@ -70,20 +79,28 @@ if triton is not None:
 
     @triton.jit
     def _load_angles(Cos, Sin, offs, N, D: tl.constexpr):
-        offs_f = tl.arange(0, D // 2)
+        """Rows offs of the (N, D) tables cos and -+sin (_kernel_rotary_tables)."""
+        offs_d = tl.arange(0, D)
         mask = offs[:, None] < N
-        cos = tl.load(Cos + offs[:, None] * (D // 2) + offs_f[None, :], mask=mask, other=1.0)
-        sin = tl.load(Sin + offs[:, None] * (D // 2) + offs_f[None, :], mask=mask, other=0.0)
+        cos = tl.load(Cos + offs[:, None] * D + offs_d[None, :], mask=mask, other=1.0)
+        sin = tl.load(Sin + offs[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
         return cos, sin
 
     @triton.jit
-    def _load_rotated(ptr, offs, N, Cos, Sin, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-                      DT: tl.constexpr, UPCAST: tl.constexpr):
-        """Rows offs of q or k, rotated to their own positions when ROTARY, as a dot operand."""
+    def _load_rotated(ptr, offs, N, Cos, Sin, ROTARY: tl.constexpr, D: tl.constexpr, DT: tl.constexpr,
+                      UPCAST: tl.constexpr):
+        """Rows offs of q or k, rotated to their own positions when ROTARY, as a dot operand.
+
+        The rotation is written elementwise, x * cos + x_swapped * (-+sin), with x_swapped (each
+        pair exchanged) loaded through the column index c ^ 1: Triton 3.6 cannot lay out a tile
+        made by reshape and join (_swap_pairs) as a dot operand on sm_90 (a compiler error on an H200)."""
         x = _load_rows(ptr, offs, N, D)
         if ROTARY:
+            offs_d = tl.arange(0, D)
+            x_swapped = tl.load(ptr + offs[:, None] * D + (offs_d ^ 1)[None, :], mask=offs[:, None] < N,
+                                other=0.0).to(tl.float32)
             cos, sin = _load_angles(Cos, Sin, offs, N, D)
-            x = _rotate(x, cos, sin, BLOCK, D)
+            x = x * cos + x_swapped * sin
         return _operand(x, DT, UPCAST)
 
     @triton.jit
@@ -91,7 +108,7 @@ if triton is not None:
         """The gradient with respect to the unrotated rows: the transpose rotation (angle -theta)."""
         if ROTARY:
             cos, sin = _load_angles(Cos, Sin, offs, N, D)
-            dx = _rotate(dx, cos, -sin, BLOCK, D)
+            dx = dx * cos - _swap_pairs(dx, BLOCK, D) * sin
         return dx
 
     @triton.jit
@@ -118,14 +135,14 @@ if triton is not None:
         V += bh * N * D
         offs_m = start_m + tl.arange(0, BLOCK_M)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rotated(Q, offs_m, N, Cos, Sin, ROTARY, D, BLOCK_M, DT, UPCAST)
+        q = _load_rotated(Q, offs_m, N, Cos, Sin, ROTARY, D, DT, UPCAST)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), tl.float32)  # running normalizer
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rotated(K, offs_n, N, Cos, Sin, ROTARY, D, BLOCK_N, DT, UPCAST)
+            k = _load_rotated(K, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
             v = _operand(_load_rows(V, offs_n, N, D), DT, UPCAST)
             s, _ = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -152,10 +169,9 @@ if triton is not None:
 
     @triton.jit
     def _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                          ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, DT: tl.constexpr,
-                          UPCAST: tl.constexpr):
+                          ROTARY: tl.constexpr, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
         """What both backward kernels read for a block of queries: rotated q, dO, lse and delta."""
-        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
+        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, DT, UPCAST)
         do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
         lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
         delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
@@ -172,14 +188,14 @@ if triton is not None:
         offset = bh * N * D
         offs_n = start_n + tl.arange(0, BLOCK_N)
         DT: tl.constexpr = Q.dtype.element_ty
-        k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, BLOCK_N, DT, UPCAST)
+        k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
         v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                                                  ROTARY, D, BLOCK_M, DT, UPCAST)
+                                                  ROTARY, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
             dk += tl.dot(tl.trans(_operand(ds, DT, UPCAST)), q)
@@ -206,7 +222,7 @@ if triton is not None:
         offs_m = start_m + tl.arange(0, BLOCK)
         DT: tl.constexpr = Q.dtype.element_ty
         q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                                              ROTARY, D, BLOCK, DT, UPCAST)
+                                              ROTARY, D, DT, UPCAST)
         dq = tl.zeros((BLOCK, D), tl.float32)
         if HAS_BIAS:
             n_blocks = tl.cdiv(N, BLOCK)
@@ -215,7 +231,7 @@ if triton is not None:
                            + BLOCK - 1) == t[None, None, :]  # (a, c, t)
         for start_n in range(0, tl.minimum(start_m + BLOCK, N), BLOCK):
             offs_n = start_n + tl.arange(0, BLOCK)
-            k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, BLOCK, DT, UPCAST)
+            k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
             v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(_operand(ds, DT, UPCAST), k)
@@ -254,20 +270,21 @@ def _check(q, k, v, bias):
 
 def _forward(q, k, v, bias, rotary):
     B, H, N, d = q.shape
-    cos, sin = rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
+    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     block, _, _ = _blocks()
     bias_arg = bias.float().contiguous() if bias is not None else q
     _fwd_kernel[(triton.cdiv(N, block), B * H)](
         q, k, v, bias_arg, cos, sin, out, lse, N, H, 1.0 / math.sqrt(d),
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block, BLOCK_N=block)
+        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block, BLOCK_N=block,
+        num_stages=STAGES)
     return out, lse
 
 
 def _backward(q, k, v, bias, rotary, out, lse, do):
     B, H, N, d = q.shape
-    cos, sin = rotary_tables(N, d, q.device) if rotary else (q, q)
+    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
     do = do.contiguous()
     delta = (do.float() * out.float()).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(P * dP)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -276,12 +293,13 @@ def _backward(q, k, v, bias, rotary, out, lse, do):
     bias_arg = bias.float().contiguous() if bias is not None else q
     _bwd_dkdv_kernel[(triton.cdiv(N, block_kv), B * H)](
         q, k, v, bias_arg, cos, sin, do, lse, delta, dk, dv, N, H, scale,
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block_kv, BLOCK_N=block_kv)
+        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block_kv, BLOCK_N=block_kv,
+        num_stages=STAGES)
     n_blocks = triton.cdiv(N, block_q)
     slots = torch.zeros(B * H, n_blocks, n_blocks, 2 * block_q, device=q.device) if bias is not None else q
     _bwd_dq_kernel[(n_blocks, B * H)](
         q, k, v, bias_arg, cos, sin, do, lse, delta, dq, slots, N, H, scale,
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK=block_q)
+        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK=block_q, num_stages=STAGES)
     dbias = _sum_diagonals(slots.view(B, H, n_blocks, n_blocks, 2 * block_q), N).to(bias.dtype) if bias is not None else None
     return dq, dk, dv, dbias
 
