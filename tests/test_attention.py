@@ -36,13 +36,27 @@ def run(fn, q, k, v, bias, rotary, seed=1):
     return [out] + list(torch.autograd.grad(out, leaves, do))
 
 
+def assert_fp32_close(name, got, want):
+    """Elementwise to 1e-5 in the interpreter (fp32 arithmetic). On a GPU the kernel's dots run in
+    tf32 (10-bit mantissa) and dbias sums B * N such terms per diagonal, so there the error is
+    judged as a whole: ||got - want|| <= 5e-3 ||want||. Measured on an H200 at B = 2, N = 100,
+    d = 64, rotary and bias: 1.0e-3 (out) to 1.9e-3 (dq, dk), against 3.4e-4 to 5.9e-4 for the
+    reference itself with tf32 matmuls. A gradient that is exactly 0 (dq at N = 1: one key, no
+    dependence on q) keeps the tf32 rounding of dP - delta, 2.6e-3 in norm there: bound 1e-2."""
+    if DEVICE == "cpu":
+        torch.testing.assert_close(got, want, **FP32_TOL, msg=lambda m: f"{name}: {m}")
+    else:
+        err, scale = (got - want).norm().item(), want.norm().item()
+        assert err <= (5e-3 * scale if scale > 0 else 1e-2), f"{name}: ||error|| {err:.2e}, ||reference|| {scale:.2e}"
+
+
 @pytest.mark.parametrize("B, H, N, d, rotary, use_bias", SHAPES)
 def test_kernel_matches_reference_fp32(B, H, N, d, rotary, use_bias):
     q, k, v, bias = inputs(B, H, N, d, use_bias)
     got = run(attn.attention, q, k, v, bias, rotary)
     want = run(attn.attention_reference, q, k, v, bias, rotary)
     for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
-        torch.testing.assert_close(a, b, **FP32_TOL, msg=lambda m: f"{name}: {m}")
+        assert_fp32_close(name, a, b)
 
 
 @pytest.mark.parametrize("B, H, N, d, rotary, use_bias", [(2, 1, 100, 64, True, True), (1, 2, 33, 16, False, True)])
