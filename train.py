@@ -67,6 +67,7 @@ def make_config(args: argparse.Namespace) -> Config:
     preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
     values = dict(PRESETS[preset], preset=preset)
     values.update({f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name, None) is not None})
+    values.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")  # where the preset was chosen for
     cfg = Config(**values)
     if cfg.eval_train == 0:
         cfg.eval_train = min(8 * cfg.K, 8192)  # the paper evaluates L_train on 8 K sequences
