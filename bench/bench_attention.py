@@ -2,11 +2,12 @@
 F.scaled_dot_product_attention with a float mask carrying the bias, and FlexAttention with a
 bias score_mod, at the paper's training shapes. Needs a CUDA GPU.
 
-    python bench/bench_attention.py
+    python bench/bench_attention.py [--stages S] [--only-kernel]
 
 Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
 ratio of every method's time to the kernel's, measured in the same run.
 """
+import argparse
 import os
 import sys
 
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kernels import attention as kernel_module  # noqa: E402
 from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
 
 try:
@@ -64,11 +66,16 @@ def bench(fn, q, k, v, bias, rotary, backward):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stages", type=int, default=kernel_module.STAGES, help="the kernels' num_stages")
+    parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone (a tuning sweep)")
+    args = parser.parse_args()
+    kernel_module.STAGES = args.stages
     if not torch.cuda.is_available():
         print("bench_attention.py needs a CUDA GPU")
         return
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, kernel num_stages {args.stages}")
     print(f"{'shape':>28} {'mode':>8} {'method':>10} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
     for N in (256, 1024):
         for dtype in (torch.float32, torch.bfloat16):
@@ -78,16 +85,20 @@ def main():
                 q, k, v = (torch.randn(B, H, N, d, device="cuda", generator=g, dtype=dtype).requires_grad_() for _ in range(3))
                 bias = (0.1 * torch.randn(H, N, device="cuda", generator=g)).requires_grad_() if mode == "bias" else None
                 rotary = mode == "rotary"
-                methods = {"kernel": attention, "eager": attention_reference, "sdpa+mask": sdpa}
-                flex = make_flex(N, "cuda")
-                if flex is not None:
-                    methods["flex"] = flex
+                methods = {"kernel": attention}
+                if not args.only_kernel:
+                    methods.update({"eager": attention_reference, "sdpa+mask": sdpa})
+                    flex = make_flex(N, "cuda")
+                    if flex is not None:
+                        methods["flex"] = flex
                 times = {}
                 for name, fn in methods.items():
                     try:
                         times[name] = (bench(fn, q, k, v, bias, rotary, False), bench(fn, q, k, v, bias, rotary, True))
                     except Exception as e:  # e.g. FlexAttention without a bias gradient on this torch
                         print(f"{name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                if "kernel" not in times:
+                    continue
                 base = times["kernel"]
                 shape = f"B={B} H={H} N={N} d={d} {str(dtype)[6:]}"
                 for name, (fwd, both) in times.items():
