@@ -84,8 +84,9 @@ def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.T
     log theta_k[stat_i]: log p_k(s_0), then log T_k[s_i, s_{i-1}] (2-Mem) or log p_k(s_i) (1-Mem).
     It is computed for all K chains at once as an anchor, the sum over the whole blocks of
     ANCHOR_EVERY positions before n (counts times log theta: one matrix product for all blocks),
-    plus the at most ANCHOR_EVERY terms since (an embedding_bag sum of rows of log theta). Exact
-    up to float rounding: no term is dropped or approximated. Positions are grouped
+    plus the at most ANCHOR_EVERY terms since (an embedding_bag sum of rows of log theta). No
+    chain or term is dropped: beyond float rounding, the one approximation is that posterior
+    weights below 2^-115 of the best chain's are raised to it. Positions are grouped
     by their state s_n, so that the mixture sum_k P(k | s_0..s_n) T_k[:, s_n] is one small
     product per state.
     """
