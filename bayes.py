@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import cli
-from markov import TaskSet, check_chains, check_int, check_seqs, stationary
+from markov import TaskSet, check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
 ANCHOR_EVERY = 8  # positions between the exact log-likelihood anchors of the memorizing predictors

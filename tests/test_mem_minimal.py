@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mem_minimal as mm
 from mem_minimal import MemRun, TaskHead, bisect_K, pooled
