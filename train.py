@@ -289,6 +289,45 @@ def read_metrics(run_dir: str) -> tuple[dict, list[dict]]:
         return cfg, [json.loads(line) for line in f]
 
 
+# ----------------------------------------------------------------------------- runs as a library (trace.py, ...)
+
+
+def load_run(run_dir: str, step: int | None = None, device: str = "cpu") -> tuple[Config, list[dict], Transformer, TaskSet]:
+    """A finished or partial run: (config, metrics rows, the model at evaluation step `step` (default:
+    the last saved one) in eval mode, its task set S)."""
+    if not os.path.exists(os.path.join(run_dir, "config.json")) or not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+        raise ValueError(f"{run_dir!r} is not a run directory (no config.json / metrics.jsonl)")
+    saved, rows = read_metrics(run_dir)
+    cfg = Config(**{f.name: saved[f.name] for f in fields(Config) if f.name in saved})
+    steps = [r["step"] for r in rows if os.path.exists(os.path.join(run_dir, f"model_{r['step']:07d}.pt"))]
+    if not steps:
+        raise ValueError(f"{run_dir!r} holds no model_<step>.pt")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ValueError(f"{run_dir!r} has no checkpoint at step {step} (saved: {steps[0]}..{steps[-1]})")
+    model = Transformer(cfg.C, cfg.D, max_len=cfg.N)
+    model.load_state_dict(torch.load(os.path.join(run_dir, f"model_{step:07d}.pt"), map_location=device))
+    tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
+    return cfg, rows, model.to(device).eval(), tasks
+
+
+def ensure_run(run_dir: str | None, K: int, seed: int = 0) -> str:
+    """run_dir if given (it must exist); else runs/K<K>_s<seed>, trained now with the quick preset on the
+    CPU unless it is already complete (resumed if a checkpoint is there). The default inputs of the
+    analysis scripts, so that they run end to end from a fresh clone."""
+    if run_dir is not None:
+        load_run(run_dir)  # fails with a one-line error on a directory that is not a run
+        return run_dir
+    cfg = Config(**{**PRESETS["quick"], "K": K, "seed": seed, "preset": "quick"})
+    cfg.out = os.path.join("runs", f"K{K}_s{seed}")
+    metrics = os.path.join(cfg.out, "metrics.jsonl")
+    if os.path.exists(metrics) and read_metrics(cfg.out)[1][-1]["step"] == cfg.iters:
+        return cfg.out
+    print(f"training the missing quick run {cfg.out} (python train.py --K {K} --seed {seed} --preset quick)", flush=True)
+    train(cfg, resume=os.path.exists(os.path.join(cfg.out, "ckpt.pt")))
+    return cfg.out
+
+
 def plot_sweep(sweep_dir: str, path: str):
     """Fig. 2b/2c: divergence to each predictor and the readouts over (K, step), from the runs' metrics
     (seeds averaged)."""
