@@ -40,6 +40,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 import cli
 import train
 from bayes import LABELS, PREDICTORS, kl_div
+from markov import check_int
 from transformer import Transformer, attend
 
 EPS = 1e-5  # LayerNorm's, as in transformer.layer_norm
@@ -137,3 +138,148 @@ def run_edges(model: Transformer, seqs: torch.Tensor, ablate: str | None = None,
     acts["x2"] = y2 + acts["MLP2"]
     logits = model.W_U(read("Linear", acts["x2"]))
     return (logits, acts) if cache else logits
+
+
+# ----------------------------------------------------------------------------- edge importance
+
+
+@torch.no_grad()
+def edge_importance(model: Transformer, seqs: torch.Tensor) -> dict[str, float]:
+    """{edge: <D_KL^{S_N}(pi_theta || pi~_theta)>} over the batch, pi~ with that edge mean-ablated.
+    seqs are the model's inputs (B, N); the batch means are taken over all of them at once."""
+    logp = F.log_softmax(run_edges(model, seqs).float(), -1)
+    return {edge: kl_div(logp, F.log_softmax(run_edges(model, seqs, ablate=edge).float(), -1)).item() for edge in EDGES}
+
+
+def connectivity(importance: dict[str, float]) -> np.ndarray:
+    """The 7 x 7 matrix of Fig. A3: rows SOURCES, columns TARGETS, NaN where there is no edge."""
+    M = np.full((len(SOURCES), len(TARGETS)), np.nan)
+    for edge, value in importance.items():
+        src, tgt = _parse_edge(edge)
+        M[SOURCES.index(src), TARGETS.index(tgt)] = value
+    return M
+
+
+# ----------------------------------------------------------------------------- the phases' circuits
+
+PHASE_RUN = {"1gen": "gen", "2gen": "gen", "1mem": "mem", "2mem": "mem"}  # which run each phase is traced in
+
+
+def phase_checkpoint(rows: list[dict], phase: str) -> dict:
+    """The evaluation row with the lowest behavioral divergence to the phase's predictor (Fig. A3's rule)."""
+    return min(rows, key=lambda r: r[f"kl_{phase}"])
+
+
+def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict:
+    """For each phase: the run of its kind ("gen" or "mem"), its checkpoint closest to the phase's
+    predictor, and the importance of every edge on n_seqs held-out sequences from that run's S."""
+    phases = {}
+    for phase in PREDICTORS:
+        run = runs[PHASE_RUN[phase]]
+        _, rows, _, _ = train.load_run(run)
+        best = phase_checkpoint(rows, phase)
+        cfg, _, model, tasks = train.load_run(run, best["step"])
+        g = torch.Generator().manual_seed(seed)  # the same draws for every phase of a run
+        seqs, _ = tasks.batch(n_seqs, cfg.N + 1, g)
+        t0 = time.time()
+        importance = edge_importance(model, seqs[:, :-1])
+        print(f"{LABELS[phase]}: {run} step {best['step']} (divergence {best[f'kl_{phase}']:.4f}), "
+              f"{len(EDGES)} ablations in {time.time() - t0:.1f} s; strongest: "
+              + ", ".join(f"{e} {v:.3f}" for e, v in sorted(importance.items(), key=lambda kv: -kv[1])[:4]), flush=True)
+        phases[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "importance": importance}
+    return phases
+
+
+# ----------------------------------------------------------------------------- figure
+
+THRESHOLD = 0.25  # edges at or below this fraction of the phase's strongest edge are left out (Fig. 3)
+NODE_XY = {"Token": (0, 0), "A1Q": (-1.6, 1), "A1K": (-0.6, 1), "A1": (1.0, 1), "MLP1": (0, 2),
+           "A2Q": (-2.4, 3), "A2K": (-1.4, 3), "A2(Token)": (-0.1, 3), "A2(A1)": (1.1, 3), "A2(MLP1)": (2.3, 3),
+           "MLP2": (0, 4), "Linear": (0, 5)}
+SUBCIRCUITS = (("A1Q", "A1"), ("A2Q", "A2(MLP1)"))  # the attention blocks, boxed with dashes
+
+
+def draw_circuit(ax, importance: dict[str, float], title: str):
+    """Fig. 3 / A2: edge width proportional to importance / the phase's largest importance; edges with
+    ratio <= THRESHOLD omitted; nodes left without edges greyed out."""
+    top = max(importance.values())
+    kept = {e: v / top for e, v in importance.items() if v > THRESHOLD * top}
+    used = {node for e in kept for node in _parse_edge(e)}
+    for first, last in SUBCIRCUITS:
+        (x0, y0), (x1, _) = NODE_XY[first], NODE_XY[last]
+        ax.add_patch(Rectangle((x0 - 0.45, y0 - 0.3), x1 - x0 + 0.9, 0.6, fill=False, ls="--", lw=0.8, ec="0.5"))
+    for edge, rel in kept.items():
+        src, tgt = _parse_edge(edge)
+        (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[tgt]
+        rad = 0.0 if yt - ys <= 1 else (0.35 if xs <= xt else -0.35)  # bow the long edges around the middle column
+        ax.add_patch(FancyArrowPatch((xs, ys), (xt, yt), connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
+                                     mutation_scale=8 + 6 * rel, lw=0.5 + 5 * rel, color=plt.cm.viridis(0.85 - 0.7 * rel),
+                                     shrinkA=11, shrinkB=11, alpha=0.9, zorder=1))
+    for node, (x, y) in NODE_XY.items():
+        on = node in used
+        ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=2, color="k" if on else "0.7",
+                bbox=dict(boxstyle="round,pad=0.25", fc="w" if on else "0.95", ec="k" if on else "0.8"))
+    ax.set_xlim(-3.1, 3.0)
+    ax.set_ylim(-0.5, 5.5)
+    ax.axis("off")
+    ax.set_title(title, fontsize=9)
+
+
+def plot_circuits(phases: dict, path: str):
+    """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2)."""
+    fig, axes = plt.subplots(2, 4, figsize=(19, 9.5), gridspec_kw={"height_ratios": [1, 1.35]})
+    for col, (phase, result) in enumerate(phases.items()):
+        M = connectivity(result["importance"])
+        ax = axes[0, col]
+        im = ax.imshow(M, cmap="Greys", vmin=0, vmax=np.nanmax(M))
+        for i, j in zip(*np.where(~np.isnan(M))):
+            ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                    color="w" if M[i, j] > 0.5 * np.nanmax(M) else "k")
+        ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=7)
+        ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=7)
+        ax.set_xlabel("target")
+        if col == 0:
+            ax.set_ylabel("source")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="importance (nats)")
+        name = os.path.basename(os.path.normpath(result["run"]))
+        ax.set_title(f"{LABELS[phase]}: {name}, step {result['step']}\n"
+                     f"divergence to {LABELS[phase]} {result['divergence']:.3f}", fontsize=9)
+        draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
+    fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats). Graphs: width proportional to "
+                 f"importance / the phase's largest; edges <= {THRESHOLD} of it omitted, nodes without edges greyed",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def circuits(args):
+    runs = {"gen": train.ensure_run(args.gen_run, 1024), "mem": train.ensure_run(args.mem_run, 16)}
+    t0 = time.time()
+    phases = trace_phases(runs, args.n_seqs, args.seed)
+    os.makedirs("figures", exist_ok=True)
+    plot_circuits(phases, os.path.join("figures", "circuits.png"))
+    with open(os.path.join("figures", "circuits.json"), "w") as f:
+        json.dump({"n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases}, f, indent=1)
+    print(f"traced in {time.time() - t0:.0f} s; wrote figures/circuits.png and figures/circuits.json")
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)")
+    p.add_argument("--gen-run", default=None, help="generalizing run (default: runs/K1024_s0, quick, trained if missing)")
+    p.add_argument("--mem-run", default=None, help="memorizing run (default: runs/K16_s0, quick, trained if missing)")
+    p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
+    p.add_argument("--seed", type=int, default=0, help="generator seed of the held-out sequences")
+    args = parser.parse_args()
+    if args.command == "circuits":
+        check_int("--n-seqs", args.n_seqs, 2)  # a mean over one sequence ablates nothing
+        circuits(args)
+
+
+if __name__ == "__main__":
+    cli.run(main)

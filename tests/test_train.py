@@ -110,3 +110,19 @@ def test_bad_resume_and_output_dir(tmp_path):
     (tmp_path / "file").write_text("")
     r = bad(["--out", str(tmp_path / "file" / "sub"), "--iters", "1"])
     assert r.returncode == 2 and "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_load_run_returns_the_saved_model_and_task_set(tmp_path):
+    cfg = tiny(tmp_path)
+    rows = train.train(cfg, quiet=True)
+    step = rows[2]["step"]
+    got_cfg, got_rows, model, tasks = train.load_run(str(tmp_path), step)
+    assert got_cfg == cfg and got_rows == rows and not model.training
+    saved = torch.load(tmp_path / f"model_{step:07d}.pt")
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+    assert torch.equal(tasks.T, train.TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed).T)
+    assert train.load_run(str(tmp_path))[0].iters == cfg.iters  # default: the last step
+    with pytest.raises(ValueError, match="no checkpoint at step 7"):
+        train.load_run(str(tmp_path), 7)
+    with pytest.raises(ValueError, match="not a run directory"):
+        train.load_run(str(tmp_path / "missing"))

@@ -1,0 +1,166 @@
+"""trace.py: the explicit forward against the model, the A2(.) split and the ablations against direct
+computations, and that every ablation bites (a silent no-op is the usual bug of interpretability code)."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import trace
+from bayes import kl_div
+from transformer import Transformer, layer_norm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOOR = 1e-6  # a float32 KL between predictions equal up to rounding is ~1e-8; live edges here are > 1e-3
+
+
+def random_model(position="rotary", mlp1=True, seed=0, N=24):
+    model = Transformer(C=10, D=32, position=position, mlp1=mlp1, max_len=N)
+    model.reset_parameters(torch.Generator().manual_seed(seed))
+    if position == "bias":  # zero-initialized tables would hide the bias path
+        with torch.no_grad():
+            for att in (model.att1, model.att2):
+                att.P.normal_(0, 1, generator=torch.Generator().manual_seed(seed + 1))
+    return model.eval()
+
+
+def random_seqs(B=16, N=24, seed=1):
+    return torch.randint(10, (B, N), generator=torch.Generator().manual_seed(seed))
+
+
+def test_import_trace_is_the_project_module():
+    assert os.path.dirname(os.path.abspath(trace.__file__)) == ROOT  # not the standard library's line tracer
+    assert len(trace.EDGES) == 23 and len(set(trace.EDGES)) == 23
+
+
+@pytest.mark.parametrize("position,mlp1", [("rotary", True), ("bias", True), ("rotary", False)])
+@torch.no_grad()
+def test_explicit_forward_matches_model_and_sources_sum_to_the_stream(position, mlp1):
+    model, seqs = random_model(position, mlp1), random_seqs()
+    logits, acts = trace.run_edges(model, seqs, cache=True)
+    want, cache = model(seqs, cache=True)
+    torch.testing.assert_close(logits, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(sum(acts[s] for s in trace.SOURCES), cache["x2"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(acts["A2(Token)"] + acts["A2(A1)"] + acts["A2(MLP1)"], cache["att2"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(acts["weights2"], cache["A2"], atol=1e-6, rtol=0)
+
+
+@torch.no_grad()
+def test_att2_split_matches_a_loop_over_positions():
+    """eq. expandedatt2 by hand: A2(c)_n = sum_{i <= n} A2_ni W_V (c_i - mean(c_i)) / sigma(x1_i)."""
+    model, seqs = random_model(), random_seqs(B=3, N=9)
+    _, acts = trace.run_edges(model, seqs, cache=True)
+    _, cache = model(seqs, cache=True)
+    x1 = cache["x1"]
+    sigma = (x1.var(-1, unbiased=False) + 1e-5).sqrt()
+    for name, c in (("Token", cache["x0"]), ("A1", cache["att1"]), ("MLP1", cache["mlp1"])):
+        want = torch.zeros_like(c)
+        for b in range(3):
+            for n in range(9):
+                for i in range(n + 1):
+                    want[b, n] += cache["A2"][b, n, i] * model.att2.W_V.weight @ ((c[b, i] - c[b, i].mean()) / sigma[b, i])
+        torch.testing.assert_close(acts[f"A2({name})"], want, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_linear_edges_match_a_direct_computation():
+    """For SRC->Linear the importance is KL(model || W_U(x2 - (src - <src>))) with the model's own cache."""
+    model, seqs = random_model(), random_seqs()
+    _, acts = trace.run_edges(model, seqs, cache=True)
+    _, cache = model(seqs, cache=True)
+    importance = trace.edge_importance(model, seqs)
+    logp = F.log_softmax(model.W_U(cache["x2"]), -1)
+    sources = {"Token": cache["x0"], "A1": cache["att1"], "MLP1": cache["mlp1"], "MLP2": cache["mlp2"],
+               **{k: acts[k] for k in ("A2(Token)", "A2(A1)", "A2(MLP1)")}}  # the split is tested above
+    for src, x in sources.items():
+        logq = F.log_softmax(model.W_U(cache["x2"] - (x - x.mean(0))), -1)
+        assert importance[f"{src}->Linear"] == pytest.approx(kl_div(logp, logq).item(), rel=1e-4, abs=1e-7)
+
+
+@torch.no_grad()
+def test_query_and_key_ablations_perturb_only_their_side():
+    """A1Q by hand: queries from x0 - (x0 - <x0>) = <x0> under x0's LayerNorm statistics, keys and values from
+    x0; then the rest of the model unchanged. A1K the same with the roles swapped."""
+    model, seqs = random_model(), random_seqs(B=8, N=12)
+    x0 = model.W_E(seqs)
+    B, N, D = x0.shape
+    mu, sd = x0.mean(-1, keepdim=True), (x0.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    mean_in = (x0.mean(0, keepdim=True).expand_as(x0) - mu) / sd  # LN of the ablated input, x0's statistics
+    h = layer_norm(x0)
+    att = model.att1
+    for target, hq, hk in (("A1Q", mean_in, h), ("A1K", h, mean_in)):
+        q, k, v = att.W_Q(hq), att.W_K(hk), att.W_V(h)
+        scores = torch.full((B, N, N), -torch.inf)
+        for n in range(N):  # rotary: <R_n q_n, R_i k_i> depends on n - i only
+            for i in range(n + 1):
+                scores[:, n, i] = (rotate(q[:, n], n) * rotate(k[:, i], i)).sum(-1) / D**0.5
+        y1 = x0 + torch.softmax(scores, -1) @ v
+        x1 = y1 + model.mlp1(y1)
+        y2 = x1 + model.att2(x1)[0]
+        want = model.W_U(y2 + model.mlp2(y2))
+        torch.testing.assert_close(trace.run_edges(model, seqs, ablate=f"Token->{target}"), want, atol=1e-5, rtol=0)
+
+
+def rotate(x, n):
+    """The rotary embedding at position n, written from its definition: pairs (2f, 2f + 1) rotated by
+    n * 10000^(-2f/d)."""
+    d = x.shape[-1]
+    angle = n * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
+    return out
+
+
+@pytest.mark.parametrize("position", ["rotary", "bias"])
+@torch.no_grad()
+def test_every_ablation_changes_the_output_of_a_random_model(position):
+    model, seqs = random_model(position), random_seqs()
+    clean = trace.run_edges(model, seqs)
+    for edge in trace.EDGES:
+        assert (trace.run_edges(model, seqs, ablate=edge) - clean).abs().max() > 1e-3, edge
+
+
+@torch.no_grad()
+def test_constant_sources_and_zeroed_paths_have_zero_importance():
+    model = random_model()
+    same = random_seqs(B=1).expand(8, -1)  # every source is constant over this batch
+    assert all(v < FLOOR for v in trace.edge_importance(model, same).values())
+    importance = trace.edge_importance(random_model(mlp1=False), random_seqs())  # no MLP1: its output is 0
+    for edge, value in importance.items():
+        assert (value == 0) == ("MLP1" in edge), edge  # MLP1->, A2(MLP1)->, ->MLP1
+    model = random_model()
+    model.att2.W_Q.weight.zero_()  # Att2's scores no longer depend on the stream: Q and K edges are dead
+    importance = trace.edge_importance(model, random_seqs())
+    for edge, value in importance.items():
+        assert (value < FLOOR) == edge.endswith(("->A2Q", "->A2K")), (edge, value)
+
+
+@torch.no_grad()
+def test_patching_replaces_the_block_output_downstream():
+    model, seqs, other = random_model(), random_seqs(seed=1), random_seqs(seed=2)
+    clean, acts = trace.run_edges(model, seqs, cache=True)
+    _, donor = trace.run_edges(model, other, cache=True)
+    for block in ("A1", "A2"):
+        same = trace.run_edges(model, seqs, patch={block: acts[block]})
+        torch.testing.assert_close(same, clean, atol=1e-6, rtol=0)  # patching a batch into itself: no change
+        patched, got = trace.run_edges(model, seqs, patch={block: donor[block]}, cache=True)
+        assert torch.equal(got[block], donor[block]) and (patched - clean).abs().max() > 1e-2
+    _, got = trace.run_edges(model, seqs, patch={"A2": donor["A2"]}, cache=True)
+    torch.testing.assert_close(got["MLP2"], model.mlp2(got["x2"] - got["MLP2"]), atol=1e-6, rtol=0)
+
+
+def test_bad_arguments_are_value_errors():
+    model, seqs = random_model(), random_seqs()
+    with pytest.raises(ValueError, match="unknown edge"):
+        trace.run_edges(model, seqs, ablate="Token->A2(Token)")
+    with pytest.raises(ValueError, match="patch"):
+        trace.run_edges(model, seqs, patch={"MLP1": seqs})
+    with pytest.raises(ValueError, match="task injection"):
+        trace.run_edges(Transformer(D=16, n_tasks=3, max_len=24), seqs)
+
+
+def test_phase_checkpoint_is_the_row_closest_to_the_predictor():
+    rows = [{"step": s, "kl_1gen": a, "kl_2gen": b} for s, a, b in ((0, 0.5, 0.9), (10, 0.1, 0.3), (20, 0.2, 0.05))]
+    assert trace.phase_checkpoint(rows, "1gen")["step"] == 10
+    assert trace.phase_checkpoint(rows, "2gen")["step"] == 20
