@@ -233,7 +233,7 @@ def plot_circuits(phases: dict, path: str):
         ax = axes[0, col]
         im = ax.imshow(M, cmap="Greys", vmin=0, vmax=np.nanmax(M))
         for i, j in zip(*np.where(~np.isnan(M))):
-            ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=6,
+            ax.text(j, i, f"{M[i, j]:.3f}", ha="center", va="center", fontsize=6,
                     color="w" if M[i, j] > 0.5 * np.nanmax(M) else "k")
         ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=7)
         ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=7)
