@@ -73,10 +73,7 @@ class Single:
 
     @torch.no_grad()
     def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.module.eval()
-        out = readouts(self.module, train_seqs[0], gen_seqs[0])
-        self.module.train()
-        return {k: v[None] for k, v in out.items()}
+        return {k: v[None] for k, v in readouts(self.module, train_seqs[0], gen_seqs[0]).items()}
 
     def member_state(self, e: int) -> dict:
         return {"model": self.module.state_dict(), "optimizer": self.opt.state_dict()}

@@ -7,9 +7,12 @@ import sys
 import pytest
 import torch
 
+import ensemble
 import train
 from kernels import attention as attn
+from markov import TaskSet
 from train import Config, eval_steps, parse_list
+from transformer import Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -58,6 +61,18 @@ def test_members_are_the_single_runs(tmp_path, same_numbers):
             assert os.path.exists(os.path.join(cfg.out, name))
         train.load_run(cfg.out)
     assert rows[0] != rows[1] and rows[0] != rows[2]  # the members really differ (seed, K)
+
+
+def test_dense_readouts_agree_with_the_full_evaluation(tmp_path):
+    """On the same sequences, --eval-every's cheap readouts are the full evaluation's numbers."""
+    cfg = tiny(tmp_path)
+    model = Transformer(cfg.C, cfg.D, max_len=cfg.N).to(DEVICE)
+    data = train.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
+    full = train.evaluate(model, data)
+    with torch.no_grad():
+        dense = ensemble.readouts(model, data["train"], data["gen"])
+    for k, v in dense.items():
+        assert v.item() == pytest.approx(full[k], rel=1e-5 if DEVICE == "cpu" else 1e-3), k
 
 
 class Killed(Exception):
@@ -132,7 +147,7 @@ def test_grid_on_the_command_line(tmp_path):
 def test_kernel_vmap_rule_folds_members_into_heads():
     """vmap over the kernel (the ensemble's path on CUDA) = the reference per member, values and gradients."""
     g = torch.Generator().manual_seed(0)
-    E, B, H, N, d = 3, 2, 1, 17, 16
+    E, B, H, N, d = 3, 2, 2, 17, 16  # H = 2: a fold that mixes up members and heads shows
     q, k, v = (torch.randn(E, B, H, N, d, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
     bias = (0.5 * torch.randn(E, H, N, generator=g)).to(DEVICE).requires_grad_()
     out = torch.func.vmap(attn.attention, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)
