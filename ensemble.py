@@ -52,7 +52,8 @@ def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[st
 
 
 class Single:
-    """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one."""
+    """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
+    not vmapped, so that a single run computes bit for bit what it did before ensembles existed."""
 
     def __init__(self, model: Transformer, capturable: bool = False, **adamw):
         self.module = model

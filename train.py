@@ -206,6 +206,7 @@ def load_checkpoint(path: str, cfgs: list[Config]) -> list[dict]:
 
 
 def open_run_dir(out: str):
+    """Create `out`, or a one-line error now rather than a traceback at the first evaluation."""
     try:
         os.makedirs(out, exist_ok=True)
         probe = os.path.join(out, ".write_test")

@@ -54,8 +54,8 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, float]:
-    """(seconds per step with a fixed batch, seconds per step with sampling, peak memory in GiB) of E models."""
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, str]:
+    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]  # members of different K
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
@@ -71,7 +71,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[fl
     seqs = sample()
     fixed = timed(lambda: step(seqs), device, repeats)
     sampled = timed(lambda: step(sample()), device, repeats)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+    peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}" if device.type == "cuda" else "-"
     return fixed, sampled, peak
 
 
@@ -107,7 +107,7 @@ def main():
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
         print(f"{E:>6} {'yes' if graph else 'no':>5} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
-              f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem:.2f}", flush=True)
+              f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
 

@@ -21,6 +21,15 @@ REL = 1e-5 if DEVICE == "cpu" else 2e-3
 GRID = [(3, 0), (3, 1), (5, 0), (5, 1)]  # two K (so two task sets S), two seeds
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The models here are tiny: one torch thread runs them faster than two fighting over a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny(out, **kw) -> Config:
     return Config(**{**dict(K=4, N=12, iters=30, batch=8, D=16, evals=3, eval_train=16, eval_gen=16, eval_dense=8,
                             ckpt_every=10, device=DEVICE, out=str(out)), **kw})
@@ -134,7 +143,7 @@ def test_bad_lists_are_one_line_and_exit_2(args, words):
 
 
 def test_grid_on_the_command_line(tmp_path):
-    r = cli("--K", "3,5", "--seeds", "0-1", "--ensemble", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
+    r = cli("--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
             "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
