@@ -5,16 +5,27 @@
     python train.py --K 256                     # quick preset on a CPU, paper preset on CUDA
     python train.py --K 1024 --preset paper     # the appendix's hyper-parameters
     python train.py --K 256 --resume            # continue a killed run exactly where it stopped
-    python train.py --sweep                     # Fig. 2b/2c: the K grid as independent processes, then heat maps
+    python train.py --K 64,80,94 --seeds 0-15 --out runs/k1   # a (K, seed) grid, one run directory per model
+    python train.py --sweep                     # Fig. 2b/2c: the preset's K grid, then heat maps
 
 Each run writes to runs/<name>/: config.json, metrics.jsonl (one JSON object per evaluation),
 ckpt.pt (latest resumable state: model, optimizer, RNG, step; written atomically),
 model_<step>.pt (weights at every evaluation step) and fig2a.png.
+
+A grid (lists and ranges in --K and --seeds) writes OUT/K<K>_s<seed>/ per model. On CUDA its models train
+together in one process as an ensemble (ensemble.py), --group at a time, with one atomic checkpoint
+OUT/ckpt_group<i>.pt; on a CPU they run as one-thread processes, --jobs at a time, unless --ensemble.
+
+metrics.jsonl rows: the log-spaced full evaluations {"step", "train_loss", "gen_loss", "kl_<predictor>",
+"phi_delta_1", ..., "n_A_2"}, and with --eval-every M also, every M steps, dense rows {"step", "dense": true,
+"train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2"} on a smaller held-out
+set (eval_dense sequences). read_metrics(dir) returns the full rows, read_metrics(dir, dense=True) the dense.
 """
 import argparse
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -29,6 +40,7 @@ from matplotlib.colors import LogNorm
 
 import cli
 from bayes import COLORS, LABELS, PREDICTORS, kl_div, nll, predict
+from ensemble import Ensemble, GraphedStep, Single
 from markov import TaskSet, check_int
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
@@ -49,6 +61,8 @@ class Config:
     seed: int = 0  # model initialization and training batches
     task_seed: int = 0  # the chains of S (nested across K)
     evals: int = 40  # log-spaced evaluation / checkpoint steps
+    eval_every: int = 0  # also dense readouts every this many steps (0: off), for threshold searches
+    eval_dense: int = 128  # held-out sequences from S and from D_T for the dense readouts
     ckpt_every: int = 500  # also checkpoint at least this often (a killed run loses at most this many steps)
     eval_train: int = 512  # held-out sequences from S (the paper: 8 K)
     eval_gen: int = 512  # held-out sequences from fresh chains of D_T (the paper: 2048)
@@ -79,6 +93,8 @@ def make_config(args: argparse.Namespace) -> Config:
     check_int("eval_train", cfg.eval_train, 1)
     check_int("eval_gen", cfg.eval_gen, 1)
     check_int("ckpt_every", cfg.ckpt_every, 1)
+    check_int("eval_every", cfg.eval_every, 0)
+    check_int("eval_dense", cfg.eval_dense, 1)
     if not cfg.lr > 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr}")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
@@ -111,6 +127,13 @@ def make_eval_data(cfg: Config, tasks: TaskSet) -> dict:
             data[f"{split}_{name}"] = logp
             data[f"{split}_loss_{name}"] = nll(logp, seqs).mean().item()
     return data
+
+
+def make_dense_data(cfg: Config, tasks: TaskSet) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, drawn
+    from their own stream so that the full evaluation's data does not depend on --eval-every."""
+    g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 11)
+    return tasks.batch(cfg.eval_dense, cfg.N + 1, g)[0], tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0]
 
 
 @torch.no_grad()
@@ -159,93 +182,168 @@ def save_atomic(obj, path: str):
     os.replace(tmp, path)
 
 
-def load_checkpoint(cfg: Config) -> dict:
-    path = os.path.join(cfg.out, "ckpt.pt")
+def load_checkpoint(path: str, cfgs: list[Config]) -> list[dict]:
+    """The per-model entries of the checkpoint at `path` (a single run's, or an ensemble's list of
+    them), after checking that they belong to the runs `cfgs`."""
     if not os.path.exists(path):
         raise ValueError(f"--resume: no checkpoint at {path}")
     try:
-        ckpt = torch.load(path, map_location=cfg.device, weights_only=False)
+        ckpt = torch.load(path, map_location=cfgs[0].device, weights_only=False)
     except Exception as e:
         raise ValueError(f"--resume: cannot read {path} ({type(e).__name__})") from None
-    saved = ckpt.get("config", {})
-    mismatched = [k for k in asdict(cfg) if k not in ("device", "out") and saved.get(k) != getattr(cfg, k)]
-    if mismatched:
-        diffs = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {getattr(cfg, k)!r}" for k in mismatched)
-        raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs})")
-    return ckpt
+    members = ckpt.get("members", [ckpt])
+    if len(members) != len(cfgs):
+        raise ValueError(f"--resume: checkpoint {path} holds {len(members)} models, this run has {len(cfgs)}")
+    for member, cfg in zip(members, cfgs):
+        saved = member.get("config", {})
+        # a field the checkpoint predates had its default then
+        mismatched = [f.name for f in fields(Config) if f.name not in ("device", "out")
+                      and saved.get(f.name, f.default) != getattr(cfg, f.name)]
+        if mismatched:
+            diffs = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {getattr(cfg, k)!r}" for k in mismatched)
+            raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs})")
+    return members
+
+
+def open_run_dir(out: str):
+    """Create `out`, or a one-line error now rather than a traceback at the first evaluation."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, ".write_test")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write to output directory {out!r} ({e.strerror})") from None
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def train(cfg: Config, resume: bool = False, quiet: bool = False) -> list[dict]:
-    """Train one model; returns the metrics rows (also in metrics.jsonl)."""
-    ckpt = load_checkpoint(cfg) if resume else None  # fail fast on a missing or mismatched checkpoint
-    try:
-        os.makedirs(cfg.out, exist_ok=True)
-        probe = os.path.join(cfg.out, ".write_test")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as e:
-        raise ValueError(f"cannot write to output directory {cfg.out!r} ({e.strerror})") from None
-    device = torch.device(cfg.device)
-    tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
-    model = Transformer(cfg.C, cfg.D, max_len=cfg.N)
-    model.reset_parameters(torch.Generator().manual_seed(cfg.seed))  # on the CPU: same init on every device
-    model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-    g = torch.Generator(device).manual_seed(cfg.seed)
-    data = make_eval_data(cfg, tasks)
-    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    start, rows = 0, []
-    if resume:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        g.set_state(ckpt["rng"].cpu())
-        start = ckpt["step"]
-        if os.path.exists(metrics_path):  # drop rows logged after the checkpoint; they will be redone
-            with open(metrics_path) as f:
-                rows = [r for r in map(json.loads, f) if r["step"] <= start]
-    with open(os.path.join(cfg.out, "config.json"), "w") as f:
-        json.dump(asdict(cfg), f, indent=1)
-    with open(metrics_path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True) -> list[dict]:
+    """Train one model; returns the metrics rows (also in metrics.jsonl). graph: capture the step in a
+    CUDA graph (on CUDA only)."""
+    return fit([cfg], os.path.join(cfg.out, "ckpt.pt"), ensemble=False, resume=resume, quiet=quiet, graph=graph)[0]
 
-    evals = set(eval_steps(cfg.iters, cfg.evals))
+
+def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, quiet: bool = False,
+                   graph: bool = True) -> list[list[dict]]:
+    """Train the runs `cfgs` together as one ensemble (ensemble.py), each model the same as its single run
+    and writing its own run directory; the resumable state of all of them is the one file ckpt_path."""
+    step_shape = ("N", "batch", "D", "C")  # the shapes of a batched step
+    common = [f.name for f in fields(Config) if f.name not in ("K", "seed", "out", "eval_train")]
+    for cfg in cfgs[1:]:
+        differ = [k for k in common if getattr(cfg, k) != getattr(cfgs[0], k)]
+        if differ:
+            why = "shapes of the batched step" if set(differ) & set(step_shape) else "the common training schedule"
+            raise ValueError(f"ensemble members differ in {', '.join(differ)} ({why}); train them in separate groups")
+    outs = [cfg.out for cfg in cfgs]
+    if len(set(outs)) != len(outs):
+        raise ValueError("ensemble members need distinct output directories")
+    return fit(cfgs, ckpt_path, ensemble=True, resume=resume, quiet=quiet, graph=graph)
+
+
+def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet: bool, graph: bool) -> list[list[dict]]:
+    """The training loop of one run (ensemble=False, one config) or of an ensemble: per model its task set
+    S, generator, evaluation data and run directory; evaluations and checkpoints at common steps."""
+    members = load_checkpoint(ckpt_path, cfgs) if resume else None  # fail fast on a missing or mismatched checkpoint
+    for cfg in cfgs:
+        open_run_dir(cfg.out)
+    c0, E = cfgs[0], len(cfgs)
+    device = torch.device(c0.device)
+    graph = graph and device.type == "cuda"
+    tasks = [TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
+    models = []
+    for cfg in cfgs:
+        model = Transformer(cfg.C, cfg.D, max_len=cfg.N)
+        model.reset_parameters(torch.Generator().manual_seed(cfg.seed))  # on the CPU: same init on every device
+        models.append(model.to(device))
+    adamw = dict(lr=c0.lr, betas=(c0.beta1, c0.beta2), weight_decay=c0.weight_decay, capturable=graph)
+    trainer = Ensemble(models, **adamw) if ensemble else Single(models[0], **adamw)
+    gens = [torch.Generator(device).manual_seed(cfg.seed) for cfg in cfgs]
+    data = [make_eval_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
+    if c0.eval_every:
+        dense = [torch.stack(split) for split in zip(*(make_dense_data(cfg, t) for cfg, t in zip(cfgs, tasks)))]
+    metrics_paths = [os.path.join(cfg.out, "metrics.jsonl") for cfg in cfgs]
+    start, rows = 0, [[] for _ in cfgs]
+    if resume:
+        trainer.load_member_states(members)
+        for g, member in zip(gens, members):
+            g.set_state(member["rng"].cpu())
+        start = members[0]["step"]
+        for run_rows, path in zip(rows, metrics_paths):
+            if os.path.exists(path):  # drop rows logged after the checkpoint; they will be redone
+                with open(path) as f:
+                    run_rows += [r for r in map(json.loads, f) if r["step"] <= start]
+    for cfg, run_rows, path in zip(cfgs, rows, metrics_paths):
+        with open(os.path.join(cfg.out, "config.json"), "w") as f:
+            json.dump(asdict(cfg), f, indent=1)
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in run_rows)
+
+    def log(e: int, row: dict):
+        rows[e].append(row)
+        with open(metrics_paths[e], "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def checkpoint(step: int) -> list[dict]:
+        states = [{**trainer.member_state(e), "rng": g.get_state(), "step": step, "config": asdict(cfg)}
+                  for e, (cfg, g) in enumerate(zip(cfgs, gens))]
+        save_atomic({"step": step, "members": states} if ensemble else states[0], ckpt_path)
+        return states
+
+    shape = (E, c0.batch, c0.N + 1)
+    step_fn = GraphedStep(trainer, shape, device).step if graph else trainer.step
+    evals = set(eval_steps(c0.iters, c0.evals))
+    dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) if c0.eval_every else set()
     t0, t_last, step_last = time.time(), time.time(), start
-    loss = float("nan")
-    for step in range(start, cfg.iters + 1):
+    loss = torch.full((E,), float("nan"))
+    for step in range(start, c0.iters + 1):
         if step in evals and not (resume and step == start):
-            row = {"step": step, **evaluate(model, data)}
-            rows.append(row)
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
-        if (step in evals or step % cfg.ckpt_every == 0) and step > start or step == cfg.iters:
-            save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": g.get_state(),
-                         "step": step, "config": asdict(cfg)}, os.path.join(cfg.out, "ckpt.pt"))
-        if not quiet and (step in evals or step == cfg.iters) and step > start:
+            for e, cfg in enumerate(cfgs):
+                model = trainer.model(e)
+                log(e, {"step": step, **evaluate(model, data[e])})
+                save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
+        if step in dense_steps and not (resume and step == start):
+            values = {k: v.tolist() for k, v in trainer.readouts(*dense).items()}  # the one wait for the device
+            for e in range(E):
+                log(e, {"step": step, "dense": True, **{k: v[e] for k, v in values.items()}})
+        if (step in evals or step % c0.ckpt_every == 0) and step > start or step == c0.iters:
+            states = checkpoint(step)
+        if not quiet and (step in evals or step == c0.iters) and step > start:
             rate = (step - step_last) / max(time.time() - t_last, 1e-9)
-            eta = (cfg.iters - step) / max(rate, 1e-9)
-            r = rows[-1]
-            print(f"step {step:>7d}/{cfg.iters} | batch loss {loss:.4f} | L_train {r['train_loss']:.4f} "
-                  f"(2-Gen {r['train_loss_2gen']:.4f}, 2-Mem {r['train_loss_2mem']:.4f}) | L_gen {r['gen_loss']:.4f} "
-                  f"| phi_delta1 {r['phi_delta_1']:.2f} phi_beta2 {r['phi_beta_2']:.2f} | {rate:.2f} it/s | "
-                  f"ETA {eta / 60:.1f} min", flush=True)
+            print_progress(step, c0.iters, loss.tolist(), rows, rate)
             t_last, step_last = time.time(), step
-        if step == cfg.iters:
+        if step == c0.iters:
             break
-        seqs, _ = tasks.batch(cfg.batch, cfg.N + 1, g)
-        logits = model(seqs[:, :-1])
-        loss_t = F.cross_entropy(logits.reshape(-1, cfg.C).float(), seqs[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss_t.backward()
-        opt.step()
-        loss = loss_t.item()
-    plot_run(rows, cfg, os.path.join(cfg.out, "fig2a.png"))
+        seqs = torch.stack([t.batch(c0.batch, c0.N + 1, g)[0] for t, g in zip(tasks, gens)])  # (E, B, N + 1)
+        loss = step_fn(seqs)
+    for e, cfg in enumerate(cfgs):
+        if ensemble:  # each finished member looks like a finished single run
+            save_atomic(states[e], os.path.join(cfg.out, "ckpt.pt"))
+        plot_run([r for r in rows[e] if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))
     if not quiet:
-        print(f"done in {(time.time() - t0) / 60:.1f} min: {cfg.out}/metrics.jsonl, fig2a.png")
+        where = cfgs[0].out if E == 1 else os.path.dirname(cfgs[0].out) + "/K*_s*"
+        print(f"done in {(time.time() - t0) / 60:.1f} min: {where}/metrics.jsonl, fig2a.png")
     return rows
+
+
+def print_progress(step: int, iters: int, losses: list[float], rows: list[list[dict]], rate: float):
+    """One line: a single run's numbers, or an ensemble's ranges over its models."""
+    eta = (iters - step) / max(rate, 1e-9)
+    full = [[r for r in run if not r.get("dense")][-1] for run in rows]
+    if len(full) == 1:
+        r = full[0]
+        print(f"step {step:>7d}/{iters} | batch loss {losses[0]:.4f} | L_train {r['train_loss']:.4f} "
+              f"(2-Gen {r['train_loss_2gen']:.4f}, 2-Mem {r['train_loss_2mem']:.4f}) | L_gen {r['gen_loss']:.4f} "
+              f"| phi_delta1 {r['phi_delta_1']:.2f} phi_beta2 {r['phi_beta_2']:.2f} | {rate:.2f} it/s | "
+              f"ETA {eta / 60:.1f} min", flush=True)
+        return
+    def span(key):
+        return f"{min(r[key] for r in full):.3f}..{max(r[key] for r in full):.3f}"
+
+    print(f"step {step:>7d}/{iters} | {len(full)} models | batch loss {min(losses):.4f}..{max(losses):.4f} "
+          f"| L_train {span('train_loss')} | L_gen {span('gen_loss')} | phi_beta2 {span('phi_beta_2')} "
+          f"| {rate * len(full):.1f} model-steps/s | ETA {eta / 60:.1f} min", flush=True)
 
 
 # ----------------------------------------------------------------------------- figures
@@ -282,11 +380,12 @@ def plot_run(rows: list[dict], cfg: Config, path: str):
     plt.close(fig)
 
 
-def read_metrics(run_dir: str) -> tuple[dict, list[dict]]:
+def read_metrics(run_dir: str, dense: bool = False) -> tuple[dict, list[dict]]:
+    """(config, rows): the full evaluations, or with dense=True the --eval-every rows."""
     with open(os.path.join(run_dir, "config.json")) as f:
         cfg = json.load(f)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return cfg, [json.loads(line) for line in f]
+        return cfg, [r for r in map(json.loads, f) if r.get("dense", False) == dense]
 
 
 # ----------------------------------------------------------------------------- runs as a library (trace.py, ...)
@@ -373,21 +472,56 @@ def plot_sweep(sweep_dir: str, path: str):
 SWEEP_KS = {"quick": [4, 16, 64, 256, 1024], "paper": [2**i for i in range(3, 11)]}
 
 
-def sweep_commands(args: argparse.Namespace, cfg: Config) -> list[list[str]]:
-    """One independent `python train.py` per (K, seed), each a line a scheduler can run as is."""
+def parse_list(flag: str, text: str) -> list[int]:
+    """'64,80,94', '0-15' or mixed '0-3,7' -> the integers in that order (ranges inclusive); a
+    malformed item, an empty range or a repeated value is an error."""
+    values = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
+        if m is None:
+            raise ValueError(f"{flag}: cannot read {item!r} in {text!r} (write e.g. 64,80,94 or 0-15 or 0-3,7)")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if hi < lo:
+            raise ValueError(f"{flag}: empty range {item!r} (write low-high)")
+        values += range(lo, hi + 1)
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{flag}: {', '.join(map(str, repeated))} listed more than once in {text!r}")
+    return values
+
+
+def make_configs(args: argparse.Namespace) -> list[Config]:
+    """One Config per (K, seed) of the grid given by --K and --seeds, K-major. A grid puts each model
+    in OUT/K<K>_s<seed>; a single (K, seed) is a single run in OUT (default runs/K<K>_s<seed>)."""
+    preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
+    Ks = parse_list("--K", args.K) if args.K else SWEEP_KS[preset] if args.sweep else [Config.K]
+    seeds = parse_list("--seeds", args.seeds)
+    grid = len(Ks) * len(seeds) > 1 or args.sweep
+    cfgs = []
+    for K in Ks:
+        for seed in seeds:
+            out = os.path.join(grid_dir(args), f"K{K}_s{seed}") if grid else args.out
+            cfgs.append(make_config(argparse.Namespace(**{**vars(args), "K": K, "seed": seed, "out": out})))
+    return cfgs
+
+
+def grid_dir(args: argparse.Namespace) -> str:
+    return args.out or os.path.join("runs", "sweep")
+
+
+def member_commands(args: argparse.Namespace, cfgs: list[Config]) -> list[list[str]]:
+    """One independent `python train.py` per model of the grid, each a line a scheduler can run as is."""
     passthrough = []
     for f in fields(Config):
         value = getattr(args, f.name, None)
-        if value is not None and f.name not in ("K", "seed", "out"):
+        if value is not None and f.name not in ("K", "seed", "out", "preset"):
             passthrough += [f"--{f.name.replace('_', '-')}", str(value)]
-    Ks = [int(k) for k in args.Ks.split(",")] if args.Ks else SWEEP_KS[cfg.preset]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    return [[sys.executable, os.path.abspath(__file__), "--K", str(K), "--seed", str(s), "--preset", cfg.preset,
-             "--out", os.path.join(args.sweep_dir, f"K{K}_s{s}"), "--threads", "1", *passthrough]
-            for K in Ks for s in seeds]
+    passthrough += ["--resume"] * args.resume + ["--no-graph"] * args.no_graph
+    return [[sys.executable, os.path.abspath(__file__), "--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset,
+             "--out", cfg.out, "--threads", "1", *passthrough] for cfg in cfgs]
 
 
-def run_sweep(commands: list[list[str]], jobs: int):
+def run_processes(commands: list[list[str]], jobs: int):
     """Run the commands as parallel processes, `jobs` at a time, one torch thread each."""
     pending, running, failed = list(commands), [], []
     while pending or running:
@@ -405,41 +539,55 @@ def run_sweep(commands: list[list[str]], jobs: int):
                 (failed if proc.returncode else []).append(cmd)
                 print(f"finished (exit {proc.returncode}):", cmd[cmd.index("--out") + 1], flush=True)
     if failed:
-        raise ValueError(f"{len(failed)} sweep runs failed; see their .log files")
+        raise ValueError(f"{len(failed)} grid runs failed; see their .log files")
+
+
+def train_grid(args: argparse.Namespace, cfgs: list[Config]):
+    """On CUDA (or with --ensemble) the grid as ensembles of --group models, one after the other, each
+    resumable from its own OUT/ckpt_group<i>.pt; otherwise as one-thread processes."""
+    os.makedirs(grid_dir(args), exist_ok=True)
+    if not (args.ensemble or cfgs[0].device.startswith("cuda")):
+        run_processes(member_commands(args, cfgs), check_int("--jobs", args.jobs, 1))
+        return
+    size = check_int("--group", args.group, 1)
+    for i in range(0, len(cfgs), size):
+        ckpt = os.path.join(grid_dir(args), f"ckpt_group{i // size}.pt")
+        train_ensemble(cfgs[i : i + size], ckpt, resume=args.resume, graph=not args.no_graph)
 
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick otherwise")
+    parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 (default 256)")
+    parser.add_argument("--seeds", "--seed", default="0", help="model seed(s), same syntax as --K: 0-15, 0-3,7")
     for f in fields(Config):
-        if f.name != "preset":
+        if f.name not in ("preset", "K", "seed"):
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None, dest=f.name)
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (the sweep gives each process 1)")
-    parser.add_argument("--sweep", action="store_true", help="run the K grid as independent processes, then plot")
-    parser.add_argument("--Ks", default=None, help="sweep: comma-separated K values (default by preset)")
-    parser.add_argument("--seeds", default="0", help="sweep: comma-separated model seeds")
-    parser.add_argument("--jobs", type=int, default=2, help="sweep: processes at a time")
-    parser.add_argument("--sweep-dir", default=os.path.join("runs", "sweep"))
-    parser.add_argument("--print-commands", action="store_true", help="sweep: print the per-run commands and exit")
-    parser.add_argument("--plot-sweep", action="store_true", help="only draw the heat maps from --sweep-dir")
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint(s) under OUT")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (grid processes get 1 each)")
+    parser.add_argument("--no-graph", action="store_true", help="CUDA: run the step eagerly, not as a CUDA graph")
+    parser.add_argument("--ensemble", action="store_true", help="train a grid as one-process ensembles on the CPU too")
+    parser.add_argument("--group", type=int, default=64, help="grid: models per ensemble")
+    parser.add_argument("--jobs", type=int, default=2, help="grid on a CPU: processes at a time")
+    parser.add_argument("--print-commands", action="store_true", help="print one command per model of the grid and exit")
+    parser.add_argument("--sweep", action="store_true", help="Fig. 2b/2c: train the grid (default: the preset's Ks), then plot")
+    parser.add_argument("--plot-sweep", action="store_true", help="only draw the Fig. 2b/2c heat maps from the runs in OUT")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(check_int("--threads", args.threads, 1))
-    cfg = make_config(args)
-    if args.plot_sweep or args.sweep:
-        if args.sweep:
-            commands = sweep_commands(args, cfg)
-            if args.print_commands:
-                print("\n".join(shlex.join(c) for c in commands))
-                return
-            os.makedirs(args.sweep_dir, exist_ok=True)
-            run_sweep(commands, check_int("--jobs", args.jobs, 1))
-        os.makedirs("figures", exist_ok=True)
-        plot_sweep(args.sweep_dir, os.path.join("figures", "fig2bc.png"))
-        print("wrote figures/fig2bc.png and figures/fig2bc.json")
+    cfgs = make_configs(args)
+    if args.print_commands:
+        print("\n".join(shlex.join(c) for c in member_commands(args, cfgs)))
         return
-    train(cfg, resume=args.resume)
+    if not args.plot_sweep:
+        if len(cfgs) == 1 and not args.sweep:
+            train(cfgs[0], resume=args.resume, graph=not args.no_graph)
+            return
+        train_grid(args, cfgs)
+    if args.sweep or args.plot_sweep:
+        os.makedirs("figures", exist_ok=True)
+        plot_sweep(grid_dir(args), os.path.join("figures", "fig2bc.png"))
+        print("wrote figures/fig2bc.png and figures/fig2bc.json")
 
 
 if __name__ == "__main__":

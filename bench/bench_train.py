@@ -1,8 +1,12 @@
-"""Benchmark (not a test): milliseconds per training step of train.py's transformer at the quick
-and paper presets, and the achieved GFLOP/s against this machine's matmul rate measured in the
-same run.
+"""Benchmark (not a test): training throughput of train.py's loop body (sample each model's batch, one
+AdamW step) in model-steps/s, for a single run and for ensembles (ensemble.py), each against the single
+eager run timed in the same process. Also GFLOP/s against this machine's matmul rate.
 
-    python bench/bench_train.py [--device cuda] [--threads 1]
+    python bench/bench_train.py                       # CUDA: single eager / graphed, ensembles of 8, 32, 64 graphed
+    python bench/bench_train.py --device cpu --threads 1   # CPU: single run and a 2-model ensemble
+
+"step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
+step as train.py does (the rate a run gets).
 """
 import argparse
 import os
@@ -11,12 +15,20 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
 from markov import TaskSet  # noqa: E402
 from train import PRESETS  # noqa: E402
 from transformer import Transformer  # noqa: E402
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
 
 
 def sync(device):
@@ -42,40 +54,62 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, str]:
+    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
+    tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]  # members of different K
+    gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
+    models = [Transformer(max_len=N).to(device) for _ in range(E)]
+    adamw = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3, capturable=graph)
+    trainer = Ensemble(models, **adamw) if E > 1 else Single(models[0], **adamw)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
+
+    def sample():
+        return torch.stack([t.batch(B, N + 1, g)[0] for t, g in zip(tasks, gens)])
+
+    seqs = sample()
+    fixed = timed(lambda: step(seqs), device, repeats)
+    sampled = timed(lambda: step(sample()), device, repeats)
+    peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}" if device.type == "cuda" else "-"
+    return fixed, sampled, peak
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick on a CPU")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps (default 30 on CUDA, 5 on a CPU)")
+    parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"{platform.machine()} CPU, {os.cpu_count()} cores"
+    cuda = device.type == "cuda"
+    name = torch.cuda.get_device_name() if cuda else f"{cpu_name()}, {os.cpu_count()} cores"
     print(f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-
     a = torch.randn(4096, 4096, device=device)
     peak = 2 * 4096**3 / timed(lambda: a @ a, device, 5) / 1e9
     print(f"fp32 matmul 4096^3: {peak:.0f} GFLOP/s")
 
-    g = torch.Generator(device).manual_seed(0)
-    tasks = TaskSet.create(256, device=device)
-    for preset in ("quick", "paper"):
-        N, B = PRESETS[preset]["N"], 128
-        model = Transformer().to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3)
-        seqs, _ = tasks.batch(B, N + 1, g)
-
-        def step():
-            loss = F.cross_entropy(model(seqs[:, :-1]).reshape(-1, 10), seqs[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        dt = timed(step, device, args.repeats)
-        flops = step_flops(B, N, 10, 64)
-        print(f"{preset:>6} preset (B={B}, N={N}): {dt * 1e3:7.1f} ms/step, {flops / dt / 1e9:6.1f} GFLOP/s "
-              f"= {flops / dt / 1e9 / peak:.0%} of the matmul rate")
+    preset = args.preset or ("paper" if cuda else "quick")
+    N, B = PRESETS[preset]["N"], 128
+    repeats = args.repeats or (30 if cuda else 5)
+    sizes = [int(s) for s in (args.sizes or ("8,32,64" if cuda else "2")).split(",")]
+    cases = [(1, False)] + [(1, True)] * cuda + [(E, cuda) for E in sizes]
+    flops = step_flops(B, N, 10, 64)
+    print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
+    print(f"{'models':>6} {'graph':>5} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+    base = None
+    for E, graph in cases:
+        fixed, sampled, mem = bench(E, graph, N, B, device, repeats)
+        rate, rate_sampled = E / fixed, E / sampled
+        base = base or (rate, rate_sampled)
+        print(f"{E:>6} {'yes' if graph else 'no':>5} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
+              f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
+        if cuda:
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

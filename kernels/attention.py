@@ -321,34 +321,64 @@ def _sum_diagonals(slots: torch.Tensor, N: int) -> torch.Tensor:
 
 
 class _Attention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, bias, rotary):
-        out, lse = _forward(q, k, v, bias, rotary)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.rotary = rotary
-        return out
+    """(out, lse) of the kernels; differentiable in q, k, v and bias (lse is not)."""
 
     @staticmethod
-    def backward(ctx, do):
+    def forward(q, k, v, bias, rotary):
+        return _forward(q, k, v, bias, rotary)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, bias, rotary = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.rotary = rotary
+        ctx.mark_non_differentiable(lse)
+
+    @staticmethod
+    def backward(ctx, do, _):
         q, k, v, bias, out, lse = ctx.saved_tensors
         dq, dk, dv, dbias = _backward(q, k, v, bias, ctx.rotary, out, lse, do)
         return dq, dk, dv, dbias, None
 
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, bias, rotary):
+        """torch.func.vmap over a leading model axis E (an ensemble, ensemble.py): the heads of E
+        models are E * H independent heads, so the axis folds into the head axis, (E, B, H, N, d)
+        -> (B, E * H, N, d) and bias (E, H, N) -> (E * H, N), and the kernels run unchanged."""
+        E = info.batch_size
+
+        def fold(x, dim):  # member axis at `dim` (None: shared by all members) -> (B, E * H, N, d)
+            x = x.movedim(dim, 1) if dim is not None else x.unsqueeze(1).expand(-1, E, -1, -1, -1)
+            return x.flatten(1, 2).contiguous()
+
+        q_dim, k_dim, v_dim, bias_dim, _ = in_dims
+        if bias is not None:
+            bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(E, -1, -1)
+            bias = bias.flatten(0, 1).contiguous()  # (E * H, N)
+        out, lse = _Attention.apply(fold(q, q_dim), fold(k, k_dim), fold(v, v_dim), bias, rotary)
+
+        def unfold(x):  # (B, E * H, ...) -> (E, B, H, ...)
+            return x.unflatten(1, (E, -1)).movedim(1, 0)
+
+        return (unfold(out), unfold(lse)), (0, 0)
+
 
 def attention(q, k, v, bias=None, rotary=False):
     """Causal attention with optional relative bias bias[h, i - j] (H, N) and rotary q, k; the
-    Triton kernels, differentiable in q, k, v and bias. q, k, v: (B, H, N, d), fp32 or bf16."""
+    Triton kernels, differentiable in q, k, v and bias. q, k, v: (B, H, N, d), fp32 or bf16.
+    Works under torch.func.vmap (see _Attention.vmap)."""
     if triton is None:
         raise RuntimeError("the attention kernel needs triton")
     _check(q, k, v, bias)
-    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)
+    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)[0]
 
 
 @torch.no_grad()
 def attention_forward(q, k, v, bias=None, rotary=False):
     """The kernel's forward only: (out, lse), lse (B, H, N) the per-row log-sum-exp of the scores."""
     _check(q, k, v, bias)
-    return _forward(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)
+    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)
 
 
 # ----------------------------------------------------------------------------- readouts and reference

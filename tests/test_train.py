@@ -1,4 +1,4 @@
-"""train.py: a tiny end-to-end run, exact resume after a kill, the sweep commands, bad input."""
+"""train.py: a tiny end-to-end run, exact resume after a kill, the grid commands, bad input."""
 import json
 import os
 import subprocess
@@ -74,13 +74,14 @@ def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, 
         torch.testing.assert_close(a[k], b[k])
 
 
-def test_sweep_prints_one_command_per_run():
-    out = subprocess.run([sys.executable, "train.py", "--sweep", "--preset", "quick", "--Ks", "4,16", "--seeds", "0,1",
-                          "--iters", "50", "--print-commands"], cwd=ROOT, capture_output=True, text=True, check=True)
+def test_grid_prints_one_command_per_run():
+    out = subprocess.run([sys.executable, "train.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1",
+                          "--iters", "50", "--out", "runs/g", "--print-commands"], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 4
     assert all("--threads 1" in line and "--iters 50" in line for line in lines)
-    assert "--K 16 --seed 1" in lines[-1]
+    assert "--K 16 --seed 1" in lines[-1] and "--out runs/g/K16_s1" in lines[-1]
 
 
 def bad(args, cwd=ROOT):

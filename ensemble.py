@@ -1,0 +1,191 @@
+"""Training many copies of the paper's transformer at once: the (K, seed) grids behind the thresholds
+K1* and K2* (Sec. "Transition between memorization and generalization", Fig. 7) are hundreds of small
+models, each too small to fill a GPU on its own.
+
+Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by
+train.py's loop:
+  Single    one Transformer and its AdamW: the plain path of a single run.
+  Ensemble  E Transformers whose weights are stacked along a leading member axis
+            (torch.func.stack_module_state); one call of the model per step through
+            torch.func.vmap(functional_call(...)), so transformer.py stays the paper's single model.
+GraphedStep wraps either in a CUDA graph.
+
+Member e of an Ensemble is the single run with the same K and seed: train.py gives it the same initial
+weights and the same batches (its own task set and generator), and AdamW is elementwise, so row e of the
+stacked AdamW state is exactly member e's own state (same hyper-parameters, same step count). The only
+difference is floating-point rounding: batched matmuls may sum in another order than single ones.
+
+On CUDA the attention goes through the Triton kernel, whose autograd.Function has a vmap rule that folds
+the member axis into the head axis (kernels/attention.py, _Attention.vmap): no kernel change.
+"""
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, stack_module_state, vmap
+
+from transformer import Transformer, phi_beta, phi_delta
+
+# ----------------------------------------------------------------------------- what is computed per model
+
+
+def lm_loss(model, seqs: torch.Tensor) -> torch.Tensor:
+    """The training loss: mean cross-entropy of s_{n+1} given s_0..s_n over a batch (B, N + 1)."""
+    logits = model(seqs[:, :-1])  # (B, N, C)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
+
+
+def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The dense readouts of one model (train.py --eval-every): losses on held-out sequences from S and
+    from D_T, and the order parameters phi_delta, phi_beta of both layers on the S sequences (Appendix
+    "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device."""
+    logits, cache = model(train_seqs[:, :-1], cache=True)
+    out = {"train_loss": F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), train_seqs[:, 1:].reshape(-1)),
+           "gen_loss": lm_loss(model, gen_seqs)}
+    for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
+        out[f"phi_delta_{layer}"] = phi_delta(A)
+        out[f"phi_beta_{layer}"] = phi_beta(A, train_seqs[:, :-1])
+    return out
+
+
+# ----------------------------------------------------------------------------- trainers
+
+
+class Single:
+    """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
+    not vmapped, so that a single run computes bit for bit what it did before ensembles existed."""
+
+    def __init__(self, model: Transformer, capturable: bool = False, **adamw):
+        self.module = model
+        self.opt = torch.optim.AdamW(model.parameters(), capturable=capturable, **adamw)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.module.parameters())
+
+    def step(self, seqs: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(self.module, seqs[0])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()[None]
+
+    def model(self, e: int) -> Transformer:
+        return self.module
+
+    @torch.no_grad()
+    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v[None] for k, v in readouts(self.module, train_seqs[0], gen_seqs[0]).items()}
+
+    def member_state(self, e: int) -> dict:
+        return {"model": self.module.state_dict(), "optimizer": self.opt.state_dict()}
+
+    def load_member_states(self, states: list[dict]):
+        self.module.load_state_dict(states[0]["model"])
+        self.opt.load_state_dict(states[0]["optimizer"])
+
+
+class Ensemble:
+    """E models of one architecture trained in lockstep, weights stacked as (E, ...) tensors.
+
+    Members may differ in anything that is not a shape of the step (K, seed, task set); N, batch, D
+    and C are common (train.py checks)."""
+
+    def __init__(self, models: list[Transformer], capturable: bool = False, **adamw):
+        self.E = len(models)
+        self.template = copy.deepcopy(models[0]).to("meta")  # the architecture; weights come from self.params
+        self.scratch = copy.deepcopy(models[0])  # one member's weights are copied here to evaluate or save it
+        self.params, self.buffers = stack_module_state(models)  # name -> (E, ...) leaf tensors
+        self.opt = torch.optim.AdamW(self.params.values(), capturable=capturable, **adamw)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.params.values())
+
+    def _member(self, params: dict, buffers: dict):
+        """Member weights (slices seen inside vmap) -> a callable with the model's forward signature."""
+        return lambda seqs, **kw: functional_call(self.template, (params, buffers), (seqs,), kw)
+
+    def step(self, seqs: torch.Tensor) -> torch.Tensor:
+        """One AdamW step of every member on its own batch, seqs (E, B, N + 1) -> losses (E,)."""
+        losses = vmap(lambda p, b, s: lm_loss(self._member(p, b), s))(self.params, self.buffers, seqs)
+        self.opt.zero_grad(set_to_none=True)
+        losses.sum().backward()  # members share no weights: each gets the gradient of its own loss
+        self.opt.step()
+        return losses.detach()
+
+    def model(self, e: int) -> Transformer:
+        """Member e as a plain Transformer (a copy of its weights, valid until the next call)."""
+        with torch.no_grad():
+            for name, p in self.scratch.named_parameters():
+                p.copy_(self.params[name][e])
+        return self.scratch
+
+    @torch.no_grad()
+    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """readouts() of all members in one batched call: (E, n, N + 1) each -> dict of (E,)."""
+        return vmap(lambda p, b, tr, ge: readouts(self._member(p, b), tr, ge))(
+            self.params, self.buffers, train_seqs, gen_seqs)
+
+    def member_state(self, e: int) -> dict:
+        """Member e's weights and AdamW state in the format of a single run's checkpoint (copies, so
+        that saving one member does not write the whole stacked storage)."""
+        names = list(self.params)
+        opt = self.opt.state_dict()
+        state = {i: {k: v if k == "step" else v[e].clone() for k, v in s.items()} for i, s in opt["state"].items()}
+        return {"model": {n: self.params[n][e].detach().clone() for n in names},
+                "optimizer": {"state": state, "param_groups": opt["param_groups"]}}
+
+    def load_member_states(self, states: list[dict]):
+        """The inverse of member_state over all members: stack E single-run states back."""
+        if len(states) != self.E:
+            raise ValueError(f"{len(states)} member states for an ensemble of {self.E}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(torch.stack([s["model"][name] for s in states]))
+        opts = [s["optimizer"] for s in states]
+        state = {i: {k: v if k == "step" else torch.stack([o["state"][i][k] for o in opts]) for k, v in s.items()}
+                 for i, s in opts[0]["state"].items()}
+        self.opt.load_state_dict({"state": state, "param_groups": opts[0]["param_groups"]})
+
+
+# ----------------------------------------------------------------------------- CUDA graph
+
+
+class GraphedStep:
+    """trainer.step captured once in a CUDA graph and replayed: forward, backward and AdamW (created with
+    capturable=True) in one launch, so a step costs no Python and no kernel-launch overhead. Batches are
+    sampled outside the graph (each member draws exactly the single run's batches, step by step) and
+    copied into a static input; the returned loss tensor is overwritten by the next replay.
+
+    Capturing needs a few eager warm-up steps (lazy AdamW state, library handles); they run on a side
+    stream and the weights and optimizer state they changed are put back before the capture."""
+
+    def __init__(self, trainer, shape: tuple[int, ...], device: torch.device, warmup: int = 3):
+        self.trainer = trainer
+        self.seqs = torch.zeros(shape, dtype=torch.long, device=device)  # static input (E, B, N + 1)
+        params, opt = trainer.parameters(), trainer.opt
+        saved_params = [p.detach().clone() for p in params]
+        saved_state = {p: {k: v.clone() for k, v in opt.state[p].items()} for p in params if p in opt.state}
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                trainer.step(self.seqs)
+        torch.cuda.current_stream(device).wait_stream(side)
+        with torch.no_grad():
+            for p, saved in zip(params, saved_params):
+                p.copy_(saved)
+            for p in params:  # a fresh AdamW state is all zeros, step count included
+                for k, v in opt.state[p].items():
+                    if p in saved_state:
+                        v.copy_(saved_state[p][k])
+                    else:
+                        v.zero_()
+        opt.zero_grad(set_to_none=True)  # gradients are then allocated inside the graph's memory pool
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.loss = trainer.step(self.seqs)
+
+    def step(self, seqs: torch.Tensor) -> torch.Tensor:
+        self.seqs.copy_(seqs)
+        self.graph.replay()
+        return self.loss

@@ -1,0 +1,170 @@
+"""Ensembles (ensemble.py, train.train_ensemble): every member is the single run with its K and seed,
+a killed ensemble resumes exactly, grids on the command line, the kernel's vmap rule."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ensemble
+import train
+from kernels import attention as attn
+from markov import TaskSet
+from train import Config, eval_steps, parse_list
+from transformer import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# CPU: float32 rounding (batched matmuls may sum in another order); CUDA: TF32 dots and the kernels
+REL = 1e-5 if DEVICE == "cpu" else 2e-3
+GRID = [(3, 0), (3, 1), (5, 0), (5, 1)]  # two K (so two task sets S), two seeds
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The models here are tiny: one torch thread runs them faster than two fighting over a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(out, **kw) -> Config:
+    return Config(**{**dict(K=4, N=12, iters=30, batch=8, D=16, evals=3, eval_train=16, eval_gen=16, eval_dense=8,
+                            ckpt_every=10, device=DEVICE, out=str(out)), **kw})
+
+
+def grid(root, **kw) -> list[Config]:
+    return [tiny(root / f"K{K}_s{seed}", K=K, seed=seed, **kw) for K, seed in GRID]
+
+
+def assert_same_state(a: dict, b: dict):
+    """Two single-run checkpoints (ckpt.pt) hold the same weights, AdamW state and RNG state."""
+    for k in a["model"]:
+        torch.testing.assert_close(a["model"][k], b["model"][k], rtol=REL, atol=REL)
+    for i, state in a["optimizer"]["state"].items():
+        for k, v in state.items():
+            torch.testing.assert_close(v, b["optimizer"]["state"][i][k], rtol=REL, atol=REL)
+    assert torch.equal(a["rng"], b["rng"]) and a["step"] == b["step"]
+
+
+def ckpt(run_dir):
+    return torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=False)
+
+
+def test_members_are_the_single_runs(tmp_path, same_numbers):
+    cfgs = grid(tmp_path / "ens", iters=100, eval_every=25)
+    rows = train.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)
+    for cfg, member_rows in zip(cfgs, rows):
+        single = tiny(tmp_path / "single" / os.path.basename(cfg.out), K=cfg.K, seed=cfg.seed, iters=100, eval_every=25)
+        assert same_numbers(member_rows, train.train(single, quiet=True), rel=REL)
+        assert_same_state(ckpt(cfg.out), ckpt(single.out))
+        full = train.read_metrics(cfg.out)[1]
+        dense = train.read_metrics(cfg.out, dense=True)[1]
+        assert [r["step"] for r in full] == eval_steps(100, 3)
+        assert [r["step"] for r in dense] == [0, 25, 50, 75, 100]
+        assert all(set(r) == {"step", "dense", "train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1",
+                              "phi_beta_2"} for r in dense)
+        for name in ["config.json", "fig2a.png", "model_0000100.pt"]:
+            assert os.path.exists(os.path.join(cfg.out, name))
+        train.load_run(cfg.out)
+    assert rows[0] != rows[1] and rows[0] != rows[2]  # the members really differ (seed, K)
+
+
+def test_dense_readouts_agree_with_the_full_evaluation(tmp_path):
+    """On the same sequences, --eval-every's cheap readouts are the full evaluation's numbers."""
+    cfg = tiny(tmp_path)
+    model = Transformer(cfg.C, cfg.D, max_len=cfg.N).to(DEVICE)
+    data = train.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
+    full = train.evaluate(model, data)
+    with torch.no_grad():
+        dense = ensemble.readouts(model, data["train"], data["gen"])
+    for k, v in dense.items():
+        assert v.item() == pytest.approx(full[k], rel=1e-5 if DEVICE == "cpu" else 1e-3), k
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
+    straight = train.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
+    step = torch.optim.AdamW.step
+    count = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):  # the process "dies" after 13 optimizer steps, past the step-10 checkpoint
+        if count["n"] == 13:
+            raise Killed
+        count["n"] += 1
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    with pytest.raises(Killed):
+        train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    resumed = train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
+    assert same_numbers(resumed, straight)
+    for K, seed in GRID:
+        name = f"K{K}_s{seed}"
+        assert same_numbers(train.read_metrics(tmp_path / "killed" / name)[1], straight[GRID.index((K, seed))])
+        assert_same_state(ckpt(tmp_path / "killed" / name), ckpt(tmp_path / "straight" / name))
+
+
+def test_ensemble_members_must_share_the_step_shapes(tmp_path):
+    with pytest.raises(ValueError, match="N"):
+        train.train_ensemble([tiny(tmp_path / "a"), tiny(tmp_path / "b", N=16)], str(tmp_path / "ckpt.pt"))
+
+
+@pytest.mark.parametrize("text, values", [("64,80,94", [64, 80, 94]), ("0-3", [0, 1, 2, 3]), ("0-3,7", [0, 1, 2, 3, 7]),
+                                          ("5", [5]), ("9-9", [9])])
+def test_parse_list(text, values):
+    assert parse_list("--K", text) == values
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("text, words", [("3-1", "empty range"), ("4,8,4", "more than once"), ("0-3,2", "more than once"),
+                                         ("4,,8", "cannot read"), ("-1", "cannot read"), ("1.5", "cannot read"),
+                                         ("", "cannot read")])
+def test_parse_list_rejects(text, words):
+    with pytest.raises(ValueError, match=words):
+        parse_list("--seeds", text)
+
+
+@pytest.mark.parametrize("args, words", [(["--K", "0,5"], "K must be"), (["--seeds", "3-1"], "empty range"),
+                                         (["--K", "4,8,4"], "more than once")])
+def test_bad_lists_are_one_line_and_exit_2(args, words):
+    r = cli(*args, "--print-commands")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
+
+
+def test_grid_on_the_command_line(tmp_path):
+    r = cli("--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
+            "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
+    cfg, rows = train.read_metrics(tmp_path / "K5_s1")
+    assert (cfg["K"], cfg["seed"], rows[-1]["step"]) == (5, 1, 4)
+    assert [r["step"] for r in train.read_metrics(tmp_path / "K5_s1", dense=True)[1]] == [0, 2, 4]
+
+
+@pytest.mark.skipif(attn.triton is None, reason="needs triton")
+def test_kernel_vmap_rule_folds_members_into_heads():
+    """vmap over the kernel (the ensemble's path on CUDA) = the reference per member, values and gradients."""
+    g = torch.Generator().manual_seed(0)
+    E, B, H, N, d = 3, 2, 2, 17, 16  # H = 2: a fold that mixes up members and heads shows
+    q, k, v = (torch.randn(E, B, H, N, d, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
+    bias = (0.5 * torch.randn(E, H, N, generator=g)).to(DEVICE).requires_grad_()
+    out = torch.func.vmap(attn.attention, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)
+    ref = torch.stack([attn.attention_reference(q[e], k[e], v[e], bias[e], True) for e in range(E)])
+    do = torch.randn(out.shape, generator=g).to(DEVICE)
+    tol = dict(rtol=1e-5, atol=1e-5) if DEVICE == "cpu" else dict(rtol=5e-3, atol=5e-3)
+    torch.testing.assert_close(out, ref, **tol)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v, bias), do), torch.autograd.grad(ref, (q, k, v, bias), do)):
+        torch.testing.assert_close(a, b, **tol)
+    lse = torch.func.vmap(attn.attention_forward, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)[1]
+    assert lse.shape == (E, B, H, N)
