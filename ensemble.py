@@ -29,17 +29,20 @@ from transformer import Transformer, phi_beta, phi_delta
 # ----------------------------------------------------------------------------- what is computed per model
 
 
-def lm_loss(model, seqs: torch.Tensor) -> torch.Tensor:
-    """The training loss: mean cross-entropy of s_{n+1} given s_0..s_n over a batch (B, N + 1)."""
-    logits = model(seqs[:, :-1])  # (B, N, C)
+def lm_loss(model, seqs: torch.Tensor, task: torch.Tensor | None = None) -> torch.Tensor:
+    """The training loss: mean cross-entropy of s_{n+1} given s_0..s_n over a batch (B, N + 1); task (B,) is
+    each sequence's chain, read only by a model with task injection."""
+    logits = model(seqs[:, :-1], task=task)  # (B, N, C)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
 
 
-def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
+def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor | None = None
+             ) -> dict[str, torch.Tensor]:
     """The dense readouts of one model (train.py --eval-every): losses on held-out sequences from S and
     from D_T, and the order parameters phi_delta, phi_beta of both layers on the S sequences (Appendix
-    "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device."""
-    logits, cache = model(train_seqs[:, :-1], cache=True)
+    "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device. train_task: the chains of
+    train_seqs (task injection); the fresh chains of gen_seqs have none."""
+    logits, cache = model(train_seqs[:, :-1], cache=True, task=train_task)
     out = {"train_loss": F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), train_seqs[:, 1:].reshape(-1)),
            "gen_loss": lm_loss(model, gen_seqs)}
     for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
@@ -62,8 +65,8 @@ class Single:
     def parameters(self) -> list[torch.Tensor]:
         return list(self.module.parameters())
 
-    def step(self, seqs: torch.Tensor) -> torch.Tensor:
-        loss = lm_loss(self.module, seqs[0])
+    def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(self.module, seqs[0], task[0])
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
@@ -73,8 +76,8 @@ class Single:
         return self.module
 
     @torch.no_grad()
-    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {k: v[None] for k, v in readouts(self.module, train_seqs[0], gen_seqs[0]).items()}
+    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v[None] for k, v in readouts(self.module, train_seqs[0], gen_seqs[0], train_task[0]).items()}
 
     def member_state(self, e: int) -> dict:
         return {"model": self.module.state_dict(), "optimizer": self.opt.state_dict()}
@@ -104,9 +107,9 @@ class Ensemble:
         """Member weights (slices seen inside vmap) -> a callable with the model's forward signature."""
         return lambda seqs, **kw: functional_call(self.template, (params, buffers), (seqs,), kw)
 
-    def step(self, seqs: torch.Tensor) -> torch.Tensor:
-        """One AdamW step of every member on its own batch, seqs (E, B, N + 1) -> losses (E,)."""
-        losses = vmap(lambda p, b, s: lm_loss(self._member(p, b), s))(self.params, self.buffers, seqs)
+    def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """One AdamW step of every member on its own batch, seqs (E, B, N + 1), chains task (E, B) -> losses (E,)."""
+        losses = vmap(lambda p, b, s, t: lm_loss(self._member(p, b), s, t))(self.params, self.buffers, seqs, task)
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no weights: each gets the gradient of its own loss
         self.opt.step()
@@ -120,10 +123,10 @@ class Ensemble:
         return self.scratch
 
     @torch.no_grad()
-    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """readouts() of all members in one batched call: (E, n, N + 1) each -> dict of (E,)."""
-        return vmap(lambda p, b, tr, ge: readouts(self._member(p, b), tr, ge))(
-            self.params, self.buffers, train_seqs, gen_seqs)
+    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
+        """readouts() of all members in one batched call: (E, n, N + 1) each, chains (E, n) -> dict of (E,)."""
+        return vmap(lambda p, b, tr, ge, t: readouts(self._member(p, b), tr, ge, t))(
+            self.params, self.buffers, train_seqs, gen_seqs, train_task)
 
     def member_state(self, e: int) -> dict:
         """Member e's weights and AdamW state in the format of a single run's checkpoint (copies, so
@@ -161,7 +164,8 @@ class GraphedStep:
 
     def __init__(self, trainer, shape: tuple[int, ...], device: torch.device, warmup: int = 3):
         self.trainer = trainer
-        self.seqs = torch.zeros(shape, dtype=torch.long, device=device)  # static input (E, B, N + 1)
+        self.seqs = torch.zeros(shape, dtype=torch.long, device=device)  # static inputs: (E, B, N + 1)
+        self.task = torch.zeros(shape[:2], dtype=torch.long, device=device)  # and the chains (E, B)
         params, opt = trainer.parameters(), trainer.opt
         saved_params = [p.detach().clone() for p in params]
         saved_state = {p: {k: v.clone() for k, v in opt.state[p].items()} for p in params if p in opt.state}
@@ -169,7 +173,7 @@ class GraphedStep:
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(warmup):
-                trainer.step(self.seqs)
+                trainer.step(self.seqs, self.task)
         torch.cuda.current_stream(device).wait_stream(side)
         with torch.no_grad():
             for p, saved in zip(params, saved_params):
@@ -183,9 +187,10 @@ class GraphedStep:
         opt.zero_grad(set_to_none=True)  # gradients are then allocated inside the graph's memory pool
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.loss = trainer.step(self.seqs)
+            self.loss = trainer.step(self.seqs, self.task)
 
-    def step(self, seqs: torch.Tensor) -> torch.Tensor:
+    def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         self.seqs.copy_(seqs)
+        self.task.copy_(task)
         self.graph.replay()
         return self.loss

@@ -66,6 +66,10 @@ class Config:
     ckpt_every: int = 500  # also checkpoint at least this often (a killed run loses at most this many steps)
     eval_train: int = 512  # held-out sequences from S (the paper: 8 K)
     eval_gen: int = 512  # held-out sequences from fresh chains of D_T (the paper: 2048)
+    # the kinetic perturbations of Fig. 7c (Appendix "Gradient Reweighting", "Task Injection"):
+    prev_weight: float = 1.0  # w: gradient through layer 1's previous-token attention scaled by w, forward unchanged
+    base_iters: int = 0  # with w < 1, iters = base_iters / w (the paper's x 1/w budget); 0 when not scaled
+    task_injection: bool = False  # a learned D-vector per chain of S added to MLP1's input
     device: str = "cpu"
     out: str = ""  # default runs/K<K>_s<seed>
 
@@ -83,6 +87,10 @@ def make_config(args: argparse.Namespace) -> Config:
     values.update({f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name, None) is not None})
     values.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")  # where the preset was chosen for
     cfg = Config(**values)
+    if not 0 < cfg.prev_weight <= 1:
+        raise ValueError(f"prev_weight must be in (0, 1], got {cfg.prev_weight}")
+    if cfg.prev_weight < 1 and cfg.base_iters == 0:  # the slower dynamics get 1/w times the iterations
+        cfg.base_iters, cfg.iters = cfg.iters, math.ceil(cfg.iters / cfg.prev_weight)
     if cfg.eval_train == 0:
         cfg.eval_train = min(8 * cfg.K, 8192)  # the paper evaluates L_train on 8 K sequences
     check_int("K", cfg.K, 1)
@@ -117,9 +125,11 @@ def eval_steps(iters: int, n: int) -> list[int]:
 
 
 def make_eval_data(cfg: Config, tasks: TaskSet) -> dict:
-    """Fixed held-out batches from S and from D_T, and the four predictors on them (computed once)."""
+    """Fixed held-out batches from S (with their chains, "train_task") and from D_T, and the four predictors on
+    them (computed once)."""
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 7)
-    data = {"train": tasks.batch(cfg.eval_train, cfg.N + 1, g)[0], "gen": tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]}
+    data = dict(zip(("train", "train_task"), tasks.batch(cfg.eval_train, cfg.N + 1, g)))
+    data["gen"] = tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]
     for split in ("train", "gen"):
         seqs = data[split]
         for name in PREDICTORS:
@@ -129,11 +139,13 @@ def make_eval_data(cfg: Config, tasks: TaskSet) -> dict:
     return data
 
 
-def make_dense_data(cfg: Config, tasks: TaskSet) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, drawn
-    from their own stream so that the full evaluation's data does not depend on --eval-every."""
+def make_dense_data(cfg: Config, tasks: TaskSet) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, and the
+    chains of the S sequences; drawn from their own stream so that the full evaluation's data does not
+    depend on --eval-every."""
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 11)
-    return tasks.batch(cfg.eval_dense, cfg.N + 1, g)[0], tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0]
+    train_seqs, train_task = tasks.batch(cfg.eval_dense, cfg.N + 1, g)
+    return train_seqs, tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0], train_task
 
 
 @torch.no_grad()
@@ -150,7 +162,8 @@ def evaluate(model: Transformer, data: dict, chunk: int = 256) -> dict:
         for start in range(0, n, chunk):
             s = seqs[start : start + chunk]
             w = s.shape[0] / n
-            logits, cache = model(s[:, :-1], cache=True)
+            task = data["train_task"][start : start + chunk] if split == "train" else None  # D_T: no known chain
+            logits, cache = model(s[:, :-1], cache=True, task=task)
             logq = F.log_softmax(logits.float(), -1)
             loss += nll(logq, s).mean().item() * w
             for name in PREDICTORS:  # D(pi_hat, pi_theta) = 1/2 <KL>_S + 1/2 <KL>_{D_T}
@@ -236,10 +249,19 @@ def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, qui
         if differ:
             why = "shapes of the batched step" if set(differ) & set(step_shape) else "the common training schedule"
             raise ValueError(f"ensemble members differ in {', '.join(differ)} ({why}); train them in separate groups")
+    if cfgs[0].task_injection and len({cfg.K for cfg in cfgs}) > 1:
+        raise ValueError("with task injection the embedding table is (K, D), a shape of the batched step: "
+                         "members must share K; train them in separate groups")
     outs = [cfg.out for cfg in cfgs]
     if len(set(outs)) != len(outs):
         raise ValueError("ensemble members need distinct output directories")
     return fit(cfgs, ckpt_path, ensemble=True, resume=resume, quiet=quiet, graph=graph)
+
+
+def build_model(cfg: Config) -> Transformer:
+    """The run's transformer, with the perturbations its config asks for (weights still to be set)."""
+    return Transformer(cfg.C, cfg.D, max_len=cfg.N, prev_weight=cfg.prev_weight,
+                       n_tasks=cfg.K if cfg.task_injection else 0)
 
 
 def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet: bool, graph: bool) -> list[list[dict]]:
@@ -254,7 +276,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     tasks = [TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
     models = []
     for cfg in cfgs:
-        model = Transformer(cfg.C, cfg.D, max_len=cfg.N)
+        model = build_model(cfg)
         model.reset_parameters(torch.Generator().manual_seed(cfg.seed))  # on the CPU: same init on every device
         models.append(model.to(device))
     adamw = dict(lr=c0.lr, betas=(c0.beta1, c0.beta2), weight_decay=c0.weight_decay, capturable=graph)
@@ -315,8 +337,8 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
             t_last, step_last = time.time(), step
         if step == c0.iters:
             break
-        seqs = torch.stack([t.batch(c0.batch, c0.N + 1, g)[0] for t, g in zip(tasks, gens)])  # (E, B, N + 1)
-        loss = step_fn(seqs)
+        seqs, chains = (torch.stack(x) for x in zip(*(t.batch(c0.batch, c0.N + 1, g) for t, g in zip(tasks, gens))))
+        loss = step_fn(seqs, chains)  # seqs (E, B, N + 1), their chains (E, B)
     for e, cfg in enumerate(cfgs):
         if ensemble:  # each finished member looks like a finished single run
             save_atomic(states[e], os.path.join(cfg.out, "ckpt.pt"))
@@ -404,7 +426,7 @@ def load_run(run_dir: str, step: int | None = None, device: str = "cpu") -> tupl
     step = steps[-1] if step is None else step
     if step not in steps:
         raise ValueError(f"{run_dir!r} has no checkpoint at step {step} (saved: {steps[0]}..{steps[-1]})")
-    model = Transformer(cfg.C, cfg.D, max_len=cfg.N)
+    model = build_model(cfg)
     model.load_state_dict(torch.load(os.path.join(run_dir, f"model_{step:07d}.pt"), map_location=device))
     tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
     return cfg, rows, model.to(device).eval(), tasks
@@ -515,7 +537,7 @@ def member_commands(args: argparse.Namespace, cfgs: list[Config]) -> list[list[s
     for f in fields(Config):
         value = getattr(args, f.name, None)
         if value is not None and f.name not in ("K", "seed", "out", "preset"):
-            passthrough += [f"--{f.name.replace('_', '-')}", str(value)]
+            passthrough += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
     passthrough += ["--resume"] * args.resume + ["--no-graph"] * args.no_graph
     return [[sys.executable, os.path.abspath(__file__), "--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset,
              "--out", cfg.out, "--threads", "1", *passthrough] for cfg in cfgs]
@@ -561,8 +583,11 @@ def main():
     parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 (default 256)")
     parser.add_argument("--seeds", "--seed", default="0", help="model seed(s), same syntax as --K: 0-15, 0-3,7")
     for f in fields(Config):
-        if f.name not in ("preset", "K", "seed"):
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None, dest=f.name)
+        flag = f"--{f.name.replace('_', '-')}"
+        if f.type is bool:
+            parser.add_argument(flag, action="store_true", default=None, dest=f.name)
+        elif f.name not in ("preset", "K", "seed", "base_iters"):  # base_iters is set from --prev-weight
+            parser.add_argument(flag, type=type(f.default), default=None, dest=f.name)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint(s) under OUT")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (grid processes get 1 each)")
     parser.add_argument("--no-graph", action="store_true", help="CUDA: run the step eagerly, not as a CUDA graph")

@@ -103,7 +103,9 @@ class Transformer(nn.Module):
         x0 token embedding       A1, A2 attention weights (B, N, N), row = query position
         att1, mlp1, att2, mlp2   block outputs written into the residual stream
         y1, x1, y2, x2           residual stream after each block
-    `task` (B,) gives the chain of each sequence when task injection is on."""
+    `task` (B,) gives the chain of each sequence when task injection is on; task=None (sequences from
+    fresh chains of D_T, whose identity the model cannot have learned) injects the mean of the K learned
+    embeddings, the one input that carries no chain identity and stays on the scale seen in training."""
 
     def __init__(self, C: int = 10, D: int = 64, position: str = "rotary", mlp1: bool = True,
                  n_tasks: int = 0, prev_weight: float = 1.0, max_len: int = 1024):
@@ -141,7 +143,10 @@ class Transformer(nn.Module):
         y1 = x0 + att1
         mlp1 = torch.zeros_like(y1)
         if self.mlp1 is not None:
-            inject = self.task_embedding(task).unsqueeze(1) if self.task_embedding is not None else 0.0
+            inject = 0.0
+            if self.task_embedding is not None:  # a sequence of unknown chain (D_T) gets the mean over S
+                inject = (self.task_embedding(task).unsqueeze(1) if task is not None
+                          else self.task_embedding.weight.mean(0))
             mlp1 = self.mlp1(y1 + inject)
         x1 = y1 + mlp1
         att2, A2 = self.att2(x1, need_weights=cache)

@@ -66,11 +66,11 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[fl
     step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
 
     def sample():
-        return torch.stack([t.batch(B, N + 1, g)[0] for t, g in zip(tasks, gens)])
+        return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]  # seqs, chains
 
-    seqs = sample()
-    fixed = timed(lambda: step(seqs), device, repeats)
-    sampled = timed(lambda: step(sample()), device, repeats)
+    batch = sample()
+    fixed = timed(lambda: step(*batch), device, repeats)
+    sampled = timed(lambda: step(*sample()), device, repeats)
     peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}" if device.type == "cuda" else "-"
     return fixed, sampled, peak
 
