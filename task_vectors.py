@@ -22,7 +22,8 @@ In 2-Mem, Att2 averages MLP1's pair embeddings over the sequence, phi_n = (1/n) 
                (1/N) E (diag(p^k) - p^k p^kT) E^T, p^k the chain's pair distribution (the multinomial
                covariance of the pair counts; the appendix writes p^k - p^k p^kT, without the diag).
                I(K; phi) = H(phi) - H(phi | K): H(phi | K) in closed form, H(phi) by Monte Carlo
-               (1000 samples); reported as I / log2 K through training, for several K.
+               (1000 samples) with a control variate of known mean (`mutual_information`); reported
+               as I / log2 K through training, for several K.
 
     python task_vectors.py                                   # or: python trace.py task-vectors
     python task_vectors.py --run runs/K16_s0 --Ks 4,16,64    # the defaults; missing quick runs are trained
@@ -172,10 +173,16 @@ def task_vector_gaussians(E: torch.Tensor, P: torch.Tensor, N: int = N_INFO, var
 
 
 def mutual_information(means: torch.Tensor, covs: torch.Tensor, n_samples: int = MC_SAMPLES,
-                       generator: torch.Generator | None = None) -> tuple[float, float]:
+                       generator: torch.Generator | None = None, paired: bool = True) -> tuple[float, float]:
     """I(K; phi) in bits for the uniform mixture of the Gaussians N(means[k], covs[k]) (eqs. tv_info_first,
-    tv_info_last): H(phi | K) in closed form, H(phi) from n_samples draws of the mixture. Returns
-    (I, its Monte Carlo standard error)."""
+    tv_info_last), from n_samples draws x of the mixture (chain k_x). Returns (I, its Monte Carlo
+    standard error).
+
+    paired=False is the appendix's estimator: H(phi | K) in closed form, H(phi) = <-log p(x)>. Its
+    error is that of an entropy estimate, ~sqrt(d / 2) nats / sqrt(n_samples): ~0.1 bit for d ~ 15 and
+    1000 samples, enough to push I / log2 K above 1 at K = 4. paired=True subtracts the control variate
+    -log p(x | k_x) - H(phi | K), whose mean is zero: I = <log p(x | k_x) - log p(x)>, the same
+    expectation from the same draws, each term at most log K."""
     K, d = means.shape
     chol = torch.linalg.cholesky(covs)  # (K, d, d)
     logdet = 2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)  # (K,)
@@ -183,25 +190,34 @@ def mutual_information(means: torch.Tensor, covs: torch.Tensor, n_samples: int =
     k = torch.randint(K, (n_samples,), generator=generator)
     eps = torch.randn(n_samples, d, 1, generator=generator, dtype=means.dtype)
     x = means[k] + (chol[k] @ eps)[..., 0]  # (n, d) draws of the mixture
-    diff = (x[:, None, :] - means[None]).unsqueeze(-1)  # (n, K, d, 1)
-    maha = torch.linalg.solve_triangular(chol[None], diff, upper=False).square().sum((-2, -1))  # (n, K)
-    log_pk = -0.5 * (maha + logdet + d * math.log(2 * math.pi))  # log p(x | k)
+    eye = torch.eye(d, dtype=means.dtype).expand(K, d, d)
+    whiten = torch.linalg.solve_triangular(chol, eye, upper=False)  # (K, d, d): L_k^-1
+    z = whiten @ x.T - whiten @ means[:, :, None]  # (K, d, n): L_k^-1 (x - m_k)
+    maha = z.square().sum(1).T  # (n, K)
+    log_pk = -0.5 * (maha + logdet + d * math.log(2 * math.pi))  # log p(x | j)
     neg_log_mix = -(torch.logsumexp(log_pk, 1) - math.log(K))  # -log p(x)
-    info = (neg_log_mix.mean() - h_given_k) / math.log(2)
-    return info.item(), (neg_log_mix.std() / math.sqrt(n_samples) / math.log(2)).item()
+    if paired:
+        terms = log_pk[torch.arange(n_samples), k] + neg_log_mix  # log p(x | k_x) - log p(x)
+        info = terms.mean()
+    else:
+        terms = neg_log_mix
+        info = neg_log_mix.mean() - h_given_k
+    return (info / math.log(2)).item(), (terms.std() / math.sqrt(n_samples) / math.log(2)).item()
 
 
 def information_curve(run_dir: str, seed: int = 0) -> dict:
-    """I(K; phi) / log2 K, its standard error (same units) and the PC dimension at every saved step."""
+    """At every saved step: I(K; phi) / log2 K by the paired estimator ("fraction") and by the appendix's
+    ("fraction_unpaired", the same draws), their standard errors (same units), and the PC dimension."""
     cfg, rows, _, tasks = train.load_run(run_dir)
     P = pair_distributions(tasks)
-    out = {"fraction": {}, "stderr": {}, "dims": {}}
+    out = {key: {} for key in ("fraction", "stderr", "fraction_unpaired", "stderr_unpaired", "dims")}
     for r in rows:
         _, _, model, _ = train.load_run(run_dir, r["step"])
         means, covs = task_vector_gaussians(pair_embeddings(model), P)
-        info, err = mutual_information(means, covs, generator=torch.Generator().manual_seed(seed))
-        out["fraction"][r["step"]] = info / math.log2(cfg.K)
-        out["stderr"][r["step"]] = err / math.log2(cfg.K)
+        for paired, suffix in ((True, ""), (False, "_unpaired")):
+            info, err = mutual_information(means, covs, generator=torch.Generator().manual_seed(seed), paired=paired)
+            out["fraction" + suffix][r["step"]] = info / math.log2(cfg.K)
+            out["stderr" + suffix][r["step"]] = err / math.log2(cfg.K)
         out["dims"][r["step"]] = means.shape[1]
     return out
 
@@ -292,11 +308,15 @@ def plot(result: dict, embedded: dict, path: str):
         ax.set_title(f"patching {block} at step {result['checkpoints'][mem]['step']}: similarity", fontsize=10)
 
     ax = axes[1][3]
-    for K_info, curve in sorted(result["information"].items(), key=lambda kv: int(kv[0])):
+    for i, (K_info, curve) in enumerate(sorted(result["information"].items(), key=lambda kv: int(kv[0]))):
         steps = sorted(curve)
+        x = [max(s, 1) for s in steps]
         err = result["information_stderr"][K_info]
-        ax.errorbar([max(s, 1) for s in steps], [curve[s] for s in steps], yerr=[err[s] for s in steps],
-                    marker=".", ms=3, capsize=1, label=f"K = {K_info}")
+        ax.errorbar(x, [curve[s] for s in steps], yerr=[err[s] for s in steps], color=f"C{i}", marker=".", ms=3,
+                    capsize=1, label=f"K = {K_info}")
+        unpaired = result["information_unpaired"][K_info]
+        ax.plot(x, [unpaired[s] for s in steps], "x", color=f"C{i}", ms=3, alpha=0.5,
+                label="appendix's estimator (same draws)" if i == 0 else None)
     ax.axhline(1, color="gray", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("step")
@@ -367,11 +387,11 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
         patching[name] = patching_matrix(model, tasks, seqs_A, seqs_B, block, two_point=name == "2mem")
     print(f"patching done, {time.time() - t0:.0f} s", flush=True)
 
-    information, info_err, dims, info_runs_by_K = {}, {}, {}, {}
+    curves, info_runs_by_K = {}, {}
     for d in info_runs:
         K = train.load_run(d)[0].K
-        curve = information_curve(d, seed)
-        information[K], info_err[K], dims[K], info_runs_by_K[K] = curve["fraction"], curve["stderr"], curve["dims"], d
+        curves[K], info_runs_by_K[K] = information_curve(d, seed), d
+    information = {K: c["fraction"] for K, c in curves.items()}
     print(f"information done, {time.time() - t0:.0f} s", flush=True)
 
     result = {
@@ -380,8 +400,10 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
         "patching_2mem": patching["2mem"],
         "patching_1mem": patching["1mem"],
         "information": information,
-        "information_stderr": info_err,
-        "information_pc_dims": dims,
+        "information_stderr": {K: c["stderr"] for K, c in curves.items()},
+        "information_unpaired": {K: c["fraction_unpaired"] for K, c in curves.items()},
+        "information_unpaired_stderr": {K: c["stderr_unpaired"] for K, c in curves.items()},
+        "information_pc_dims": {K: c["dims"] for K, c in curves.items()},
         "checkpoints": {**checkpoints, "tsne": tsne_steps},
         "phase": {r["step"]: phase(r) for r in rows},
         "geometry": scores,
