@@ -97,10 +97,11 @@ def tsne_2d(X: np.ndarray, seed: int = 0) -> np.ndarray:
 
 def similarity(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """Per sequence exp(-D_KL^{S_N}(p || q) / D_KL^{S_N}(uniform || q)): 1 when the predictor p and the
-    model q agree, ~e^-1 when p is as far from q as the uniform distribution is. logp, logq (B, N, C);
+    model q agree, e^-1 when p is as far from q as the uniform distribution is. logp, logq (B, N, C);
     returns (B,)."""
     C = logq.shape[-1]
-    kl = (logp.exp() * (logp - logq)).sum(-1).mean(1)  # (B,): mean over positions
+    terms = torch.where(logp == -math.inf, 0.0, logp.exp() * (logp - logq))  # 0 log 0 = 0, as in bayes.kl_div
+    kl = terms.sum(-1).mean(1)  # (B,): mean over positions
     kl_uniform = (-math.log(C) - logq).mean(-1).mean(1)  # sum_c (1/C) (log(1/C) - log q_c)
     return torch.exp(-kl / kl_uniform)
 
