@@ -77,8 +77,9 @@ def two_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:
 # ----------------------------------------------------------------------------- memorizing predictors
 
 
-def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.Tensor:
-    """Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's dtype.
+def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool, state_seqs: torch.Tensor | None = None) -> torch.Tensor:
+    """Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's dtype: the
+    posterior at n from seqs[:, :n+1], the current state from state_seqs[:, n] (default: seqs).
 
     The log-likelihood of s_0..s_n under chain k is a sum of one term per position,
     log theta_k[stat_i]: log p_k(s_0), then log T_k[s_i, s_{i-1}] (2-Mem) or log p_k(s_i) (1-Mem).
@@ -94,6 +95,9 @@ def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.T
     log_p = stationary(T).log()  # (K, C); also checks T
     seqs = check_seqs(seqs, C).to(T.device)
     B, L = seqs.shape
+    state_seqs = seqs if state_seqs is None else check_seqs(state_seqs, C, "state_seqs").to(T.device)
+    if state_seqs.shape != seqs.shape:
+        raise ValueError(f"state_seqs must have the shape of seqs {tuple(seqs.shape)}, got {tuple(state_seqs.shape)}")
     if two_point:  # statistic s_0 for the first state, C + mu*C + tau for a transition mu -> tau
         log_theta = torch.cat([log_p, T.log().transpose(1, 2).reshape(K, C * C)], 1)
         stat = torch.cat([seqs[:, :1], C + seqs[:, :-1] * C + seqs[:, 1:]], 1)
@@ -118,7 +122,7 @@ def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.T
     per_chunk = max(1, CHUNK_ELEMENTS // (nb * K))  # sequences whose anchors fit a chunk
     step = max(1, CHUNK_ELEMENTS // K)  # positions whose weights fit a chunk
     for s0 in range(0, B, per_chunk):
-        s, st = seqs[s0 : s0 + per_chunk], stat[s0 : s0 + per_chunk]
+        s, st = state_seqs[s0 : s0 + per_chunk], stat[s0 : s0 + per_chunk]
         b = s.shape[0]
         # anchors: the log-likelihood of the blocks before block q, for every block q
         block_stat = torch.arange(L, device=dev) // A * S + st
@@ -127,8 +131,8 @@ def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool) -> torch.T
         counts = counts.cumsum(1) - counts  # counts over the blocks before block q
         anchors = counts.view(b * nb, S) @ log_theta
         table = torch.cat([log_theta, anchors, log_theta.new_zeros(1, K)])  # terms, anchors, a zero row
-        # positions grouped by s_n; the bag of position n of sequence i: its anchor, the terms of
-        # positions qA..n (q = n // A), and the zero row for the rest of the block
+        # positions grouped by their state s_n (from state_seqs); the bag of position n of sequence i:
+        # its anchor, the terms of positions qA..n (q = n // A), and the zero row for the rest of the block
         states = s.reshape(-1)
         order = torch.argsort(states, stable=True)
         bounds = [0] + torch.bincount(states, minlength=C).cumsum(0).tolist()
@@ -160,6 +164,13 @@ def one_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
 def two_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """2-Mem: posterior over the chains of T from p_k(s_0) prod_i T_k[s_i, s_{i-1}]. Returns (B, L, C)."""
     return _memorizing(seqs, T, two_point=True)
+
+
+def mixed_mem(post_seqs: torch.Tensor, state_seqs: torch.Tensor, T: torch.Tensor, two_point: bool = True) -> torch.Tensor:
+    """The memorizing predictor with its two inputs taken from different sequences (Appendix "Patching"):
+    out[:, n] = sum_k P(k | post_seqs[:, :n+1]) T_k[:, state_seqs[:, n]], with the 2-Mem likelihood (or
+    the 1-Mem one if not two_point). Equal to two_mem / one_mem when both are the same. Returns (B, L, C)."""
+    return _memorizing(post_seqs, T, two_point, state_seqs)
 
 
 def predict(name: str, seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import bayes
-from bayes import (ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, nll, one_gen, one_mem,
-                   two_gen, two_mem)
+from bayes import (ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, mixed_mem, nll, one_gen,
+                   one_mem, two_gen, two_mem)
 from markov import TaskSet, sample_chains, sample_sequences, stationary
 
 
@@ -34,11 +34,13 @@ def brute_gen(seqs, C, two_point):
     return out.log()
 
 
-def brute_mem(seqs, T, two_point):
-    """Posterior over the K chains from the likelihood of s_0..s_n, then sum_k P(k) T_k[:, s_n]."""
+def brute_mem(seqs, T, two_point, state_seqs=None):
+    """Posterior over the K chains from the likelihood of s_0..s_n, then sum_k P(k) T_k[:, s'_n] with
+    s' = state_seqs (default seqs)."""
     K, C = T.shape[0], T.shape[-1]
     p = stationary(T)
     B, L = seqs.shape
+    state_seqs = seqs if state_seqs is None else state_seqs
     out = torch.empty(B, L, C, dtype=torch.float64)
     for b in range(B):
         s = seqs[b].tolist()
@@ -51,7 +53,7 @@ def brute_mem(seqs, T, two_point):
                 loglik.append(ll)
             post = torch.softmax(torch.tensor(loglik, dtype=torch.float64), 0)
             for tau in range(C):
-                out[b, n, tau] = sum(post[k] * T[k, tau, s[n]] for k in range(K))
+                out[b, n, tau] = sum(post[k] * T[k, tau, state_seqs[b, n]] for k in range(K))
     return out.log()
 
 
@@ -74,6 +76,26 @@ def test_memorizing_predictors_match_brute_force(K, C, L):
     seqs, _ = sample_sequences(T, 3, L, gen(L + 100))
     torch.testing.assert_close(one_mem(seqs, T), brute_mem(seqs, T, False))
     torch.testing.assert_close(two_mem(seqs, T), brute_mem(seqs, T, True))
+
+
+@pytest.mark.parametrize("K, C, L", CASES)
+def test_mixed_memorizing_predictor_matches_brute_force(K, C, L):
+    """Posterior from one batch, current state from another (Appendix "Patching")."""
+    T = sample_chains(K, C, 1.0, gen(K + 200)).double()
+    T = T / T.sum(1, keepdim=True)
+    post, _ = sample_sequences(T, 3, L, gen(L + 200))
+    state, _ = sample_sequences(T, 3, L, gen(L + 300))
+    for two_point in (True, False):
+        torch.testing.assert_close(mixed_mem(post, state, T, two_point), brute_mem(post, T, two_point, state))
+
+
+def test_mixed_memorizing_predictor_on_one_batch_is_the_plain_one():
+    tasks = TaskSet.create(30, seed=4)
+    seqs, _ = tasks.batch(5, 50, gen(9))
+    assert torch.equal(mixed_mem(seqs, seqs, tasks.T), two_mem(seqs, tasks.T))
+    assert torch.equal(mixed_mem(seqs, seqs, tasks.T, two_point=False), one_mem(seqs, tasks.T))
+    with pytest.raises(ValueError, match="state_seqs"):
+        mixed_mem(seqs, seqs[:, :-1], tasks.T)
 
 
 def test_float32_memorizing_predictors_are_close_to_float64():

@@ -1,0 +1,211 @@
+"""task_vectors.py: patching against the model's own forward (no-op into itself, never a silent no-op),
+the mixed predictors' roles, the similarity, the Gaussian task-vector model against multinomial draws,
+the mutual-information estimator at its limits and on a 1-D quadrature, the separability metric, and a
+tiny end-to-end run."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import cli
+import task_vectors as tv
+import train
+from markov import TaskSet, sample_chains, sample_sequences
+from trace import run_edges
+from transformer import Transformer
+
+C, D = 5, 16
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def model():
+    m = Transformer(C, D, max_len=32)
+    m.reset_parameters(gen(1))
+    return m.eval()
+
+
+@pytest.fixture
+def batches():
+    tasks = TaskSet.create(6, C, seed=2)
+    return tasks, *tv.patch_pair(tasks, 7, 21, gen(3))  # (tasks, S_A, S_B), 20 predictions each
+
+
+# ----------------------------------------------------------------------------- patching
+
+
+@pytest.mark.parametrize("block", ["A1", "A2"])
+def test_patching_a_batch_into_itself_changes_nothing(model, batches, block):
+    _, seqs_A, _ = batches
+    runs = tv.patched_runs(model, seqs_A, seqs_A, block)
+    for name in tv.CONDITIONS:
+        torch.testing.assert_close(runs[name], runs["S_A"], rtol=0, atol=1e-6)
+
+
+@torch.no_grad()
+def reference_patch(model, x_into, x_from, block):
+    """Logits of x_into with `block`'s output taken from x_from, written with transformer.py's own blocks."""
+    _, into = model(x_into, cache=True)
+    _, src = model(x_from, cache=True)
+    if block == "A2":
+        y2 = into["x1"] + src["att2"]
+    else:
+        y1 = into["x0"] + src["att1"]
+        x1 = y1 + model.mlp1(y1)
+        y2 = x1 + model.att2(x1)[0]
+    return torch.log_softmax(model.W_U(y2 + model.mlp2(y2)), -1)
+
+
+@pytest.mark.parametrize("block", ["A1", "A2"])
+def test_patches_match_the_model_forward_and_change_the_output(model, batches, block):
+    """The right block, the right direction, and a visible effect on a random model."""
+    _, seqs_A, seqs_B = batches
+    runs = tv.patched_runs(model, seqs_A, seqs_B, block)
+    x_A, x_B = seqs_A[:, :-1], seqs_B[:, :-1]
+    torch.testing.assert_close(runs["S_A"], torch.log_softmax(model(x_A), -1), rtol=0, atol=1e-5)
+    torch.testing.assert_close(runs["S_B + phi_A"], reference_patch(model, x_B, x_A, block), rtol=0, atol=1e-5)
+    torch.testing.assert_close(runs["S_A + phi_B"], reference_patch(model, x_A, x_B, block), rtol=0, atol=1e-5)
+    for patched, own in (("S_B + phi_A", "S_B"), ("S_A + phi_B", "S_A")):
+        assert (runs[patched] - runs[own]).abs().max() > 1e-2, f"{block}: {patched} equals {own}"
+
+
+def test_mixed_predictors_take_the_posterior_from_the_first_letter():
+    """Two distinct chains and long sequences: the posterior collapses, so "AB" is chain A's
+    transition column at B's current state."""
+    T = sample_chains(2, C, 1.0, gen(4))
+    seqs_A, _ = sample_sequences(T, 3, 300, gen(5), chain_idx=torch.zeros(3, dtype=torch.long))
+    seqs_B, _ = sample_sequences(T, 3, 300, gen(6), chain_idx=torch.ones(3, dtype=torch.long))
+    preds = tv.mixed_predictors(seqs_A, seqs_B, T, two_point=True)
+    n = seqs_A.shape[1] - 2  # the last of the model's predictions
+    for name in tv.PAIRS:
+        post, state = {"A": 0, "B": 1}[name[0]], {"A": seqs_A, "B": seqs_B}[name[1]]
+        expected = T[post][:, state[:, n]].T.log()  # (3, C)
+        torch.testing.assert_close(preds[name][:, n], expected, rtol=0, atol=1e-4)
+
+
+def test_similarity_is_one_for_agreement_and_e_inverse_for_uniform():
+    logq = torch.log_softmax(torch.randn(4, 9, C, generator=gen(7)), -1)
+    logp = torch.log_softmax(torch.randn(4, 9, C, generator=gen(8)), -1)
+    uniform = torch.full_like(logq, -math.log(C))
+    torch.testing.assert_close(tv.similarity(logq, logq), torch.ones(4))
+    torch.testing.assert_close(tv.similarity(uniform, logq), torch.full((4,), math.exp(-1)))
+    kl = lambda a, b: (a.exp() * (a - b)).sum(-1).mean(1)  # per sequence, mean over positions
+    torch.testing.assert_close(tv.similarity(logp, logq), torch.exp(-kl(logp, logq) / kl(uniform, logq)))
+
+
+# ----------------------------------------------------------------------------- information content
+
+
+def test_pair_embeddings_and_distributions_are_indexed_mu_times_C_plus_tau(model):
+    E = tv.pair_embeddings(model)
+    for mu, tau in [(0, 3), (4, 1), (2, 2)]:
+        _, acts = run_edges(model, torch.tensor([[mu, tau]]), cache=True)
+        torch.testing.assert_close(E[:, mu * C + tau], acts["MLP1"][0, -1].double(), rtol=0, atol=1e-6)
+    tasks = TaskSet.create(3, C, seed=9)
+    P = tv.pair_distributions(tasks)
+    for k, mu, tau in [(0, 1, 4), (2, 3, 0)]:
+        assert math.isclose(P[k, mu * C + tau], tasks.p[k, mu] * tasks.T[k, tau, mu], rel_tol=1e-6)
+    torch.testing.assert_close(P.sum(1), torch.ones(3, dtype=torch.float64))
+
+
+def test_task_vector_gaussians_match_multinomial_draws():
+    """Mean and covariance of phi = (1/N) E n with n ~ Multinomial(N, p^k), sampled. All the variance is
+    kept, so the PC projection is an isometry on the embeddings' span: compare distances and spectra."""
+    N, draws, C3, D3 = 16, 40_000, 3, 4
+    E = torch.randn(D3, C3 * C3, generator=gen(10), dtype=torch.float64)
+    P = tv.pair_distributions(TaskSet.create(2, C3, seed=11))
+    means, covs = tv.task_vector_gaussians(E, P, N=N, var_kept=1 - 1e-9)
+    assert means.shape[1] == D3
+    g = gen(12)
+    phis = []
+    for k in range(2):
+        idx = torch.multinomial(P[k], N * draws, replacement=True, generator=g).view(draws, N)
+        counts = torch.nn.functional.one_hot(idx, C3 * C3).sum(1).double()  # (draws, C^2)
+        phis.append(counts @ E.T / N)  # (draws, D)
+        spectrum = torch.linalg.eigvalsh(torch.cov(phis[k].T))
+        torch.testing.assert_close(torch.linalg.eigvalsh(covs[k]), spectrum, rtol=0.05, atol=1e-4)
+    gap = (phis[0].mean(0) - phis[1].mean(0)).norm()
+    torch.testing.assert_close((means[0] - means[1]).norm(), gap, rtol=0.03, atol=0)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_mutual_information_is_log2_K_for_separated_and_zero_for_identical_gaussians(paired):
+    K, d = 16, 3
+    A = torch.randn(K, d, d, generator=gen(13), dtype=torch.float64)
+    covs = A @ A.transpose(1, 2) + 0.1 * torch.eye(d, dtype=torch.float64)  # (K, d, d), SPD
+    separated = 1000 * torch.randn(K, d, generator=gen(14), dtype=torch.float64)
+    info, err = tv.mutual_information(separated, covs, generator=gen(15), paired=paired)
+    assert abs(info - math.log2(K)) <= 4 * err + 1e-6 and err < 0.1, (info, err)
+    same_cov = covs[:1].expand(K, d, d)
+    info, err = tv.mutual_information(torch.zeros(K, d, dtype=torch.float64), same_cov, generator=gen(16), paired=paired)
+    assert abs(info) <= 4 * err + 1e-9 and err < 0.1, (info, err)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_mutual_information_matches_quadrature_in_one_dimension(paired):
+    """Two unit Gaussians at -1 and +1: I = H(mixture) - H(component) by numerical integration."""
+    x = np.linspace(-12, 12, 200_001)
+    comp = lambda m: np.exp(-0.5 * (x - m) ** 2) / math.sqrt(2 * math.pi)
+    mix = 0.5 * (comp(-1) + comp(1))
+    exact = (-np.trapezoid(mix * np.log(mix), x) - 0.5 * math.log(2 * math.pi * math.e)) / math.log(2)
+    means = torch.tensor([[-1.0], [1.0]], dtype=torch.float64)
+    info, err = tv.mutual_information(means, torch.ones(2, 1, 1, dtype=torch.float64), 20_000, gen(17), paired)
+    assert abs(info - exact) < 4 * err, (info, exact, err)
+
+
+def test_paired_estimator_has_the_smaller_error():
+    """The same draws in 15 dims: the control variate shrinks the Monte Carlo error several-fold."""
+    K, d = 4, 15
+    means = 0.3 * torch.randn(K, d, generator=gen(19), dtype=torch.float64)
+    covs = torch.eye(d, dtype=torch.float64).expand(K, d, d) * 0.01
+    _, err_paired = tv.mutual_information(means, covs, generator=gen(20), paired=True)
+    _, err = tv.mutual_information(means, covs, generator=gen(20), paired=False)
+    assert err_paired < err / 5, (err_paired, err)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def test_separability_is_high_for_clusters_and_chance_for_shuffled_labels():
+    rng = np.random.default_rng(18)
+    K, per, dim = 4, 100, 8
+    labels = np.repeat(np.arange(K), per)
+    centres = 10 * rng.standard_normal((K, dim))
+    X = centres[labels] + rng.standard_normal((K * per, dim))
+    s = tv.separability(X, labels)
+    assert s["knn"] > 0.95 and s["silhouette"] > 0.5 and s["chance"] == 0.25
+    s = tv.separability(X, rng.permutation(labels))
+    assert abs(s["knn"] - 0.25) < 0.1 and abs(s["silhouette"]) < 0.1, s
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_tiny_end_to_end(tmp_path):
+    run = tmp_path / "run"
+    train.train(train.Config(K=3, N=12, iters=12, batch=8, D=16, evals=4, eval_train=16, eval_gen=16, out=str(run)),
+                quiet=True)
+    threads = torch.get_num_threads()
+    tv.main(["--run", str(run), "--runs", str(run), "--per-chain", "8", "--patch-seqs", "6", "--out", str(tmp_path)])
+    torch.set_num_threads(threads)  # main sets it for the process
+    with open(tmp_path / "task_vectors.json") as f:
+        result = json.load(f)
+    steps = [str(s) for s in train.eval_steps(12, 4)]
+    assert list(result["separability"]) == steps and list(result["information"]["3"]) == steps
+    for key in ("patching_2mem", "patching_1mem"):
+        assert list(result[key]) == list(tv.CONDITIONS)
+        assert all(list(row) == list(tv.PAIRS) and all(0 < v <= 1 for v in row.values()) for row in result[key].values())
+    assert (tmp_path / "task_vectors.png").exists()
+
+
+@pytest.mark.parametrize("argv", [["--per-chain", "0"], ["--Ks", "4,x"], ["--Ks", "1"], ["--bogus"]])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.run(lambda: tv.main(argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
