@@ -25,7 +25,7 @@ In 2-Mem, Att2 averages MLP1's pair embeddings over the sequence, phi_n = (1/n) 
                (1000 samples) with a control variate of known mean (`mutual_information`); reported
                as I / log2 K through training, for several K.
 
-    python task_vectors.py                                   # or: python trace.py task-vectors
+    python task_vectors.py                                   # all three experiments
     python task_vectors.py --run runs/K16_s0 --Ks 4,16,64    # the defaults; missing quick runs are trained
 
 Writes figures/task_vectors.png and figures/task_vectors.json.
@@ -329,7 +329,9 @@ def plot(result: dict, embedded: dict, path: str):
     plt.close(fig)
 
 
-def add_arguments(parser: argparse.ArgumentParser):
+def main(argv: list[str] | None = None):
+    """argv: command-line arguments (None: sys.argv)."""
+    parser = cli.ArgumentParser(description="Task vectors: t-SNE geometry, patching, information (Fig. 4, A8).")
     parser.add_argument("--run", default=None, help="the memorizing run (default runs/K16_s0, trained if missing)")
     parser.add_argument("--runs", default=None, help="comma-separated runs for the information curves (default: --Ks)")
     parser.add_argument("--Ks", default="4,16,64", help="K of the quick runs for the information curves (trained if missing)")
@@ -339,15 +341,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--threads", type=int, default=1,
                         help="torch and OpenMP (t-SNE) threads; on a shared 2-core machine t-SNE ran 3x slower with 2")
     parser.add_argument("--out", default="figures", help="output directory")
-
-
-def main(args=None):
-    """args: a Namespace from a parser given add_arguments (trace.py's subcommand), or a list of command
-    line arguments, or None for sys.argv."""
-    if not isinstance(args, argparse.Namespace):
-        parser = cli.ArgumentParser(description="Task vectors: t-SNE geometry, patching, information (Fig. 4, A8).")
-        add_arguments(parser)
-        args = parser.parse_args(args)
+    args = parser.parse_args(argv)
     per_chain = check_int("--per-chain", args.per_chain, 2)
     n_patch = check_int("--patch-seqs", args.patch_seqs, 1)
     seed = check_int("--seed", args.seed, 0)
