@@ -1,4 +1,7 @@
 """thresholds.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
+import json
+import os
+
 import pytest
 
 import thresholds
@@ -14,13 +17,21 @@ def test_search_finds_the_threshold_of_a_monotone_rule(true_K1):
         return K > true_K1
 
     result = search_threshold(generalizes, 16, 128)
-    assert result["K1_star"] == true_K1 and result["bound"] is None
-    assert len(calls) == len(set(calls)) <= 2 + 7  # lo, hi, then ~log2(112) midpoints
+    assert (result["K1_star"], result["above"], result["bound"]) == (true_K1, true_K1 + 1, None)
+    assert len(calls) == len(set(calls)) <= 2 + 8  # lo, hi, then ~log2(112) midpoints (in log K: one more)
     assert all(result["probes"][K] == (K > true_K1) for K in calls)
 
 
+@pytest.mark.parametrize("true_K1", [20, 45, 100])
+def test_a_coarse_search_brackets_the_threshold_within_its_ratio(true_K1):
+    result = search_threshold(lambda K: K > true_K1, 16, 128, ratio=1.25)
+    assert result["K1_star"] <= true_K1 < result["above"] <= 1.25 * result["K1_star"]
+    assert len(result["probes"]) <= 2 + 4  # log2(log 8 / log 1.25) ~ 3.2 midpoints
+
+
 def test_search_reports_never_and_always():
-    assert search_threshold(lambda K: True, 16, 128) == {"K1_star": None, "bound": "below", "probes": {16: True, 128: True}}
+    assert search_threshold(lambda K: True, 16, 128) == {"K1_star": None, "above": None, "bound": "below",
+                                                         "probes": {16: True, 128: True}}
     never = search_threshold(lambda K: False, 16, 128)
     assert never["K1_star"] is None and never["bound"] == "above"
     with pytest.raises(ValueError, match="lo < hi"):
@@ -33,7 +44,7 @@ def test_lockstep_search_probes_both_ends_first():
     search.record(10, False)
     assert search.pending() == [20]
     search.record(20, True)
-    assert search.pending() == [15]
+    assert search.pending() == [14]  # round(sqrt(10 * 20)): bisection in log K
     with pytest.raises(ValueError, match="not finished"):
         search.result()
 
@@ -48,3 +59,35 @@ def test_the_rule_reads_max_phi_beta_from_the_rows_up_to_T():
     assert tau_2gen([{"step": 5, "phi_beta_2": PHI_STAR}]) is None  # "exceeds": equality is not 2-Gen
     with pytest.raises(ValueError):
         max_phi_beta(rows, iters=-1)
+
+
+def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
+    """The whole pipeline (probe configs, lockstep rounds, reruns that reuse finished probes, tau, figure,
+    JSON) on runs of a few steps; the rule itself is replaced by one on K so that the searches have a
+    known answer whatever the tiny runs learn."""
+    tiny = dict(N=8, batch=4, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
+                ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
+    monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
+    monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
+    monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
+    monkeypatch.chdir(tmp_path)
+    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False))
+    thresholds.k1(args)
+    result = json.load(open(tmp_path / "figures" / "k1.json"))
+    assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
+    assert result["tau_2gen"]["K"] == 4 and len(result["tau_2gen"]["tau"]) == 2
+    reweighted = thresholds.train.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
+    assert reweighted["iters"] == 12 and reweighted["prev_weight"] == 0.5
+    assert thresholds.train.read_metrics(str(tmp_path / "runs" / "inject" / "K4_s0"))[0]["task_injection"]
+    stamp = os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl")
+    thresholds.k1(args)  # everything is finished: nothing is trained again
+    assert os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl") == stamp
+    assert (tmp_path / "figures" / "k1.png").exists()
+
+
+def _with_K(read_metrics):
+    """read_metrics whose rows also carry the run's K (for the stand-in rule above)."""
+    def read(run_dir, dense=False):
+        cfg, rows = read_metrics(run_dir, dense)
+        return cfg, [{**r, "K": cfg["K"]} for r in rows]
+    return read
