@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+import ensemble
 import train
 from train import Config
 from transformer import Transformer
@@ -93,3 +94,26 @@ def test_bad_perturbation_flags_are_one_line_errors(tmp_path, flags, message):
                            *flags], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not out.exists()
+
+
+def test_evaluation_gives_held_out_S_sequences_their_chains(tmp_path):
+    """L_train and phi_beta are read with each held-out sequence's own chain injected; L_gen (fresh chains)
+    with the mean embedding."""
+    cfg = config(tmp_path / "i", task_injection=True, eval_every=5)
+    model = train.build_model(cfg)
+    model.reset_parameters(torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.task_embedding.weight.mul_(10)  # make the chain matter
+    tasks = train.TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed)
+    data = train.make_eval_data(cfg, tasks)
+    metrics = train.evaluate(model, data)
+    with torch.no_grad():
+        for split, task in (("train", data["train_task"]), ("gen", None)):
+            seqs = data[split]
+            logq = torch.log_softmax(model(seqs[:, :-1], task=task), -1)
+            assert metrics[f"{split}_loss"] == pytest.approx(train.nll(logq, seqs).mean().item(), rel=1e-5)
+        seqs, _, chains = train.make_dense_data(cfg, tasks)
+        dense = ensemble.readouts(model, seqs, seqs, chains)
+        assert dense["train_loss"].item() == pytest.approx(
+            ensemble.lm_loss(model, seqs, chains).item(), rel=1e-5)
+        assert dense["train_loss"].item() != pytest.approx(ensemble.lm_loss(model, seqs).item(), rel=1e-3)
