@@ -27,3 +27,13 @@ def _same_numbers(a, b, rel=1e-6):
 @pytest.fixture
 def same_numbers():
     return _same_numbers
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (restored after): the models of the training tests are tiny, and one
+    thread runs them faster than two fighting over a busy 2-core CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,13 +21,7 @@ REL = 1e-5 if DEVICE == "cpu" else 2e-3
 GRID = [(3, 0), (3, 1), (5, 0), (5, 1)]  # two K (so two task sets S), two seeds
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The models here are tiny: one torch thread runs them faster than two fighting over a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread beats two on a busy CPU
 
 
 def tiny(out, **kw) -> Config:
