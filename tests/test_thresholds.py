@@ -65,7 +65,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     """The whole pipeline (probe configs, lockstep rounds, reruns that reuse finished probes, tau, figure,
     JSON) on runs of a few steps; the rule itself is replaced by one on K so that the searches have a
     known answer whatever the tiny runs learn."""
-    tiny = dict(N=8, batch=4, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
+    tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
     monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
