@@ -287,10 +287,13 @@ def predicted_rates(N: int, I: float, w_B: float = 1 / 3, w_C: float = 1 / 3) ->
     return {"dbeta_dt": w_C * I * H / N, "ddelta_dt": w_B * F1_exact() / N}
 
 
-def landscape(context, target, betas, deltas, em_steps: int = 200) -> np.ndarray:
+def landscape(context, target, betas, deltas, em_steps: int = 5000) -> np.ndarray:
     """Reduced-model loss over a (delta, beta) grid with w_A..w_D optimized at every point
     (masked samples). With the experts fixed, the optimal mixture weights come from EM:
-    w_e <- < w_e p_e / sum_e' w_e' p_e' > over samples, which never decreases the likelihood."""
+    w_e <- < w_e p_e / sum_e' w_e' p_e' > over samples, which never decreases the likelihood.
+    EM is slow where the best mixture has a weight near 0: 200 steps left the loss near the origin
+    (N = 64, 2048 sequences) up to 1.2e-3 above its value after 5000 steps, as large as the slopes
+    measured there; 5000 steps match an L-BFGS minimization to 1e-4 (tests)."""
     present = (context == target[:, None]).any(1)
     context, target = context[present], target[present]
     out = np.zeros((len(deltas), len(betas)))

@@ -1,6 +1,14 @@
-"""Benchmark (not a test): the Triton relative-position attention against the eager reference,
-F.scaled_dot_product_attention with a float mask carrying the bias, and FlexAttention with a
-bias score_mod, at the paper's training shapes. Needs a CUDA GPU.
+"""Benchmark (not a test): the Triton relative-position attention against the eager reference and
+PyTorch's fused attention, at the paper's training shapes. Needs a CUDA GPU (on a CPU the kernel
+only runs in Triton's interpreter, which says nothing about its speed).
+
+Baselines, the fastest PyTorch way to compute the same thing:
+  rotary   q and k rotated once into copies, then F.scaled_dot_product_attention(is_causal=True)
+           ("sdpa causal": no mask tensor, so SDPA may pick its flash backend) and FlexAttention
+           with a causal block mask ("flex")
+  bias     SDPA with a dense float mask holding -inf above the diagonal and bias[h, i - j] below
+           ("sdpa+mask": a bias rules out the flash backend), and FlexAttention with the causal
+           block mask and a bias score_mod ("flex")
 
     python bench/bench_attention.py [--stages S] [--only-kernel]
 
@@ -24,12 +32,26 @@ except ImportError:
     flex_attention = None
 
 
-def sdpa(q, k, v, bias=None, rotary=False):
+def rotated(q, k):
+    """q and k rotated to their positions, as copies in their own dtype."""
+    cos, sin = rotary_tables(q.shape[2], q.shape[3], q.device)
+    return _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+
+
+def sdpa_causal(q, k, v, bias=None, rotary=False):
+    """SDPA with is_causal=True on rotated q, k: the baseline for rotary (no bias)."""
+    if bias is not None:
+        raise ValueError("sdpa_causal has no bias; use sdpa_mask")
+    if rotary:
+        q, k = rotated(q, k)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def sdpa_mask(q, k, v, bias=None, rotary=False):
     """SDPA with an explicit float mask: -inf above the diagonal plus bias[h, i - j] below."""
     B, H, N, d = q.shape
     if rotary:
-        cos, sin = rotary_tables(N, d, q.device)
-        q, k = _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+        q, k = rotated(q, k)
     rel = torch.arange(N, device=q.device).view(N, 1) - torch.arange(N, device=q.device).view(1, N)
     mask = torch.zeros(H, N, N, device=q.device) if bias is None else bias[:, rel.clamp(min=0)]
     mask = mask.masked_fill(rel < 0, float("-inf")).to(q.dtype)
@@ -44,8 +66,7 @@ def make_flex(N, device):
 
     def flex(q, k, v, bias=None, rotary=False):
         if rotary:
-            cos, sin = rotary_tables(N, q.shape[-1], q.device)
-            q, k = _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+            q, k = rotated(q, k)
         score_mod = None if bias is None else (lambda score, b, h, qi, ki: score + bias[h, qi - ki])
         return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
@@ -66,17 +87,18 @@ def bench(fn, q, k, v, bias, rotary, backward):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--stages", type=int, default=kernel_module.STAGES, help="the kernels' num_stages")
     parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone (a tuning sweep)")
     args = parser.parse_args()
     kernel_module.STAGES = args.stages
     if not torch.cuda.is_available():
-        print("bench_attention.py needs a CUDA GPU")
-        return
+        sys.exit("bench_attention.py needs a CUDA GPU: on a CPU the kernel runs in Triton's interpreter, "
+                 "whose speed means nothing (the CPU tests check its numbers)")
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, kernel num_stages {args.stages}")
-    print(f"{'shape':>28} {'mode':>8} {'method':>10} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
+    print(f"{'shape':>28} {'mode':>8} {'method':>12} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
     for N in (256, 1024):
         for dtype in (torch.float32, torch.bfloat16):
             for mode in ("rotary", "bias"):
@@ -87,7 +109,11 @@ def main():
                 rotary = mode == "rotary"
                 methods = {"kernel": attention}
                 if not args.only_kernel:
-                    methods.update({"eager": attention_reference, "sdpa+mask": sdpa})
+                    methods["eager"] = attention_reference
+                    if rotary:
+                        methods["sdpa causal"] = sdpa_causal
+                    else:
+                        methods["sdpa+mask"] = sdpa_mask
                     flex = make_flex(N, "cuda")
                     if flex is not None:
                         methods["flex"] = flex
@@ -102,7 +128,7 @@ def main():
                 base = times["kernel"]
                 shape = f"B={B} H={H} N={N} d={d} {str(dtype)[6:]}"
                 for name, (fwd, both) in times.items():
-                    print(f"{shape:>28} {mode:>8} {name:>10} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
+                    print(f"{shape:>28} {mode:>8} {name:>12} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 On the CPU the kernels run in Triton's interpreter (see conftest.py); on CUDA, compiled, with a
 tf32 / bf16 tolerance. Shapes are deliberately not multiples of the block sizes."""
+import math
+
 import pytest
 import torch
 
@@ -69,11 +71,37 @@ def test_kernel_matches_reference_bf16(B, H, N, d, rotary, use_bias):
         torch.testing.assert_close(a.float(), b.float(), rtol=3e-2, atol=3e-2, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.skipif(DEVICE == "cpu", reason="the interpreter runs programs in a fixed order; see the next test")
 def test_bias_gradient_is_deterministic():
+    """On a GPU: repeated runs give the same bits (atomics in the reduction would not)."""
     q, k, v, bias = inputs(2, 2, 100, 16, True)
     first = run(attn.attention, q, k, v, bias, True)[-1]
     for _ in range(2):
         assert torch.equal(run(attn.attention, q, k, v, bias, True)[-1], first)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="reorders the programs of Triton's interpreter")
+def test_gradients_do_not_depend_on_the_order_of_the_programs(monkeypatch):
+    """The interpreter runs programs one after another in grid order, so repeating a run cannot reveal
+    an order-dependent reduction (atomics). Here the programs run in reverse grid order: every
+    gradient, dbias included, must come out with the same bits. 16-wide tiles give 4 query blocks,
+    so a per-diagonal sum over tiles in another order would round differently."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    set_idx = builder.set_grid_idx
+
+    def reversed_idx(x, y, z):
+        gx, gy, gz = builder.grid_dim
+        set_idx(gx - 1 - x, gy - 1 - y, gz - 1 - z)
+
+    monkeypatch.setattr(attn, "_blocks", lambda: (16, 16, 16))
+    q, k, v, bias = inputs(1, 1, 64, 16, True)
+    forward = run(attn.attention, q, k, v, bias, True)
+    monkeypatch.setattr(builder, "set_grid_idx", reversed_idx)
+    backward = run(attn.attention, q, k, v, bias, True)
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], forward, backward):
+        assert torch.equal(a, b), name
 
 
 def test_readout_rows_from_saved_lse():
@@ -93,6 +121,38 @@ def test_reference_is_causal_softmax_attention():
     for i in range(9):
         s = (q[:, :, i : i + 1] @ k[:, :, : i + 1].transpose(-1, -2)) / 4.0 + bias[:, :i + 1].flip(-1)[None, :, None]
         torch.testing.assert_close(out[:, :, i : i + 1], torch.softmax(s, -1) @ v[:, :, : i + 1])
+
+
+def rope_scores_by_hand(q, k):
+    """<R_i q_i, R_j k_j> / sqrt(d) for one head, (N, d) each, with complex numbers: the pair
+    (x_{2f}, x_{2f+1}) is x_{2f} + i x_{2f+1}, rotated at position n by exp(i n theta_f),
+    theta_f = 10000^(-2f/d) (RoFormer), and <a, b> = Re(sum_f a_f conj(b_f))."""
+    N, d = q.shape
+    theta = [10000.0 ** (-2 * f / d) for f in range(d // 2)]  # d = 16: 1, 0.316, 0.1, ..., 10000^(-7/8)
+    zq = torch.complex(q[:, 0::2].double(), q[:, 1::2].double())  # (N, d/2)
+    zk = torch.complex(k[:, 0::2].double(), k[:, 1::2].double())
+    out = torch.full((N, N), float("-inf"), dtype=torch.float64)
+    for i in range(N):
+        for j in range(i + 1):
+            rq = zq[i] * torch.tensor([complex(math.cos(i * t), math.sin(i * t)) for t in theta])
+            rk = zk[j] * torch.tensor([complex(math.cos(j * t), math.sin(j * t)) for t in theta])
+            out[i, j] = (rq * rk.conj()).sum().real / math.sqrt(d)
+    return out
+
+
+def test_rotary_matches_an_explicit_complex_rotation():
+    """Reference scores, and the kernel's output, against rotations written out with their angles:
+    kernel and reference share rotary_tables, so a wrong angle in it would pass the other tests."""
+    B, H, N, d = 1, 2, 40, 16
+    q, k, v, _ = inputs(B, H, N, d, False, seed=4)
+    want = torch.stack([rope_scores_by_hand(q[0, h].detach().cpu(), k[0, h].detach().cpu()) for h in range(H)])
+    got = attn.attention_scores(q, k, rotary=True)[0].cpu().double()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # the rotation matters: without it the scores differ by O(1)
+    assert (attn.attention_scores(q, k, rotary=False)[0].cpu().double() - want)[:, 1:, 0].abs().max() > 0.1
+    out = attn.attention(q, k, v, rotary=True)
+    expected = torch.softmax(want, -1) @ v[0].detach().cpu().double()
+    assert_fp32_close("out", out[0].detach().cpu().double(), expected)
 
 
 def test_rotary_scores_depend_only_on_relative_position():

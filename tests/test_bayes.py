@@ -129,13 +129,21 @@ def test_chunking_does_not_change_the_result(monkeypatch):
         torch.testing.assert_close(a, b)
 
 
-def test_predictors_are_normalized():
+def test_predictors_are_normalized_and_predict_dispatches_to_the_formulas():
     tasks = TaskSet.create(50, seed=3)
     seqs, _ = tasks.batch(6, 40, gen(3))
     for name in bayes.PREDICTORS:
         logp = bayes.predict(name, seqs, tasks.T)
-        assert logp.shape == (6, 40, 10)
+        assert logp.shape == (6, 40, 10) and logp.dtype == tasks.T.dtype
         torch.testing.assert_close(logp.exp().sum(-1), torch.ones(6, 40))
+    # each name is its own formula (a normalized but wrong predictor passes the check above)
+    T = tasks.T[:4].double()
+    T = T / T.sum(1, keepdim=True)
+    s = seqs[:2, :9]
+    brute = {"1gen": brute_gen(s, 10, False), "2gen": brute_gen(s, 10, True),
+             "1mem": brute_mem(s, T, False), "2mem": brute_mem(s, T, True)}
+    for name in bayes.PREDICTORS:
+        torch.testing.assert_close(bayes.predict(name, s, T), brute[name])
 
 
 def test_memorizing_with_one_chain_is_that_chain():

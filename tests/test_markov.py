@@ -104,6 +104,16 @@ def test_generalization_batches_use_fresh_chains():
     assert seqs.shape == (6, 30) and T.shape == (6, 10, 10)
     assert len({tuple(t.flatten().tolist()) for t in T}) == 6
     assert all(not torch.allclose(t, s) for t in T for s in tasks.T)
+    # and sequence b came from T[b]: among the returned chains and those of S, T[b] gives it the
+    # highest likelihood (long sequences: any other chain is far behind), and every transition is possible
+    seqs, T = tasks.gen_batch(6, 400, gen(14))
+    chains = torch.cat([T, tasks.T]).double()
+    p = stationary(chains)
+    for b in range(6):
+        s = seqs[b]
+        loglik = p[:, s[0]].log() + chains[:, s[1:], s[:-1]].log().sum(1)  # (6 + K,)
+        assert loglik.argmax().item() == b
+        assert (T[b][s[1:], s[:-1]] > 0).all()
 
 
 def test_bias_ablation_changes_only_the_second_to_last_state():

@@ -105,3 +105,24 @@ def test_depths_only_writes_the_searches(tmp_path):
         result = json.load(f)
     assert sorted(result["K2_hat"]) == ["1,1", "2,1"] and all(len(v) == 1 for v in result["K2_hat"].values())
     assert result["config"]["iters"] == 4 and result["config"]["tail"] == 1  # 150 of 1500 -> 10% of the run
+
+
+def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys):
+    """With a criterion whose zero crossing is known for each (l1, l2), log2 K2_hat = 3 + l1 + l2 / 4
+    (when the runs carry --iters 4 and tail 1), the file holds each pair's own K2_hat under its key."""
+    def criterion(run):
+        assert run.D_phi == mm.PRESETS["quick"]["search_D_phi"]
+        return math.log2(run.K) - (3 + run.depth1 + run.depth2 / 4) - (0 if (run.iters, run.tail) == (4, 1) else 100)
+
+    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", "quick", "--depths-only", "--iters", "4", "--seeds",
+                                      "2", "--depths", "1,2", "2,1", "--out", str(tmp_path)])
+    mm.main()
+    with open(tmp_path / "mem_depths_4.json") as f:
+        result = json.load(f)
+    assert result["K2_hat"]["1,2"] == pytest.approx([2**4.5] * 2)
+    assert result["K2_hat"]["2,1"] == pytest.approx([2**5.25] * 2)
+    assert sorted((r["run"]["depth1"], r["run"]["depth2"], r["run"]["seed"]) for r in result["searches"]) == [
+        (1, 2, 0), (1, 2, 1), (2, 1, 0), (2, 1, 1)]
+    assert "K2_hat at D_phi" in capsys.readouterr().out

@@ -1,9 +1,11 @@
 """sa_transformer.py: exact limits of the SA-transformer, its factorized attention, the theory."""
+import itertools
 import math
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,3 +127,190 @@ def test_power_fit_and_crossing():
 def test_bad_input(args):
     r = subprocess.run([sys.executable, "sa_transformer.py", *args], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- the numbers behind Fig. 6
+
+
+def test_predictor_levels_by_hand():
+    """The last-position losses of 1-Gen, 2-Gen, raw frequencies and the best smoothed 1-point
+    predictor, counted sample by sample from the context, and the masked means over present targets."""
+    context, target = sa.fresh_batch(60, 8, torch.Generator().manual_seed(5))
+    levels = sa.predictor_levels(context, target)
+    C, N = 10, 8
+    rows = []
+    for s, y in zip(context.tolist(), target.tolist()):
+        k = s.count(y)
+        mu = s[-1]
+        n_mu = sum(1 for i in range(1, N) if s[i - 1] == mu)
+        m = sum(1 for i in range(1, N) if s[i - 1] == mu and s[i] == y)
+        rows.append((k, -math.log((k + 1) / (N + C)), -math.log((m + 1) / (n_mu + C))))
+    present = [r for r in rows if r[0] > 0]
+    assert 0 < len(present) < len(rows)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert levels["loss_1gen"] == pytest.approx(mean([r[1] for r in rows]), rel=1e-5)
+    assert levels["loss_2gen"] == pytest.approx(mean([r[2] for r in rows]), rel=1e-5)
+    assert levels["masked_loss_1gen"] == pytest.approx(mean([r[1] for r in present]), rel=1e-5)
+    assert levels["masked_loss_2gen"] == pytest.approx(mean([r[2] for r in present]), rel=1e-5)
+    assert levels["masked_loss_frequencies"] == pytest.approx(mean([-math.log(r[0] / N) for r in present]), rel=1e-5)
+    best = min(mean([-math.log((r[0] + a) / (N + C * a)) for r in rows]) for a in sa.ALPHAS)
+    assert levels["loss_best_1gen"] == pytest.approx(best, rel=1e-5)
+
+
+class LinearLossModel(torch.nn.Module):
+    """A stand-in for the SA-transformer whose masked loss falls linearly, 4 - 0.01 t after t training
+    steps. It gives probability exp(-loss) to states 0..4 and 0 to states 5..9, so samples whose
+    target is 5..9 are 'absent' and the raw loss (clamped at 1e-12) differs from the masked one."""
+
+    def __init__(self, N, reduced):
+        super().__init__()
+        self.steps = 0
+        self.w = torch.nn.Parameter(torch.zeros(()))
+        self.fixed_weights = None
+        self.logits = torch.nn.Parameter(torch.zeros(3))
+
+    def weights(self):
+        return torch.full((4,), 0.25)
+
+    def beta_delta(self):
+        return 0.0, 0.0
+
+    def forward(self, context):
+        loss = 4.0 - 0.01 * self.steps
+        if torch.is_grad_enabled():  # a training step
+            self.steps += 1
+        pi = torch.zeros(context.shape[0], 10)
+        pi[:, :5] = math.exp(-loss)
+        return pi + 0.0 * self.w
+
+
+def test_tau_is_the_halfway_crossing_of_the_masked_loss(monkeypatch):
+    """tau_2Gen on a loss curve with a known crossing: halfway between the raw-frequency plateau and
+    2-Gen (both on the masked samples), interpolated between evaluations every 30 steps."""
+    monkeypatch.setattr(sa, "SATransformer", LinearLossModel)
+    draw = sa.fresh_batch
+    one_batch = draw(4, 16, torch.Generator().manual_seed(0))
+    monkeypatch.setattr(sa, "fresh_batch", lambda B, N, g, ablate=False: one_batch if B == 4 else draw(B, N, g, ablate))
+    r = sa.train_sa(sa.Run(N=16, iters=400, batch=4, eval_every=30, eval_batch=256))  # the stub ignores its batches
+    threshold = 0.5 * (r["levels"]["masked_loss_frequencies"] + r["levels"]["masked_loss_2gen"])
+    assert r["t"][:3] == [0, 30, 60] and r["t"][-1] == 400
+    torch.testing.assert_close(torch.tensor(r["masked_loss"]), 4.0 - 0.01 * torch.tensor(r["t"], dtype=torch.float))
+    assert all(raw > masked + 1 for raw, masked in zip(r["loss"], r["masked_loss"]))
+    assert r["tau"] == pytest.approx((4.0 - threshold) / 0.01, rel=1e-4)
+    assert r["tau"] % 30 != 0  # interpolated, not an evaluation step
+    r = sa.train_sa(sa.Run(N=16, iters=400, batch=4, eval_every=7, eval_batch=256, stop_after=1.1))
+    assert r["t"][-2] < 1.1 * r["tau"] <= r["t"][-1] < 400  # stops at the first evaluation past 1.1 tau
+
+
+def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
+    """Two kinds of samples, half each: expert A gives the target probability 1 or 0, expert C 1/4,
+    B and D 0. The best mixture is w_A = 1/3, w_C = 2/3 (d/dw_C of 1/2 log(1 - 3 w_C / 4) + 1/2 log(w_C / 4)
+    vanishes there), with loss 1/2 log 12."""
+    B, N = 200, 6
+    target = torch.arange(B) % 10
+    context = target.view(B, 1).expand(B, N).clone()  # every target occurs in its context
+    e = torch.zeros(B, 4, 10)
+    e[torch.arange(B), 0, target] = (torch.arange(B) % 2 == 0).float()
+    e[:, 2] = 0.25 / 9
+    e[torch.arange(B), 2, target] = 0.25
+    monkeypatch.setattr(sa, "experts", lambda context, *args, h=None: e[: context.shape[0]])
+    loss = sa.landscape(context, target, [0.0, 1.0], [0.0])
+    assert loss.shape == (1, 2)
+    assert loss[0, 0] == pytest.approx(0.5 * math.log(12), rel=1e-5)
+
+
+def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
+    """At each (delta, beta): the masked loss of the reduced model, minimized over w_A..w_D by L-BFGS on
+    softmax logits (an independent optimizer), within 1e-4."""
+    context, target = sa.fresh_batch(300, 16, torch.Generator().manual_seed(6))
+    betas, deltas = [0.0, 3.0], [0.5, 2.0]
+    got = sa.landscape(context, target, betas, deltas)
+    present = (context == target[:, None]).any(1)
+    model = sa.SATransformer(16, reduced=True)
+    for i, delta in enumerate(deltas):
+        for j, beta in enumerate(betas):
+            with torch.no_grad():
+                model.beta.fill_(beta)
+                model.delta.fill_(delta)
+                e = sa.experts(context[present], *model.attention_parameters()).double()
+            p = e[torch.arange(e.shape[0]), :, target[present]]  # (B, 4)
+            z = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+            opt = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-10, tolerance_change=1e-12,
+                                    line_search_fn="strong_wolfe")
+
+            def closure():
+                opt.zero_grad()
+                loss = -(p @ torch.softmax(z, 0)).log().mean()
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+            assert got[i, j] == pytest.approx(closure().item(), abs=1e-4)
+
+
+def test_rate_and_exponent_fits_on_synthetic_curves():
+    t = torch.arange(0, 101, 5).tolist()
+    y = [3 + 0.5 * x if 10 <= x <= 50 else x**2 for x in t]  # linear only inside the window
+    assert sa.fit_rate(t, y, 10, 50) == pytest.approx(0.5)
+    assert math.isnan(sa.fit_rate(t, y, 10, 14))  # fewer than 3 points
+    # beta ~ t and delta ~ t^2 on [0.05, 0.5] tau, something else after; two seeds, one stopped early
+    t = list(range(0, 2001, 10))
+    runs = [{"t": t, "beta": [2 * x if x <= 500 else x**3 for x in t], "delta": [1e-3 * x**2 if x <= 500 else x for x in t],
+             "tau": 1000.0},
+            {"t": t[:120], "beta": [6 * x if x <= 500 else 1.0 for x in t[:120]], "delta": [3e-3 * x**2 for x in t[:120]],
+             "tau": math.nan}]
+    tm, mean = sa.seed_mean(runs, "beta")
+    assert len(tm) == 120 and mean[10] == pytest.approx(4 * 100)
+    out = sa.summarize_exponents(runs, [(0.05, 0.5)])
+    assert out["tau_mean"] == 1000.0
+    assert out["beta"]["0.05-0.5"] == pytest.approx(1.0) and out["delta"]["0.05-0.5"] == pytest.approx(2.0)
+    assert sa.summarize_exponents(runs, [(0.05, 0.5)], tau=200.0)["beta"]["0.05-0.5"] == pytest.approx(1.0)
+
+
+def test_predicted_rates_by_hand():
+    """Eq. (parameter_dynamics_simplest) at beta = 0: d beta/dt = w_C I H_N / N, d delta/dt = w_B F_1 / N."""
+    r = sa.predicted_rates(4, 0.3, w_B=0.2, w_C=0.5)
+    assert r["dbeta_dt"] == pytest.approx(0.5 * 0.3 * (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
+    assert r["ddelta_dt"] == pytest.approx(0.2 * (9 / 110) / 4)
+    assert sa.predicted_rates(4, 0.3)["ddelta_dt"] == pytest.approx((9 / 110) / 12)  # the paper's w = 1/3
+
+
+def lazy_chains(p, e):
+    """T = (1 - e) p 1^T + e I: stationary p, eigenvalues 1 and e (C - 1 times)."""
+    return (1 - e) * p.view(-1, 1).expand(-1, p.shape[0]) + e * torch.eye(p.shape[0], dtype=p.dtype)
+
+
+def test_F_d_against_closed_walks_and_eigenvalues(monkeypatch):
+    """F_d = <sum_mu (T^{d+1})_{mu mu}> - 1 for d = 1..3 over a fixed ensemble of three chains (sample_chains
+    replaced): the trace as a sum over all closed walks mu_0 -> ... -> mu_d -> mu_0, and for lazy chains
+    (1 - e) p 1^T + e I the closed form (C - 1) e^{d+1}."""
+    g = torch.Generator().manual_seed(8)
+    chains = torch.cat([sample_chains(2, 10, 1.0, g), lazy_chains(sample_chains(1, 10, 1.0, g)[0, :, 0], 0.6)[None]])
+    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: chains)
+    got = sa.F_d(3, 3)
+    T = chains.double().tolist()
+    for d in (1, 2, 3):
+        trace = [sum(math.prod(Tk[w[(i + 1) % (d + 1)]][w[i]] for i in range(d + 1))
+                     for w in itertools.product(range(10), repeat=d + 1)) for Tk in T]
+        assert got[d - 1] == pytest.approx(sum(trace) / 3 - 1, rel=1e-9, abs=1e-12)
+    lazy = lazy_chains(torch.full((10,), 0.1, dtype=torch.float64), 0.6)
+    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: lazy[None].expand(n, 10, 10))
+    assert sa.F_d(4, 2) == pytest.approx([9 * 0.6 ** (d + 1) for d in range(1, 5)], rel=1e-9)
+
+
+def test_I_against_its_definition(monkeypatch):
+    """I = < sum_mu p_mu^2 (sum_tau T_{tau mu}^2 / p_tau - 1) > (eq. sa_cbeta), with p from numpy's
+    eigenvector, over a fixed ensemble; for lazy chains it is e^2 (1 - sum_mu p_mu^2)."""
+    g = torch.Generator().manual_seed(9)
+    p_lazy = sample_chains(1, 10, 1.0, g)[0, :, 0].double()
+    chains = torch.cat([sample_chains(3, 10, 1.0, g).double(), lazy_chains(p_lazy, 0.4)[None]])
+    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: chains)
+    total = []
+    for Tk in chains.numpy():
+        w, v = np.linalg.eig(Tk)
+        p = np.real(v[:, np.argmin(np.abs(w - 1))])
+        p = p / p.sum()
+        total.append(sum(p[m] ** 2 * (sum(Tk[t, m] ** 2 / p[t] for t in range(10)) - 1) for m in range(10)))
+    assert sa.I_coefficient(4) == pytest.approx(np.mean(total), rel=1e-6)
+    assert total[-1] == pytest.approx(0.16 * (1 - (p_lazy**2).sum().item()), rel=1e-6)
+    assert all(x > 0 for x in total)  # Cauchy-Schwarz

@@ -4,6 +4,8 @@ import math
 import pytest
 import torch
 
+import transformer
+from kernels import attention as kernel
 from transformer import Transformer, attend, behavioral_divergence, n_A, phi_beta, phi_delta
 
 
@@ -93,6 +95,76 @@ def test_gradient_reweighting_keeps_the_forward_and_scales_the_previous_token_gr
     assert g is None or torch.equal(g, torch.zeros_like(g))
 
 
+@pytest.mark.parametrize("w", [0.1, 0.5])
+def test_gradient_reweighting_is_the_written_out_formula(w):
+    """A_{i,i-1} = w A' + (1 - w) detach(A'): the forward is A', and the gradient reaching the scores
+    through the entries (i, i - 1) is w times the plain one. Oracle: backpropagate through the plain
+    attention with the cotangent of those entries scaled by w (all other entries unchanged)."""
+    g = gen(7)
+    q, k, v = (torch.randn(2, 1, 9, 16, generator=g, requires_grad=True) for _ in range(3))
+    r = torch.randn(2, 1, 9, 16, generator=g)
+    out, A = attend(q, k, v, rotary=True, need_weights=True, prev_weight=w)
+    got = torch.autograd.grad((out * r).sum(), (q, k, v))
+    A_plain = torch.softmax(kernel.attention_scores(q, k, rotary=True), -1)
+    out_plain = A_plain @ v
+    torch.testing.assert_close(out, out_plain)
+    torch.testing.assert_close(A, A_plain)
+    dA, dv = torch.autograd.grad((out_plain * r).sum(), (A_plain, v), retain_graph=True)
+    scale = torch.ones(9, 9)
+    scale[torch.arange(1, 9), torch.arange(8)] = w  # the previous-token entries
+    dq, dk = torch.autograd.grad(A_plain, (q, k), dA * scale, retain_graph=True)
+    for a, b in zip(got, (dq, dk, dv)):
+        torch.testing.assert_close(a, b)
+    plain = torch.autograd.grad((out_plain * r).sum(), q)[0]
+    assert not torch.allclose(got[0], plain, atol=1e-4)  # w < 1 changes the gradient
+
+
+def test_use_kernel_is_cuda_with_triton():
+    """The switch itself (the CUDA tests below check that the kernel runs)."""
+    class Fake:
+        def __init__(self, is_cuda):
+            self.is_cuda = is_cuda
+    assert transformer.use_kernel(Fake(True)) == (kernel.triton is not None)
+    assert not transformer.use_kernel(Fake(False))
+
+
+def spy_on_kernel(monkeypatch) -> dict:
+    """Count the calls of the kernel's entry points made by transformer.attend."""
+    calls = {"attention": 0, "attention_forward": 0}
+    for name in calls:
+        fn = getattr(kernel, name)
+
+        def counted(*args, _fn=fn, _name=name, **kwargs):
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(kernel, name, counted)
+    return calls
+
+
+@pytest.mark.skipif(kernel.triton is None or torch.cuda.is_available(),
+                    reason="runs the kernel on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
+def test_attend_takes_the_kernel_when_use_kernel_says_so(monkeypatch):
+    """With use_kernel forced on (the interpreter on a CPU) the model calls the kernel, once per layer,
+    and gives the reference's numbers; gradient reweighting still takes the reference path."""
+    model = Transformer(D=16)
+    model.reset_parameters(gen(3))
+    s = seqs(B=2, N=20)
+    ref_logits, ref_c = model(s, cache=True)
+    calls = spy_on_kernel(monkeypatch)
+    monkeypatch.setattr(transformer, "use_kernel", lambda q: True)
+    logits = model(s)
+    assert calls == {"attention": 2, "attention_forward": 0}
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
+    logits, c = model(s, cache=True)
+    assert calls == {"attention": 2, "attention_forward": 2}
+    torch.testing.assert_close(c["A2"], ref_c["A2"], rtol=1e-4, atol=1e-4)
+    reweighted = Transformer(D=16, prev_weight=0.5)
+    reweighted.load_state_dict(model.state_dict())
+    reweighted(s)
+    assert calls["attention"] == 3  # layer 2 only
+
+
 def test_readouts_on_hand_built_attention():
     B, N = 4, 9
     prev = torch.zeros(B, N, N)
@@ -128,10 +200,12 @@ def test_behavioral_divergence_is_the_mean_of_the_two_splits():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_model_uses_the_kernel_with_the_reference_numerics():
+def test_cuda_model_uses_the_kernel_with_the_reference_numerics(monkeypatch):
     model = Transformer(D=64).cuda()
     s = seqs(B=8, N=100).cuda()
+    calls = spy_on_kernel(monkeypatch)
     logits, c = model(s, cache=True)
+    assert calls["attention_forward"] == 2  # the kernel ran, in both layers
     ref = Transformer(D=64)
     ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     ref_logits, ref_c = ref(s.cpu(), cache=True)
