@@ -21,9 +21,6 @@ REL = 1e-5 if DEVICE == "cpu" else 2e-3
 GRID = [(3, 0), (3, 1), (5, 0), (5, 1)]  # two K (so two task sets S), two seeds
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread beats two on a busy CPU
-
-
 def tiny(out, **kw) -> Config:
     return Config(**{**dict(K=4, N=12, iters=30, batch=8, D=16, evals=3, eval_train=16, eval_gen=16, eval_dense=8,
                             ckpt_every=10, device=DEVICE, out=str(out)), **kw})

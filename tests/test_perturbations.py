@@ -17,9 +17,6 @@ from transformer import Transformer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread beats two on a busy CPU
-
-
 def config(out, **flags) -> Config:
     """A tiny run's Config through make_config, as the command line builds it."""
     base = dict(preset="quick", K=4, seed=0, N=12, iters=20, batch=8, D=16, evals=3, eval_train=16, eval_gen=16,
