@@ -180,12 +180,12 @@ def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
 # ----------------------------------------------------------------------------- the K1* experiment
 
 
-def search_K1(preset: str, root: str, jobs: int, print_only: bool = False) -> dict | None:
-    """Every (condition, seed) binary search, advanced in lockstep: each round trains the pending probes of
-    all searches together. print_only: print the next round's train.py commands and return None."""
+def search_K1(preset: str, root: str, jobs: int, plan: dict[str, int], print_only: bool = False) -> dict | None:
+    """The binary searches of plan's conditions, plan[condition] seeds each, advanced in lockstep: each round
+    trains the pending probes of all searches together. print_only: print the next round's train.py
+    commands and return None."""
     p = PRESETS[preset]
-    searches = {(cond, seed): Search(p["lo"], p["hi"], p["ratio"])
-                for cond in CONDITIONS for seed in range(p["seeds"] if cond == "control" else p["perturbed_seeds"])}
+    searches = {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, n in plan.items() for seed in range(n)}
     outcomes = {}  # (condition, K, seed) -> dense rows
     for round_ in range(1, 100):
         pending = [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending()]
@@ -244,7 +244,7 @@ def plot_k1(result: dict, path: str):
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
     colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
-    for cond in CONDITIONS:
+    for cond in result["K1_star"]:
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
             if K1[cond, seed] is None:
                 continue
@@ -261,7 +261,7 @@ def plot_k1(result: dict, path: str):
         ax.set_ylabel(label)
     axes[0].set_title("Fig. 7a: the induction head appears above K1*")
     axes[1].set_title("Fig. A9: generalization loss drops above K1*")
-    for cond in CONDITIONS:
+    for cond in result["K1_star"]:
         axes[0].plot([], [], color=colors[cond], label=cond)
     axes[0].legend(fontsize=8)
     taus = result["tau_2gen"]["tau"]
@@ -276,7 +276,7 @@ def plot_k1(result: dict, path: str):
     axes[2].set_title(f"Fig. 7b: K = {result['tau_2gen']['K']} (about K1*), {len(taus)} seeds")
     axes[2].legend(fontsize=8)
     lo, hi = result["search"]["lo"], result["search"]["hi"]
-    for i, cond in enumerate(CONDITIONS):
+    for i, cond in enumerate(result["K1_star"]):
         values = result["K1_star"][cond]
         bounds = result["bounds"][cond]
         xs = i + np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [i]
@@ -288,7 +288,8 @@ def plot_k1(result: dict, path: str):
         found = [v for v in values if v is not None]
         if found:
             axes[3].hlines(statistics.median(found), i - 0.3, i + 0.3, color=colors[cond])
-    axes[3].set_xticks(range(len(CONDITIONS)), [f"{c}\n(w = {result['weight']})" if c == "reweight" else c for c in CONDITIONS])
+    axes[3].set_xticks(range(len(result["K1_star"])),
+                       [f"{c}\n(w = {result['weight']})" if c == "reweight" else c for c in result["K1_star"]])
     axes[3].set_yscale("log", base=2)
     axes[3].set_ylim(lo / 1.3, hi * 1.3)
     axes[3].set_ylabel("K1* (largest K without 2-Gen)")
@@ -306,12 +307,18 @@ def k1(args):
     jobs = check_int("--jobs", args.jobs, 1)
     if preset == "paper" and not torch.cuda.is_available() and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
+    conditions = args.conditions.split(",")
+    if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
+        raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
+    seeds = check_int("--seeds", args.seeds if args.seeds is not None else p["seeds"], 1)
+    perturbed = check_int("--perturbed-seeds", args.perturbed_seeds if args.perturbed_seeds is not None
+                          else p["perturbed_seeds"], 1)
+    plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
     t0 = time.time()
-    found = search_K1(preset, root, jobs, print_only=args.print_commands)
+    found = search_K1(preset, root, jobs, plan, print_only=args.print_commands)
     if found is None:
         return
-    K1 = {c: [found["searches"][c, s]["K1_star"] for s in range(p["seeds"] if c == "control" else p["perturbed_seeds"])]
-          for c in CONDITIONS}
+    K1 = {c: [found["searches"][c, s]["K1_star"] for s in range(n)] for c, n in plan.items()}
     control = [v for v in K1["control"] if v is not None]
     if not control:
         raise ValueError(f"no control seed has K1* inside [{p['lo']}, {p['hi']}]; widen the preset's range")
@@ -320,15 +327,15 @@ def k1(args):
     taus = tau_histogram(preset, root, K_tau, jobs)
     result = {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
               "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]},
-              "K1_star": K1, "bounds": {c: [found["searches"][c, s]["bound"] for s in range(len(K1[c]))] for c in CONDITIONS},
-              "above": {c: [found["searches"][c, s]["above"] for s in range(len(K1[c]))] for c in CONDITIONS},
+              "K1_star": K1, "bounds": {c: [found["searches"][c, s]["bound"] for s in range(len(K1[c]))] for c in K1},
+              "above": {c: [found["searches"][c, s]["above"] for s in range(len(K1[c]))] for c in K1},
               "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus}, "runs": found["runs"],
               "minutes": round((time.time() - t0) / 60, 1)}
     os.makedirs("figures", exist_ok=True)
     plot_k1(result, os.path.join("figures", "k1.png"))
     with open(os.path.join("figures", "k1.json"), "w") as f:
         json.dump(result, f, indent=1)
-    for c in CONDITIONS:
+    for c in K1:
         print(f"K1* {c}: {K1[c]} (median {statistics.median([v for v in K1[c] if v is not None] or [float('nan')])})")
     print(f"tau_2gen at K = {K_tau}: {taus}")
     print(f"wrote figures/k1.png and figures/k1.json in {result['minutes']} min")
@@ -341,6 +348,9 @@ def main():
     p.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="quick (CPU, calibrated) or paper (GPU)")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1_<preset>)")
     p.add_argument("--jobs", type=int, default=2, help="CPU: probes trained at a time, one thread each")
+    p.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated subset, control included")
+    p.add_argument("--seeds", type=int, default=None, help="control seeds (default: the preset's, quick 4, paper 16)")
+    p.add_argument("--perturbed-seeds", type=int, default=None, help="seeds per perturbation (quick 2, paper 4)")
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
     args = parser.parse_args()

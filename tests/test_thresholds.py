@@ -71,7 +71,8 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
     monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
     monkeypatch.chdir(tmp_path)
-    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False))
+    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
+                                 conditions="control,reweight,inject", seeds=None, perturbed_seeds=None))
     thresholds.k1(args)
     result = json.load(open(tmp_path / "figures" / "k1.json"))
     assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
