@@ -36,19 +36,32 @@ def lm_loss(model, seqs: torch.Tensor, task: torch.Tensor | None = None) -> torc
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
 
 
-def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor | None = None
-             ) -> dict[str, torch.Tensor]:
+def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor | None = None,
+             chunk: int = 256) -> dict[str, torch.Tensor]:
     """The dense readouts of one model (train.py --eval-every): losses on held-out sequences from S and
     from D_T, and the order parameters phi_delta, phi_beta of both layers on the S sequences (Appendix
     "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device. train_task: the chains of
-    train_seqs (task injection); the fresh chains of gen_seqs have none."""
-    logits, cache = model(train_seqs[:, :-1], cache=True, task=train_task)
-    out = {"train_loss": F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), train_seqs[:, 1:].reshape(-1)),
-           "gen_loss": lm_loss(model, gen_seqs)}
-    for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
-        out[f"phi_delta_{layer}"] = phi_delta(A)
-        out[f"phi_beta_{layer}"] = phi_beta(A, train_seqs[:, :-1])
-    return out
+    train_seqs (task injection); the fresh chains of gen_seqs have none. Chunks of `chunk` sequences keep
+    the attention matrices small (the paper's 4096 sequences at N = 256 would be ~1 GB per layer and model);
+    every readout is a mean over sequences, so the chunks' means weighted by their sizes are exact."""
+    n, out = train_seqs.shape[0], {}
+
+    def add(key: str, value: torch.Tensor, weight: float):
+        out[key] = out.get(key, 0.0) + weight * value
+
+    for a in range(0, n, chunk):
+        seqs = train_seqs[a : a + chunk]
+        task = train_task[a : a + chunk] if train_task is not None else None
+        w = seqs.shape[0] / n
+        logits, cache = model(seqs[:, :-1], cache=True, task=task)
+        add("train_loss", F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1)), w)
+        for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
+            add(f"phi_delta_{layer}", phi_delta(A), w)
+            add(f"phi_beta_{layer}", phi_beta(A, seqs[:, :-1]), w)
+    for a in range(0, gen_seqs.shape[0], chunk):
+        seqs = gen_seqs[a : a + chunk]
+        add("gen_loss", lm_loss(model, seqs), seqs.shape[0] / gen_seqs.shape[0])
+    return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
 
 
 # ----------------------------------------------------------------------------- trainers

@@ -17,7 +17,7 @@ together in one process as an ensemble (ensemble.py), --group at a time, with on
 OUT/ckpt_group<i>.pt; on a CPU they run as one-thread processes, --jobs at a time, unless --ensemble.
 
 metrics.jsonl rows: the log-spaced full evaluations {"step", "train_loss", "gen_loss", "kl_<predictor>",
-"phi_delta_1", ..., "n_A_2"}, and with --eval-every M also, every M steps, dense rows {"step", "dense": true,
+"phi_delta_1", ..., "n_A_2"}, and with --eval-every M also, every M steps and at the last, dense rows {"step", "dense": true,
 "train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2"} on a smaller held-out
 set (eval_dense sequences). read_metrics(dir) returns the full rows, read_metrics(dir, dense=True) the dense.
 """
@@ -316,7 +316,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     shape = (E, c0.batch, c0.N + 1)
     step_fn = GraphedStep(trainer, shape, device).step if graph else trainer.step
     evals = set(eval_steps(c0.iters, c0.evals))
-    dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) if c0.eval_every else set()
+    dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) | {c0.iters} if c0.eval_every else set()  # and the end
     t0, t_last, step_last = time.time(), time.time(), start
     loss = torch.full((E,), float("nan"))
     for step in range(start, c0.iters + 1):

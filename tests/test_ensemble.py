@@ -159,3 +159,23 @@ def test_kernel_vmap_rule_folds_members_into_heads():
         torch.testing.assert_close(a, b, **tol)
     lse = torch.func.vmap(attn.attention_forward, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)[1]
     assert lse.shape == (E, B, H, N)
+
+
+def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
+    """Chunking over sequences (the paper's 4096 held-out sequences) changes no readout beyond rounding,
+    with chunks that do not divide the batch."""
+    cfg = tiny(tmp_path, eval_dense=10, task_injection=True)
+    model = train.build_model(cfg).to(DEVICE)
+    model.reset_parameters(torch.Generator().manual_seed(0))
+    train_seqs, gen_seqs, chains = train.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
+    with torch.no_grad():
+        whole = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=10)
+        parts = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=3)
+    for k, v in whole.items():
+        assert parts[k].item() == pytest.approx(v.item(), rel=1e-5), k
+
+
+def test_the_last_step_has_a_dense_row(tmp_path):
+    """A threshold search reads max phi_beta up to the last step, also when --eval-every does not divide it."""
+    train.train(tiny(tmp_path, iters=23, eval_every=10), quiet=True)
+    assert [r["step"] for r in train.read_metrics(str(tmp_path), dense=True)[1]] == [0, 10, 20, 23]
