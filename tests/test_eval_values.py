@@ -15,13 +15,13 @@ from train import Config, eval_steps
 class PredictorModel(torch.nn.Module):
     """Logits = the log-probabilities of the Bayes predictor `name` on the model's own input
     s_0..s_{N-1}, computed here from scratch: position n sees s_0..s_n, nothing else. Attention is
-    uniform causal (the readouts need some A1, A2)."""
+    uniform causal (the readouts need some A1, A2). It takes, and ignores, the chains (task injection)."""
 
     def __init__(self, name: str, T: torch.Tensor):
         super().__init__()
         self.name, self.T = name, T
 
-    def forward(self, seqs, cache=False):
+    def forward(self, seqs, cache=False, task=None):
         logits = predict(self.name, seqs, self.T)  # (B, N, C)
         B, N = seqs.shape
         A = torch.tril(torch.ones(N, N)) / torch.arange(1, N + 1).view(N, 1)
