@@ -9,6 +9,7 @@ chain's stationary distribution p (T p = p).
 
 Every random draw takes an explicit torch.Generator; nothing touches the global RNG.
 """
+import math
 from dataclasses import dataclass
 
 import torch
@@ -198,6 +199,13 @@ def ablate_bias(seqs: torch.Tensor, p: torch.Tensor, generator=None) -> torch.Te
     return out
 
 
+def fresh_sequences(n: int, length: int, C: int, alpha: float = 1.0, generator=None, device=None):
+    """n sequences, each from its own fresh chain of D_T: (seqs (n, length), T_fresh (n, C, C))."""
+    T = sample_chains(n, C, alpha, generator, device=device)
+    seqs, _ = sample_sequences(T, n, length, generator, chain_idx=torch.arange(n, device=T.device))
+    return seqs, T
+
+
 # ----------------------------------------------------------------------------- task sets
 
 CHAIN_BLOCK = 64  # chains are drawn in blocks from one stream, so S(K) is a prefix of S(K') for K < K'
@@ -239,6 +247,40 @@ class TaskSet:
 
     def gen_batch(self, n: int, length: int, generator=None):
         """Out-of-distribution sequences, each from a fresh chain of D_T: (seqs, T_fresh (n, C, C))."""
-        T = sample_chains(n, self.C, self.alpha, generator, device=self.T.device)
-        seqs, _ = sample_sequences(T, n, length, generator, chain_idx=torch.arange(n, device=T.device))
-        return seqs, T
+        return fresh_sequences(n, length, self.C, self.alpha, generator, self.T.device)
+
+
+@dataclass
+class FreshChains:
+    """K = infinity (Appendix "Transience and Partial Memorization"): every training sequence comes from its
+    own fresh chain of D_T, so no chain is seen twice and there is nothing to memorize; the paper trains such
+    models to calibrate the memorization threshold epsilon. The sampling interface of TaskSet, with S empty:
+    T is (0, C, C), batch() draws like gen_batch() and returns the chain index -1 (no chain of S)."""
+
+    C: int = 10
+    alpha: float = 1.0
+    device: torch.device | str | None = None
+
+    @property
+    def T(self) -> torch.Tensor:
+        return torch.empty(0, self.C, self.C, device=self.device)
+
+    @property
+    def K(self) -> float:
+        return math.inf
+
+    def batch(self, n: int, length: int, generator=None):
+        """(seqs (n, length), chain_idx (n,) = -1): n sequences, each from a fresh chain."""
+        seqs, _ = self.gen_batch(n, length, generator)
+        return seqs, torch.full((n,), -1, dtype=torch.long, device=seqs.device)
+
+    def gen_batch(self, n: int, length: int, generator=None):
+        """Out-of-distribution sequences, each from a fresh chain of D_T: (seqs, T_fresh (n, C, C))."""
+        return fresh_sequences(n, length, self.C, self.alpha, generator, self.device)
+
+
+def task_source(K: int | float, C: int = 10, alpha: float = 1.0, seed: int = 0, device=None) -> TaskSet | FreshChains:
+    """The training distribution of a run: the task set S of K chains, or fresh chains for K = inf."""
+    if K == math.inf:
+        return FreshChains(C, alpha, device)
+    return TaskSet.create(K, C, alpha, seed, device)

@@ -24,12 +24,14 @@ import shlex
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from scipy.optimize import OptimizeWarning, curve_fit  # least squares with bounds and the parameters' covariance (Fig. 8a, 8b fits)
 
 import cli
 import train
@@ -131,21 +133,25 @@ PRESETS = {
 CONDITIONS = ("control", "reweight", "inject")
 
 
+def run_config(preset: str, p: dict, K: int | float, seed: int, out: str, **flags) -> train.Config:
+    """The train.py run of one (K, seed) of an experiment preset p: p's values of train.Config's fields,
+    then `flags`, through train.make_config (so the reweighting's x 1/w budget and every check are the
+    command line's)."""
+    values = {f.name: p[f.name] for f in fields(train.Config) if f.name in p}
+    values.update(preset=preset, K=K, seed=seed, out=out, **flags)
+    return train.make_config(argparse.Namespace(**values))
+
+
 def probe_config(preset: str, condition: str, K: int, seed: int, root: str, iters: int | None = None) -> train.Config:
-    """The train.py run of one probe, in root/<condition>/K<K>_s<seed> (through train.make_config, so the
-    reweighting's x 1/w budget and every check are the command line's)."""
-    p = PRESETS[preset]
-    flags = {k: p[k] for k in ("N", "batch", "lr", "iters", "eval_every", "eval_dense", "evals", "eval_train", "eval_gen")}
-    flags.update(preset="quick" if preset == "quick" else "paper", K=K, seed=seed, out=os.path.join(root, condition, f"K{K}_s{seed}"))
-    if iters is not None:
-        flags["iters"] = iters
+    """The run of one K1* probe, in root/<condition>/K<K>_s<seed>."""
+    flags = {} if iters is None else {"iters": iters}
     if condition == "reweight":
-        flags["prev_weight"] = p["weight"]
+        flags["prev_weight"] = PRESETS[preset]["weight"]
     elif condition == "inject":
         flags["task_injection"] = True
     elif condition != "control":
         raise ValueError(f"unknown condition {condition!r}; conditions are {', '.join(CONDITIONS)}")
-    return train.make_config(argparse.Namespace(**flags))
+    return run_config(preset, PRESETS[preset], K, seed, os.path.join(root, condition, f"K{K}_s{seed}"), **flags)
 
 
 def finished(cfg: train.Config) -> bool:
@@ -218,15 +224,16 @@ def search_K1(preset: str, root: str, jobs: int, plan: dict[str, int], print_onl
 
 
 def probe_command(cfg: train.Config) -> list[str]:
-    """The train.py command line that trains exactly this probe (for a scheduler)."""
-    flags = ["--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset, "--out", cfg.out]
-    for name in ("N", "batch", "lr", "eval_every", "eval_dense", "evals", "eval_train", "eval_gen"):
-        flags += [f"--{name.replace('_', '-')}", str(getattr(cfg, name))]
-    flags += ["--iters", str(cfg.base_iters or cfg.iters)]  # train.py applies the x 1/w itself
-    if cfg.prev_weight != 1:
-        flags += ["--prev-weight", str(cfg.prev_weight)]
-    if cfg.task_injection:
-        flags += ["--task-injection"]
+    """The train.py command line that trains exactly this run (for a scheduler): every field of the
+    config that differs from the preset's value, and the iterations before train.py's x 1/w."""
+    base = train.Config(**train.PRESETS[cfg.preset])
+    flags = ["--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset, "--out", cfg.out,
+             "--iters", str(cfg.base_iters or cfg.iters)]
+    for f in fields(train.Config):
+        value = getattr(cfg, f.name)
+        if f.name in ("K", "seed", "preset", "out", "iters", "base_iters", "device") or value == getattr(base, f.name):
+            continue
+        flags += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
     return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"), *flags]
 
 
@@ -345,6 +352,300 @@ def k1(args):
     print(f"wrote figures/k1.png and figures/k1.json in {result['minutes_this_call']} min")
 
 
+# ----------------------------------------------------------------------------- K2*: transient 2-Gen and partial memorization
+#
+# Appendix "Transience and Partial Memorization". For K1* < K < K2* a run first enters 2-Gen and later
+# memorizes; the time it spends in 2-Gen,
+#
+#     Delta tau_K = tau_2mem - tau_2gen  ~  (K2* - K)^(-gamma)          (Fig. 8a: K2* ~ 7000, gamma ~ 2)
+#
+# diverges at K2*, beyond which the model never memorizes. Independently, a chain k counts as memorized when
+# the model beats 2-Gen on it, Delta^k < epsilon (train.per_chain_scores), and the fraction of memorized
+# chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
+
+
+def tau_2mem(rows: list[dict]) -> int | None:
+    """tau_2mem: the first evaluation step at which L_train < L^{2-Gen} on the same held-out sequences from
+    S, which no in-context predictor can do (None: never within the run). Reads dense rows (train.py
+    --eval-every), each of which carries the 2-Gen level of its sequences."""
+    return next((r["step"] for r in sorted(rows, key=lambda r: r["step"]) if r["train_loss"] < r["train_loss_2gen"]), None)
+
+
+def delta_tau(rows: list[dict]) -> tuple[int | None, str]:
+    """(Delta tau_K, status) of one run from its dense rows: status "ok"; "censored" (in 2-Gen at the end,
+    Delta tau_K > the rest of the run: None); "no 2-gen" (never formed the induction head, K < K1*: None);
+    "mem first" (memorized before the induction head formed: None)."""
+    t_gen, t_mem = tau_2gen(rows), tau_2mem(rows)
+    if t_gen is None:
+        return None, "no 2-gen"
+    if t_mem is None:
+        return None, "censored"
+    if t_mem < t_gen:
+        return None, "mem first"
+    return t_mem - t_gen, "ok"
+
+
+def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
+    """(median, lo, hi) over seeds, None meaning "longer than the run" (+inf: a censored value still counts
+    in the median's rank), and a bootstrap percentile interval of the median; inf where it is beyond the run."""
+    x = np.array([math.inf if v is None else v for v in values], dtype=float)
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(x, size=(resamples, len(x))), axis=1)
+    q = (1 - level) / 2
+    return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
+
+
+def divergence(K, log_a, K2_star, gamma):
+    """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a)."""
+    return np.exp(log_a - gamma * np.log(K2_star - np.asarray(K, float)))
+
+
+def fit_divergence(K: list[float], dtau: list[list[float | None]], resamples: int = 1000, seed: int = 0) -> dict:
+    """Fit `divergence` to the median Delta tau over seeds at each K (None: a seed still in 2-Gen at the
+    end, counted as longer than the run; a K whose median is beyond the run is left out).
+
+    For a given K2*, log Delta tau = log a - gamma log(K2* - K) is a straight line, so the least-squares fit
+    in log Delta tau (relative errors: Delta tau spans decades) is a line fit for every K2* on a log grid
+    from just above the largest K to 1000 times it, and the K2* of least squared error. 95 % intervals:
+    bootstrap over seeds (resample the seeds at every K, refit the medians). The paper adds an offset to the
+    divergence; with a handful of K its four parameters are not identifiable (gamma runs to any bound), so
+    this fit has three."""
+    K = np.asarray(K, float)
+    grid = K.max() * np.logspace(1e-3, 3, 3000)  # K2* candidates, 0.23 % apart
+
+    def fit(medians: np.ndarray) -> tuple[float, float, float] | None:
+        keep = np.isfinite(medians)
+        if keep.sum() < 4:
+            return None
+        x = np.log(grid[:, None] - K[keep][None])  # (G, n)
+        y = np.log(np.maximum(medians[keep], 1.0))  # Delta tau of 0 (both in one evaluation interval): 1 step
+        xc, yc = x - x.mean(1, keepdims=True), y - y.mean()
+        slope = (xc * yc).sum(1) / (xc**2).sum(1)
+        sse = ((yc - slope[:, None] * xc) ** 2).sum(1)
+        sse[slope >= 0] = np.inf  # gamma > 0: a divergence, not a decay
+        i = int(np.argmin(sse))
+        if not np.isfinite(sse[i]):
+            return None
+        return float(y.mean() - slope[i] * x[i].mean()), float(grid[i]), float(-slope[i])
+
+    seeds = [np.array([math.inf if v is None else v for v in values], float) for values in dtau]
+    params = fit(np.array([np.median(x) for x in seeds]))
+    if params is None:
+        raise ValueError(f"the fit needs a finite, growing median Delta tau at >= 4 K "
+                         f"(finite at {sum(np.isfinite(np.median(x)) for x in seeds)})")
+    rng = np.random.default_rng(seed)
+    boot = [p for p in (fit(np.array([np.median(rng.choice(x, len(x))) for x in seeds])) for _ in range(resamples))
+            if p is not None]
+    lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
+    log_a, K2, gamma = params
+    return {"K2_star": K2, "gamma": gamma, "log_a": log_a, "K2_star_ci": [float(lo[1]), float(hi[1])],
+            "gamma_ci": [float(lo[2]), float(hi[2])], "resamples_fitted": len(boot), "K2_star_grid_max": float(grid[-1])}
+
+
+def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
+    """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
+    rows = sorted(chain_rows, key=lambda r: r["step"])
+    return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < epsilon)) for r in rows]
+
+
+def sigmoid(t, A, log_t0, width):
+    """A sigmoid in log time, rising to its asymptote A (the memorized fraction at convergence)."""
+    return A / (1 + np.exp(-(np.log(t) - log_t0) / width))
+
+
+def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
+    """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]."""
+    t, f = np.asarray(steps, float), np.asarray(fraction, float)
+    t, f = t[t > 0], f[t > 0]
+    if f.max() == 0:
+        return {"A": 0.0, "log_t0": None, "width": None}  # nothing memorized: no sigmoid to place
+    half = t[np.argmax(f >= f.max() / 2)]
+    with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used
+        warnings.simplefilter("ignore", OptimizeWarning)
+        params, _ = curve_fit(sigmoid, t, f, p0=[f.max(), math.log(half), 0.5],
+                              bounds=([0, math.log(t.min()) - 5, 0.01], [1, math.log(t.max()) + 10, 10]), maxfev=20_000)
+    return {"A": float(params[0]), "log_t0": float(params[1]), "width": float(params[2])}
+
+
+def epsilon_calibration(scores: list[list[float]]) -> dict:
+    """epsilon from the per-chain scores of models trained at K = inf (which cannot memorize), scored at the
+    end of training on fixed fresh chains: their mean and spread, and the threshold
+    epsilon = mean - 2 std: a chain counts as memorized when the model beats 2-Gen on it by more than a model
+    that cannot memorize does on 97.7 % of chains. (The paper, whose K = inf models have mean and std ~ 10^-3,
+    sets epsilon = 10^-3, the scale of those fluctuations.)"""
+    x = np.concatenate([np.asarray(v, float) for v in scores])
+    per_model = [{"mean": float(np.mean(v)), "std": float(np.std(v))} for v in scores]
+    mean, std = float(x.mean()), float(x.std())
+    return {"mean": mean, "std": std, "value": mean - 2 * std, "per_model": per_model, "chains": len(scores[0])}
+
+
+K2_PRESETS = {
+    # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3, K1* ~ 32) run to
+    # 2000 steps, where single runs left 2-Gen at K = 64, 96, 128 after Delta tau ~ 450, 1200, 1600 steps
+    "quick": dict(N=64, batch=64, lr=3e-3, iters=2000, eval_every=50, eval_dense=256, evals=16, eval_train=256,
+                  eval_gen=256, per_chain=64, per_chain_tasks=128, Ks=[48, 64, 80, 96, 112], seeds=4,
+                  inf_seeds=2, inf_iters=2000),
+    # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
+    # on 10^4 fixed chains
+    "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
+                  eval_train=1024, eval_gen=1024, per_chain=64, per_chain_tasks=10_000,
+                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000),
+}
+
+
+def k2_runs(preset: str, root: str, seeds: int) -> list[train.Config]:
+    """The runs of the K2* experiment: the preset's K grid x seeds, then the K = inf calibration models."""
+    p = K2_PRESETS[preset]
+    cfgs = [run_config(preset, p, K, seed, os.path.join(root, f"K{K}_s{seed}")) for K in p["Ks"] for seed in range(seeds)]
+    return cfgs + [run_config(preset, p, math.inf, seed, os.path.join(root, f"Kinf_s{seed}"), iters=p["inf_iters"])
+                   for seed in range(p["inf_seeds"])]
+
+
+def analyze_k2(cfgs: list[train.Config]) -> dict:
+    """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs,
+    and the memorized fractions with their sigmoid asymptotes, from the runs' metrics."""
+    finite = [c for c in cfgs if c.K != math.inf]
+    eps = epsilon_calibration([train.read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
+    Ks = sorted({c.K for c in finite})
+    runs, dtau, asymptote, curves = [], {}, {}, {}
+    for c in finite:
+        dense = train.read_metrics(c.out, dense=True)[1]
+        value, status = delta_tau(dense)
+        steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
+        A = fit_sigmoid(steps, fraction)["A"]
+        runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
+                     "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A})
+        dtau.setdefault(c.K, []).append(value)
+        asymptote.setdefault(c.K, []).append(A)
+        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction})
+    medians = {K: median_ci(dtau[K]) for K in Ks}
+    try:
+        fit = fit_divergence(Ks, [dtau[K] for K in Ks])
+    except ValueError as e:  # too few finite medians, or no convergence: say so in the JSON
+        fit = {"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)}
+    mean_A = [float(np.mean(asymptote[K])) for K in Ks]
+    return {"K": Ks, "delta_tau": dtau, "median": {K: medians[K] for K in Ks}, "fit": fit, "epsilon": eps,
+            "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
+            "memorized_curves": curves, "runs": runs}
+
+
+def extrapolate_zero(Ks: list[float], fraction: list[float]) -> float | None:
+    """Fig. 8b's extrapolation: the K at which a line through the mean memorized asymptotes against log K,
+    from the largest asymptote on, reaches zero (None: fewer than two points, or not falling)."""
+    top = int(np.argmax(fraction))
+    x, y = np.log(np.asarray(Ks[top:], float)), np.asarray(fraction[top:], float)
+    if len(x) < 2:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(math.exp(-intercept / slope)) if slope < 0 else None
+
+
+def plot_k2(result: dict, path: str):
+    """Fig. 8a (Delta tau against K with the divergence fit, and against K2* - K), Fig. 8b (memorized
+    asymptotes against K), Fig. A10 (memorized fraction against step) and the epsilon calibration."""
+    fig, axes = plt.subplots(1, 5, figsize=(25, 4.4))
+    Ks, fit = result["K"], result["fit"]
+    cmap = plt.get_cmap("viridis")
+    color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
+    for K in Ks:
+        seeds = [v for v in result["delta_tau"][K] if v is not None]
+        axes[0].plot([K] * len(seeds), seeds, ".", color="gray", alpha=0.6)
+        med, lo, hi = result["median"][K]
+        if math.isfinite(med):
+            axes[0].errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
+        censored = sum(v is None for v in result["delta_tau"][K])
+        if censored:  # still in 2-Gen at the end: Delta tau longer than the run
+            axes[0].annotate(f"{censored} in 2-Gen at the end", (K, 0.02), xycoords=("data", "axes fraction"),
+                             fontsize=7, ha="center", rotation=90)
+    if fit["K2_star"] is not None:
+        grid = np.linspace(min(Ks), fit["K2_star"] * 0.999, 200)
+        curve = divergence(grid, fit["log_a"], fit["K2_star"], fit["gamma"])
+        axes[0].plot(grid, curve, "k--", lw=1, label=f"fit: K2* = {fit['K2_star']:.0f}, gamma = {fit['gamma']:.2f}")
+        axes[0].axvline(fit["K2_star"], color="tab:red", ls=":", lw=1)
+        finite = [K for K in Ks if math.isfinite(result["median"][K][0])]
+        axes[1].loglog([fit["K2_star"] - K for K in finite], [result["median"][K][0] for K in finite], "ko")
+        x = np.array([fit["K2_star"] - K for K in finite], float)
+        axes[1].loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1, label=f"slope -gamma = {-fit['gamma']:.2f}")
+        axes[1].legend(fontsize=8)
+    axes[0].set_xscale("log", base=2)
+    if any(v for K in Ks for v in result["delta_tau"][K]):
+        axes[0].set_yscale("log")
+    axes[0].set_xlabel("K")
+    axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
+    axes[0].set_title("Fig. 8a: time spent in 2-Gen (median, 95% CI)")
+    if fit["K2_star"] is not None:
+        axes[0].legend(fontsize=8, loc="upper left")
+    axes[1].set_xlabel("K2* - K")
+    axes[1].set_ylabel("median Delta tau_K")
+    axes[1].set_title("Fig. 8a inset: the divergence")
+    means = [float(np.mean(result["memorized_asymptote"][K])) for K in Ks]
+    stds = [float(np.std(result["memorized_asymptote"][K])) for K in Ks]
+    axes[2].errorbar(Ks, means, yerr=stds, fmt="ko-", capsize=3)
+    zero = result["memorized_zero"]
+    if zero is not None:
+        top = int(np.argmax(means))
+        axes[2].plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
+        axes[2].legend(fontsize=8)
+    axes[2].set_xscale("log", base=2)
+    axes[2].set_xlabel("K")
+    axes[2].set_ylabel("memorized fraction at convergence (sigmoid asymptote)")
+    axes[2].set_title("Fig. 8b: fraction of chains memorized")
+    for K in Ks:
+        curves = result["memorized_curves"][K]
+        for c in curves:
+            axes[3].plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
+        axes[3].plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
+                     label=f"K = {K}")
+    axes[3].set_xscale("log")
+    axes[3].set_xlabel("step")
+    axes[3].set_ylabel(f"fraction with Delta^k < epsilon = {result['epsilon']['value']:.3g}")
+    axes[3].set_title("Fig. A10: memorized fraction over training")
+    axes[3].legend(fontsize=8)
+    eps = result["epsilon"]
+    axes[4].hist(eps["scores"], bins=40, color="tab:blue")
+    axes[4].axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std = {eps['value']:.3g}")
+    axes[4].set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
+    axes[4].set_ylabel("chains")
+    axes[4].set_title(f"epsilon: {len(eps['per_model'])} models at K = inf, mean {eps['mean']:.3g}, std {eps['std']:.3g}")
+    axes[4].legend(fontsize=8)
+    fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
+                 f"{result['iters']} steps)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def k2(args):
+    preset, root = args.preset, args.root or os.path.join("runs", f"k2_{args.preset}")
+    p = K2_PRESETS[preset]
+    seeds = check_int("--seeds", args.seeds if args.seeds is not None else p["seeds"], 1)
+    jobs = check_int("--jobs", args.jobs, 1)
+    cfgs = k2_runs(preset, root, seeds)
+    if args.print_commands:
+        print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
+        return
+    if preset == "paper" and not torch.cuda.is_available():
+        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
+    t0 = time.time()
+    todo = [cfg for cfg in cfgs if not finished(cfg)]
+    print(f"K2*: {len(cfgs)} runs ({len(todo)} to train) under {root}", flush=True)
+    run_probes(cfgs, jobs)
+    result = {"preset": preset, "N": p["N"], "iters": p["iters"], "seeds": seeds, **analyze_k2(cfgs),
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}
+    result["epsilon"]["scores"] = [round(v, 5) for c in cfgs if c.K == math.inf for v in train.read_per_chain(c.out)[-1]["delta"]]
+    os.makedirs("figures", exist_ok=True)
+    plot_k2(result, os.path.join("figures", "k2.png"))
+    with open(os.path.join("figures", "k2.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    fit = result["fit"]
+    for K in result["K"]:
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
+              f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
+    print(f"fit: K2* = {fit['K2_star']} (95% {fit['K2_star_ci']}), gamma = {fit['gamma']} (95% {fit['gamma_ci']}); "
+          f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
+    print(f"wrote figures/k2.png and figures/k2.json in {result['minutes_this_call']} min")
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -357,8 +658,14 @@ def main():
     p.add_argument("--perturbed-seeds", type=int, default=None, help="seeds per perturbation (quick 2, paper 4)")
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
+    p = sub.add_parser("k2", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)")
+    p.add_argument("--preset", choices=sorted(K2_PRESETS), default="quick", help="quick (CPU, calibrated) or paper (GPU)")
+    p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
+    p.add_argument("--jobs", type=int, default=2, help="CPU: runs trained at a time, one thread each")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per K (default: the preset's, 4)")
+    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
     args = parser.parse_args()
-    k1(args)
+    {"k1": k1, "k2": k2}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
     python train.py --K 1024 --preset paper     # the appendix's hyper-parameters
     python train.py --K 256 --resume            # continue a killed run exactly where it stopped
     python train.py --K 64,80,94 --seeds 0-15 --out runs/k1   # a (K, seed) grid, one run directory per model
+    python train.py --K inf --per-chain 64      # K = infinity, with the per-chain memorization scores
     python train.py --sweep                     # Fig. 2b/2c: the preset's K grid, then heat maps
 
 Each run writes to runs/<name>/: config.json, metrics.jsonl (one JSON object per evaluation),
@@ -18,8 +19,16 @@ OUT/ckpt_group<i>.pt; on a CPU they run as one-thread processes, --jobs at a tim
 
 metrics.jsonl rows: the log-spaced full evaluations {"step", "train_loss", "gen_loss", "kl_<predictor>",
 "phi_delta_1", ..., "n_A_2"}, and with --eval-every M also, every M steps and at the last, dense rows {"step", "dense": true,
-"train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2"} on a smaller held-out
-set (eval_dense sequences). read_metrics(dir) returns the full rows, read_metrics(dir, dense=True) the dense.
+"train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "train_loss_2gen"} on a smaller
+held-out set (eval_dense sequences; train_loss_2gen: the 2-Gen predictor's loss on the same sequences from S).
+read_metrics(dir) returns the full rows, read_metrics(dir, dense=True) the dense. With --per-chain P, per_chain.jsonl
+holds at every full evaluation {"step", "delta": [Delta^k for every chain of S]} (per_chain_scores), read by
+read_per_chain(dir).
+
+--K inf trains at K = infinity: every training sequence from a fresh chain (markov.FreshChains). There is no S,
+so "train" evaluations are on fresh chains too, the memorizing predictors (1-Mem, 2-Mem) are dropped from the
+rows, and the per-chain scores are taken on per_chain_tasks fixed chains of D_T (the paper's calibration of
+the memorization threshold epsilon).
 """
 import argparse
 import json
@@ -41,13 +50,13 @@ from matplotlib.colors import LogNorm
 import cli
 from bayes import COLORS, LABELS, PREDICTORS, kl_div, nll, predict
 from ensemble import Ensemble, GraphedStep, Single
-from markov import TaskSet, check_int
+from markov import FreshChains, TaskSet, check_int, sample_chains, sample_sequences, task_source
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
 
 @dataclass
 class Config:
-    K: int = 256  # number of training chains |S|
+    K: int | float = 256  # number of training chains |S|; math.inf: a fresh chain of D_T for every sequence
     preset: str = "quick"  # "quick" (CPU-sized) or "paper" (the appendix's hyper-parameters)
     N: int = 128  # predictions per sequence; sequences hold N + 1 states
     iters: int = 2000  # optimizer steps
@@ -66,6 +75,9 @@ class Config:
     ckpt_every: int = 500  # also checkpoint at least this often (a killed run loses at most this many steps)
     eval_train: int = 512  # held-out sequences from S (the paper: 8 K)
     eval_gen: int = 512  # held-out sequences from fresh chains of D_T (the paper: 2048)
+    # the memorization scores Delta^k of Appendix "Transience and Partial Memorization", at the full evaluations:
+    per_chain: int = 0  # held-out sequences per chain of S (0: off; the paper: 64, i.e. 64 K sequences)
+    per_chain_tasks: int = 1024  # with K = inf: how many fixed chains of D_T are scored (the paper: 10^4)
     # the kinetic perturbations of Fig. 7c (Appendix "Gradient Reweighting", "Task Injection"):
     prev_weight: float = 1.0  # w: gradient through layer 1's previous-token attention scaled by w, forward unchanged
     base_iters: int = 0  # with w < 1, iters = base_iters / w (the paper's x 1/w budget); 0 when not scaled
@@ -93,7 +105,10 @@ def make_config(args: argparse.Namespace) -> Config:
         cfg.base_iters, cfg.iters = cfg.iters, math.ceil(cfg.iters / cfg.prev_weight)
     if cfg.eval_train == 0:
         cfg.eval_train = min(8 * cfg.K, 8192)  # the paper evaluates L_train on 8 K sequences
-    check_int("K", cfg.K, 1)
+    if cfg.K != math.inf:
+        check_int("K", cfg.K, 1)
+    elif cfg.task_injection:
+        raise ValueError("task injection learns a vector per chain of S; with K = inf there is no S")
     check_int("N", cfg.N, 2)
     check_int("batch", cfg.batch, 1)
     check_int("iters", cfg.iters, 1)
@@ -103,6 +118,8 @@ def make_config(args: argparse.Namespace) -> Config:
     check_int("ckpt_every", cfg.ckpt_every, 1)
     check_int("eval_every", cfg.eval_every, 0)
     check_int("eval_dense", cfg.eval_dense, 1)
+    check_int("per_chain", cfg.per_chain, 0)
+    check_int("per_chain_tasks", cfg.per_chain_tasks, 1)
     if not cfg.lr > 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr}")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
@@ -124,22 +141,28 @@ def eval_steps(iters: int, n: int) -> list[int]:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def make_eval_data(cfg: Config, tasks: TaskSet) -> dict:
-    """Fixed held-out batches from S (with their chains, "train_task") and from D_T, and the four predictors on
-    them (computed once)."""
+def predictor_names(tasks: TaskSet | FreshChains) -> tuple[str, ...]:
+    """The predictors a run is compared with: all four, or with K = inf (no S) the two generalizing ones."""
+    return PREDICTORS if isinstance(tasks, TaskSet) else ("1gen", "2gen")
+
+
+def make_eval_data(cfg: Config, tasks: TaskSet | FreshChains) -> dict:
+    """Fixed held-out batches from S (with their chains, "train_task"; with K = inf, from fresh chains like the
+    training sequences) and from D_T, and the predictors on them (computed once)."""
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 7)
     data = dict(zip(("train", "train_task"), tasks.batch(cfg.eval_train, cfg.N + 1, g)))
     data["gen"] = tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]
+    data["predictors"] = predictor_names(tasks)
     for split in ("train", "gen"):
         seqs = data[split]
-        for name in PREDICTORS:
+        for name in data["predictors"]:
             logp = predict(name, seqs, tasks.T)[:, :-1]  # aligned with the model's N predictions
             data[f"{split}_{name}"] = logp
             data[f"{split}_loss_{name}"] = nll(logp, seqs).mean().item()
     return data
 
 
-def make_dense_data(cfg: Config, tasks: TaskSet) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_dense_data(cfg: Config, tasks: TaskSet | FreshChains) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, and the
     chains of the S sequences; drawn from their own stream so that the full evaluation's data does not
     depend on --eval-every."""
@@ -148,12 +171,43 @@ def make_dense_data(cfg: Config, tasks: TaskSet) -> tuple[torch.Tensor, torch.Te
     return train_seqs, tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0], train_task
 
 
+def make_per_chain_data(cfg: Config, tasks: TaskSet | FreshChains) -> dict:
+    """The fixed sequences of the memorization scores: cfg.per_chain from each chain of S in chain order (with
+    K = inf, from per_chain_tasks fixed chains of D_T), and the 2-Gen predictor's loss on each sequence."""
+    g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 13)
+    T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g, device=tasks.T.device)
+    chain = torch.arange(T.shape[0], device=T.device).repeat_interleave(cfg.per_chain)  # (n_chains * per_chain,)
+    seqs, _ = sample_sequences(T, chain.numel(), cfg.N + 1, g, chain_idx=chain)
+    loss_2gen = nll(predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence
+    return {"seqs": seqs, "chain": chain if isinstance(tasks, TaskSet) else None, "loss_2gen": loss_2gen,
+            "chains": T.shape[0]}
+
+
+@torch.no_grad()
+def per_chain_scores(model: Transformer, data: dict, chunk: int = 256) -> torch.Tensor:
+    """The memorization score of every chain (Appendix "Transience and Partial Memorization"),
+
+        Delta^k = < L(pi_theta, S) - L(pi_2Gen, S) >_{S ~ T^(k)},
+
+    L the autoregressive cross-entropy of a sequence; Delta^k < 0: the model beats 2-Gen on chain k, which
+    in-context inference alone cannot do. Returns (chains,)."""
+    model.eval()
+    seqs, losses = data["seqs"], []
+    for a in range(0, seqs.shape[0], chunk):
+        s = seqs[a : a + chunk]
+        task = data["chain"][a : a + chunk] if data["chain"] is not None else None
+        logq = F.log_softmax(model(s[:, :-1], task=task).float(), -1)
+        losses.append(nll(logq, s).mean(1))
+    model.train()
+    return (torch.cat(losses) - data["loss_2gen"]).view(data["chains"], -1).mean(1)
+
+
 @torch.no_grad()
 def evaluate(model: Transformer, data: dict, chunk: int = 256) -> dict:
     """Losses, behavioral divergences to the predictors, and attention readouts of both layers."""
     model.eval()
     metrics = {}
-    kl = {name: 0.0 for name in PREDICTORS}
+    kl = {name: 0.0 for name in data["predictors"]}
     readouts = {key: 0.0 for key in ("phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "entropy_1", "entropy_2")}
     for split in ("train", "gen"):
         seqs = data[split]
@@ -166,7 +220,7 @@ def evaluate(model: Transformer, data: dict, chunk: int = 256) -> dict:
             logits, cache = model(s[:, :-1], cache=True, task=task)
             logq = F.log_softmax(logits.float(), -1)
             loss += nll(logq, s).mean().item() * w
-            for name in PREDICTORS:  # D(pi_hat, pi_theta) = 1/2 <KL>_S + 1/2 <KL>_{D_T}
+            for name in data["predictors"]:  # D(pi_hat, pi_theta) = 1/2 <KL>_S + 1/2 <KL>_{D_T}
                 kl[name] += 0.5 * w * kl_div(data[f"{split}_{name}"][start : start + chunk], logq).item()
             if split == "train":  # the mechanistic readouts average over sequences from S
                 for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
@@ -174,9 +228,9 @@ def evaluate(model: Transformer, data: dict, chunk: int = 256) -> dict:
                     readouts[f"phi_beta_{layer}"] += w * phi_beta(A, s[:, :-1]).item()
                     readouts[f"entropy_{layer}"] += w * math.log(n_A(A).item())
         metrics[f"{split}_loss"] = loss
-        for name in PREDICTORS:
+        for name in data["predictors"]:
             metrics[f"{split}_loss_{name}"] = data[f"{split}_loss_{name}"]
-    metrics.update({f"kl_{name}": kl[name] for name in PREDICTORS})
+    metrics.update({f"kl_{name}": kl[name] for name in data["predictors"]})
     for layer in (1, 2):
         metrics[f"phi_delta_{layer}"] = readouts[f"phi_delta_{layer}"]
         metrics[f"phi_beta_{layer}"] = readouts[f"phi_beta_{layer}"]
@@ -273,7 +327,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     c0, E = cfgs[0], len(cfgs)
     device = torch.device(c0.device)
     graph = graph and device.type == "cuda"
-    tasks = [TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
+    tasks = [task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
     models = []
     for cfg in cfgs:
         model = build_model(cfg)
@@ -285,27 +339,28 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     data = [make_eval_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
     if c0.eval_every:
         dense = [torch.stack(split) for split in zip(*(make_dense_data(cfg, t) for cfg, t in zip(cfgs, tasks)))]
+        # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
+        dense_2gen = [nll(predict("2gen", seqs, t.T)[:, :-1], seqs).mean().item() for seqs, t in zip(dense[0], tasks)]
+    if c0.per_chain:
+        scored = [make_per_chain_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
     metrics_paths = [os.path.join(cfg.out, "metrics.jsonl") for cfg in cfgs]
+    chain_paths = [os.path.join(cfg.out, "per_chain.jsonl") for cfg in cfgs]
     start, rows = 0, [[] for _ in cfgs]
     if resume:
         trainer.load_member_states(members)
         for g, member in zip(gens, members):
             g.set_state(member["rng"].cpu())
         start = members[0]["step"]
-        for run_rows, path in zip(rows, metrics_paths):
-            if os.path.exists(path):  # drop rows logged after the checkpoint; they will be redone
-                with open(path) as f:
-                    run_rows += [r for r in map(json.loads, f) if r["step"] <= start]
-    for cfg, run_rows, path in zip(cfgs, rows, metrics_paths):
+    for cfg, run_rows, path, chain_path in zip(cfgs, rows, metrics_paths, chain_paths):
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(asdict(cfg), f, indent=1)
-        with open(path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in run_rows)
+        run_rows += rewrite_rows(path, start if resume else -1)  # rows logged after the checkpoint will be redone
+        if cfg.per_chain:
+            rewrite_rows(chain_path, start if resume else -1)
 
     def log(e: int, row: dict):
         rows[e].append(row)
-        with open(metrics_paths[e], "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_row(metrics_paths[e], row)
 
     def checkpoint(step: int) -> list[dict]:
         states = [{**trainer.member_state(e), "rng": g.get_state(), "step": step, "config": asdict(cfg)}
@@ -324,11 +379,14 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
             for e, cfg in enumerate(cfgs):
                 model = trainer.model(e)
                 log(e, {"step": step, **evaluate(model, data[e])})
+                if cfg.per_chain:
+                    delta = per_chain_scores(model, scored[e]).tolist()
+                    append_row(chain_paths[e], {"step": step, "delta": [round(v, 6) for v in delta]})
                 save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
         if step in dense_steps and not (resume and step == start):
             values = {k: v.tolist() for k, v in trainer.readouts(*dense).items()}  # the one wait for the device
             for e in range(E):
-                log(e, {"step": step, "dense": True, **{k: v[e] for k, v in values.items()}})
+                log(e, {"step": step, "dense": True, **{k: v[e] for k, v in values.items()}, "train_loss_2gen": dense_2gen[e]})
         if (step in evals or step % c0.ckpt_every == 0) and step > start or step == c0.iters:
             states = checkpoint(step)
         if not quiet and (step in evals or step == c0.iters) and step > start:
@@ -349,14 +407,31 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     return rows
 
 
+def append_row(path: str, row: dict):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def rewrite_rows(path: str, last_step: int) -> list[dict]:
+    """Keep the JSON-lines rows of `path` up to step last_step (-1: none, a fresh file); returns them."""
+    kept = []
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = [r for r in map(json.loads, f) if r["step"] <= last_step]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    return kept
+
+
 def print_progress(step: int, iters: int, losses: list[float], rows: list[list[dict]], rate: float):
     """One line: a single run's numbers, or an ensemble's ranges over its models."""
     eta = (iters - step) / max(rate, 1e-9)
     full = [[r for r in run if not r.get("dense")][-1] for run in rows]
     if len(full) == 1:
         r = full[0]
+        mem = f", 2-Mem {r['train_loss_2mem']:.4f}" if "train_loss_2mem" in r else ""  # none with K = inf
         print(f"step {step:>7d}/{iters} | batch loss {losses[0]:.4f} | L_train {r['train_loss']:.4f} "
-              f"(2-Gen {r['train_loss_2gen']:.4f}, 2-Mem {r['train_loss_2mem']:.4f}) | L_gen {r['gen_loss']:.4f} "
+              f"(2-Gen {r['train_loss_2gen']:.4f}{mem}) | L_gen {r['gen_loss']:.4f} "
               f"| phi_delta1 {r['phi_delta_1']:.2f} phi_beta2 {r['phi_beta_2']:.2f} | {rate:.2f} it/s | "
               f"ETA {eta / 60:.1f} min", flush=True)
         return
@@ -374,15 +449,16 @@ def print_progress(step: int, iters: int, losses: list[float], rows: list[list[d
 def plot_run(rows: list[dict], cfg: Config, path: str):
     """Fig. 2a/2c for one K: losses against the predictor levels, and the readouts, vs step."""
     steps = [max(r["step"], 1) for r in rows]
+    names = [name for name in PREDICTORS if f"kl_{name}" in rows[0]]  # K = inf: no memorizing predictors
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     for ax, split, title in ((axes[0], "train", "L_train (sequences from S)"), (axes[1], "gen", "L_gen (fresh chains)")):
         ax.plot(steps, [r[f"{split}_loss"] for r in rows], "k.-", label="transformer")
-        for name in PREDICTORS:
+        for name in names:
             ax.axhline(rows[0][f"{split}_loss_{name}"], color=COLORS[name], ls="--", lw=1, label=LABELS[name])
         ax.set_title(title)
         ax.set_ylabel("loss (nats)")
     axes[0].legend(fontsize=8)
-    for name in PREDICTORS:
+    for name in names:
         axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=COLORS[name], label=LABELS[name])
     axes[2].set_yscale("log")
     axes[2].set_title("divergence D(predictor, model)")
@@ -410,10 +486,19 @@ def read_metrics(run_dir: str, dense: bool = False) -> tuple[dict, list[dict]]:
         return cfg, [r for r in map(json.loads, f) if r.get("dense", False) == dense]
 
 
+def read_per_chain(run_dir: str) -> list[dict]:
+    """The memorization scores of a run with --per-chain: rows {"step", "delta": [Delta^k per chain]}."""
+    path = os.path.join(run_dir, "per_chain.jsonl")
+    if not os.path.exists(path):
+        raise ValueError(f"{run_dir!r} has no per_chain.jsonl (train it with --per-chain)")
+    with open(path) as f:
+        return list(map(json.loads, f))
+
+
 # ----------------------------------------------------------------------------- runs as a library (trace.py, ...)
 
 
-def load_run(run_dir: str, step: int | None = None, device: str = "cpu") -> tuple[Config, list[dict], Transformer, TaskSet]:
+def load_run(run_dir: str, step: int | None = None, device: str = "cpu") -> tuple[Config, list[dict], Transformer, TaskSet | FreshChains]:
     """A finished or partial run: (config, metrics rows, the model at evaluation step `step` (default:
     the last saved one) in eval mode, its task set S)."""
     if not os.path.exists(os.path.join(run_dir, "config.json")) or not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
@@ -428,7 +513,7 @@ def load_run(run_dir: str, step: int | None = None, device: str = "cpu") -> tupl
         raise ValueError(f"{run_dir!r} has no checkpoint at step {step} (saved: {steps[0]}..{steps[-1]})")
     model = build_model(cfg)
     model.load_state_dict(torch.load(os.path.join(run_dir, f"model_{step:07d}.pt"), map_location=device))
-    tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
+    tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
     return cfg, rows, model.to(device).eval(), tasks
 
 
@@ -494,11 +579,14 @@ def plot_sweep(sweep_dir: str, path: str):
 SWEEP_KS = {"quick": [4, 16, 64, 256, 1024], "paper": [2**i for i in range(3, 11)]}
 
 
-def parse_list(flag: str, text: str) -> list[int]:
-    """'64,80,94', '0-15' or mixed '0-3,7' -> the integers in that order (ranges inclusive); a
-    malformed item, an empty range or a repeated value is an error."""
+def parse_list(flag: str, text: str, inf: bool = False) -> list[int | float]:
+    """'64,80,94', '0-15' or mixed '0-3,7' -> the integers in that order (ranges inclusive); with inf=True
+    the item 'inf' is math.inf (K = inf). A malformed item, an empty range or a repeated value is an error."""
     values = []
     for item in text.split(","):
+        if inf and item.strip() == "inf":
+            values.append(math.inf)
+            continue
         m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
         if m is None:
             raise ValueError(f"{flag}: cannot read {item!r} in {text!r} (write e.g. 64,80,94 or 0-15 or 0-3,7)")
@@ -516,7 +604,7 @@ def make_configs(args: argparse.Namespace) -> list[Config]:
     """One Config per (K, seed) of the grid given by --K and --seeds, K-major. A grid puts each model
     in OUT/K<K>_s<seed>; a single (K, seed) is a single run in OUT (default runs/K<K>_s<seed>)."""
     preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
-    Ks = parse_list("--K", args.K) if args.K else SWEEP_KS[preset] if args.sweep else [Config.K]
+    Ks = parse_list("--K", args.K, inf=True) if args.K else SWEEP_KS[preset] if args.sweep else [Config.K]
     seeds = parse_list("--seeds", args.seeds)
     grid = len(Ks) * len(seeds) > 1 or args.sweep
     cfgs = []
@@ -580,7 +668,8 @@ def train_grid(args: argparse.Namespace, cfgs: list[Config]):
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick otherwise")
-    parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 (default 256)")
+    parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 (default 256); "
+                        "inf: a fresh chain for every sequence")
     parser.add_argument("--seeds", "--seed", default="0", help="model seed(s), same syntax as --K: 0-15, 0-3,7")
     for f in fields(Config):
         flag = f"--{f.name.replace('_', '-')}"

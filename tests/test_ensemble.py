@@ -56,7 +56,7 @@ def test_members_are_the_single_runs(tmp_path, same_numbers):
         assert [r["step"] for r in full] == eval_steps(100, 3)
         assert [r["step"] for r in dense] == [0, 25, 50, 75, 100]
         assert all(set(r) == {"step", "dense", "train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1",
-                              "phi_beta_2"} for r in dense)
+                              "phi_beta_2", "train_loss_2gen"} for r in dense)
         for name in ["config.json", "fig2a.png", "model_0000100.pt"]:
             assert os.path.exists(os.path.join(cfg.out, name))
         train.load_run(cfg.out)

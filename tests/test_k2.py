@@ -1,0 +1,219 @@
+"""K2*: K = inf training, the per-chain memorization scores, tau_2mem / Delta tau, the divergence and sigmoid
+fits, epsilon, and `thresholds.py k2` end to end on a tiny preset."""
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import thresholds
+import train
+from bayes import nll, two_gen
+from markov import FreshChains, TaskSet, task_source
+from thresholds import (delta_tau, divergence, epsilon_calibration, extrapolate_zero, fit_divergence, fit_sigmoid,
+                        median_ci, memorized_fraction, sigmoid, tau_2mem)
+
+
+def tiny(out, **kw) -> train.Config:
+    values = dict(preset="quick", K=4, N=8, batch=4, iters=10, evals=3, eval_train=8, eval_gen=8, eval_every=5, eval_dense=8,
+                  per_chain=3, per_chain_tasks=5, out=str(out))
+    values.update(kw)
+    return train.make_config(argparse.Namespace(**values))
+
+
+# ----------------------------------------------------------------------------- K = inf
+
+
+def bigram_estimates(seqs: torch.Tensor, C: int = 10) -> torch.Tensor:
+    """Each sequence's empirical transition matrix (add-one), (B, C, C)."""
+    counts = torch.ones(seqs.shape[0], C, C)
+    for b in range(seqs.shape[0]):
+        counts[b].index_put_((seqs[b, 1:], seqs[b, :-1]), torch.ones(seqs.shape[1] - 1), accumulate=True)
+    return counts / counts.sum(1, keepdim=True)
+
+
+def test_k_inf_draws_a_fresh_chain_for_every_sequence():
+    """Long sequences reveal their chain: from fresh chains no two sequences of a batch (or of two batches)
+    share one, while from a task set of 4 chains, 16 sequences must repeat chains (the same estimate up to
+    sampling noise)."""
+    g = torch.Generator().manual_seed(0)
+
+    def closest_pair(seqs):
+        est = bigram_estimates(seqs)
+        d = (est[:, None] - est[None]).abs().sum((-1, -2)) / 10  # mean L1 distance between columns
+        return d[~torch.eye(len(est), dtype=torch.bool)].min().item()
+
+    fresh = FreshChains()
+    a, idx = fresh.batch(16, 4000, g)
+    b, _ = fresh.batch(16, 4000, g)
+    assert (idx == -1).all()
+    noise = closest_pair(TaskSet.create(4, seed=0).batch(16, 4000, g)[0])  # repeated chains: only sampling noise
+    assert noise < 0.15
+    assert closest_pair(a) > 2 * noise and closest_pair(torch.cat([a, b])) > 2 * noise
+
+
+def test_k_inf_config_and_run(tmp_path):
+    cfg = tiny(tmp_path / "inf", K=math.inf)
+    assert cfg.out and isinstance(task_source(cfg.K), FreshChains)
+    assert train.make_config(argparse.Namespace(preset="quick", K=math.inf, eval_train=0)).eval_train == 8192  # 8 K, capped
+    rows = train.train(cfg, quiet=True)
+    full = [r for r in rows if not r.get("dense")]
+    assert "train_loss_2gen" in full[-1] and "kl_2mem" not in full[-1] and "train_loss_1mem" not in full[-1]
+    assert json.load(open(tmp_path / "inf" / "config.json"))["K"] == math.inf
+    scores = train.read_per_chain(str(tmp_path / "inf"))
+    assert [r["step"] for r in scores] == [r["step"] for r in full] and len(scores[-1]["delta"]) == 5
+    loaded_cfg, _, model, tasks = train.load_run(str(tmp_path / "inf"))
+    assert loaded_cfg.K == math.inf and isinstance(tasks, FreshChains)
+    with pytest.raises(ValueError, match="task injection"):
+        tiny(tmp_path / "x", K=math.inf, task_injection=True)
+    assert train.parse_list("--K", "64,inf", inf=True) == [64, math.inf]
+    with pytest.raises(ValueError):
+        train.parse_list("--seeds", "inf")
+
+
+# ----------------------------------------------------------------------------- per-chain scores, dense 2-Gen level
+
+
+def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
+    """Delta^k from the batched, chunked scorer against a loop over chains: the model's and 2-Gen's loss on
+    each of the chain's sequences, one sequence at a time (task injection on, so the chain index must
+    reach the model too)."""
+    cfg = tiny(tmp_path, K=5, per_chain=4, task_injection=True)
+    tasks = TaskSet.create(cfg.K, seed=cfg.task_seed)
+    model = train.build_model(cfg)
+    model.reset_parameters(torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        model.task_embedding.weight.normal_(0, 1, generator=torch.Generator().manual_seed(4))
+    data = train.make_per_chain_data(cfg, tasks)
+    scores = train.per_chain_scores(model.eval(), data, chunk=7)
+    assert data["seqs"].shape == (cfg.K * cfg.per_chain, cfg.N + 1)
+    for k in range(cfg.K):
+        diffs = []
+        for seq in data["seqs"][data["chain"] == k]:
+            with torch.no_grad():
+                logq = torch.log_softmax(model(seq[None, :-1], task=torch.tensor([k])), -1)
+            diffs.append(nll(logq, seq[None]).mean() - nll(two_gen(seq[None], 10)[:, :-1], seq[None]).mean())
+        assert scores[k].item() == pytest.approx(torch.stack(diffs).mean().item(), abs=1e-5)
+    # the sequences of chain k come from chain k: on long sequences its own chain explains them best
+    long = train.make_per_chain_data(tiny(tmp_path, K=5, per_chain=4, N=300), tasks)
+    seqs = long["seqs"]
+    nll_per_chain = torch.stack([-torch.log(tasks.T[j][seqs[:, 1:], seqs[:, :-1]]).sum(1) for j in range(cfg.K)], 1)
+    assert torch.equal(nll_per_chain.argmin(1), long["chain"])
+
+
+def test_dense_rows_carry_the_2gen_level_of_their_sequences(tmp_path):
+    cfg = tiny(tmp_path, eval_dense=6)
+    rows = [r for r in train.train(cfg, quiet=True) if r.get("dense")]
+    seqs = train.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))[0]
+    level = nll(two_gen(seqs, 10)[:, :-1], seqs).mean().item()
+    assert all(r["train_loss_2gen"] == pytest.approx(level, abs=1e-6) for r in rows)
+
+
+# ----------------------------------------------------------------------------- tau_2mem, Delta tau, medians
+
+
+def rows_of(losses, phis, level=2.0, every=10):
+    return [{"step": every * i, "train_loss": l, "train_loss_2gen": level, "phi_beta_2": p}
+            for i, (l, p) in enumerate(zip(losses, phis))]
+
+
+def test_tau_2mem_and_delta_tau_on_synthetic_rows():
+    phis = [0.1, 0.2, 0.5, 0.6, 0.6, 0.6]
+    ok = rows_of([2.3, 2.2, 2.05, 2.01, 1.99, 1.95], phis)
+    assert tau_2mem(ok) == 40 and delta_tau(ok) == (20, "ok")  # tau_2gen = 20 (phi_beta > 0.45)
+    assert tau_2mem(list(reversed(ok))) == 40  # row order does not matter
+    equal = rows_of([2.3, 2.2, 2.0, 2.0, 2.0, 2.0], phis)  # touching the level is not beating it
+    assert tau_2mem(equal) is None and delta_tau(equal) == (None, "censored")
+    assert delta_tau(rows_of([2.3, 2.2, 1.9, 1.9, 1.9, 1.9], [0.1] * 6)) == (None, "no 2-gen")
+    assert delta_tau(rows_of([2.3, 1.9, 1.9, 1.9, 1.9, 1.9], phis)) == (None, "mem first")
+
+
+def test_median_counts_censored_seeds_as_longer_than_the_run():
+    assert median_ci([100, 300, 200, 400])[0] == 250
+    med, lo, hi = median_ci([100, 200, None, None, None])
+    assert med == math.inf and hi == math.inf and lo >= 100
+    med, lo, hi = median_ci([100, 200, 300, None, None])
+    assert med == 300 and lo <= 300 <= hi
+
+
+# ----------------------------------------------------------------------------- fits
+
+
+@pytest.mark.parametrize("K2, gamma", [(5000, 2.0), (120, 1.0)])
+def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
+    """Delta tau = a (K2* - K)^-gamma for 4 seeds at 6 K below K2*, each seed off by a log-normal factor
+    (sigma 0.2): over 10 draws the true K2* and gamma lie within the fit's 95 % bootstrap intervals at least
+    8 times, and the point estimates are close."""
+    K = K2 * np.array([0.1, 0.3, 0.5, 0.7, 0.85, 0.93])
+    true = divergence(K, math.log(1e3) + gamma * math.log(K2 / 10), K2, gamma)
+    covered, estimates = 0, []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        fit = fit_divergence(list(K), [list(v * np.exp(rng.normal(0, 0.2, 4))) for v in true], resamples=200)
+        covered += fit["K2_star_ci"][0] <= K2 <= fit["K2_star_ci"][1] and fit["gamma_ci"][0] <= gamma <= fit["gamma_ci"][1]
+        estimates.append((fit["K2_star"], fit["gamma"]))
+    assert covered >= 8
+    K2_hat, gamma_hat = np.median(estimates, axis=0)
+    assert K2_hat == pytest.approx(K2, rel=0.05) and gamma_hat == pytest.approx(gamma, abs=0.3)
+    exact = fit_divergence(list(K), [[v] for v in true], resamples=10)
+    assert exact["K2_star"] == pytest.approx(K2, rel=0.003) and exact["gamma"] == pytest.approx(gamma, abs=0.02)
+    with pytest.raises(ValueError, match=">= 4 K"):  # three parameters: four medians at least
+        fit_divergence(list(K), [[1.0], [2.0], [None], [None], [3.0], [None]])
+
+
+def test_sigmoid_asymptote_and_memorized_fraction():
+    t = np.unique(np.round(np.logspace(0, 4, 25)))
+    for A in (0.3, 0.8):
+        f = sigmoid(t, A, math.log(800), 0.4)
+        assert fit_sigmoid(list(t), list(f))["A"] == pytest.approx(A, abs=0.01)
+    # a curve still rising at the end extrapolates above its last value
+    t_short = t[t <= 1500]
+    assert fit_sigmoid(list(t_short), list(sigmoid(t_short, 0.8, math.log(800), 0.4)))["A"] == pytest.approx(0.8, abs=0.05)
+    assert fit_sigmoid([1, 10, 100], [0, 0, 0])["A"] == 0
+    rows = [{"step": 10, "delta": [0.1, -0.2, 0.0]}, {"step": 0, "delta": [0.1, 0.1, 0.1]}]
+    assert memorized_fraction(rows, epsilon=0.0) == ([0, 10], [0.0, 1 / 3])  # strictly below epsilon
+
+
+def test_epsilon_and_the_zero_crossing():
+    eps = epsilon_calibration([[0.0, 0.02], [0.01, 0.03]])
+    assert eps["mean"] == pytest.approx(0.015) and eps["std"] == pytest.approx(np.std([0, 0.02, 0.01, 0.03]))
+    assert eps["value"] == pytest.approx(eps["mean"] - 2 * eps["std"]) and len(eps["per_model"]) == 2
+    # 0.8 at K = 64, falling by 0.2 per factor e of K: zero at 64 e^4
+    Ks = [16, 64, 64 * math.e, 64 * math.e ** 2]
+    assert extrapolate_zero(Ks, [0.5, 0.8, 0.6, 0.4]) == pytest.approx(64 * math.e ** 4)
+    assert extrapolate_zero([16, 64], [0.1, 0.5]) is None  # not falling
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
+    """Runs, reuse, analysis, figure and JSON on runs of a few steps; Delta tau is replaced by a known
+    divergence in K so that the fit has something to find whatever the tiny runs learn."""
+    tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
+                       per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5], seeds=1, inf_seeds=2, inf_iters=8)
+    monkeypatch.setitem(thresholds.K2_PRESETS, "quick", tiny_preset)
+    monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
+    monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False)
+    thresholds.k2(args)
+    result = json.load(open(tmp_path / "figures" / "k2.json"))
+    assert result["fit"]["K2_star"] == pytest.approx(8.0, rel=3e-3) and result["fit"]["gamma"] == pytest.approx(1.5, abs=0.02)
+    assert sorted(result["delta_tau"]) == ["2", "3", "4", "5"] and len(result["delta_tau"]["2"]) == 1
+    assert len(result["epsilon"]["per_model"]) == 2 and len(result["epsilon"]["scores"]) == 12
+    assert len(result["runs"]) == 4 and (tmp_path / "figures" / "k2.png").exists()
+    assert train.read_metrics(str(tmp_path / "runs" / "Kinf_s1"))[0]["K"] == math.inf
+    stamp = os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl")
+    thresholds.k2(args)  # everything finished: nothing is trained again
+    assert os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl") == stamp
+
+
+def _with_K(read_metrics):
+    def read(run_dir, dense=False):
+        cfg, rows = read_metrics(run_dir, dense)
+        return cfg, [{**r, "K": cfg["K"]} for r in rows]
+    return read
