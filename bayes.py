@@ -277,22 +277,27 @@ def plot_scaling(result: dict, path: str):
 
 def main():
     parser = cli.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
-    parser.add_argument("--paper", action="store_true", help="the paper's sizes (K to 2^13, N to 2^14, more sequences)")
+    cli.add_preset(parser, ("quick", "paper"), "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, "
+                                               "N to 2^14, 2048 sequences")
     parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
     parser.add_argument("--seqs", type=int, default=None,
-                        help="sequences per task distribution at each K (default 256, paper 2048); the N sweep uses 4x")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default="figures", help="output directory")
+                        help="sequences per task distribution at each K (default: quick 256, paper 2048); the N sweep uses 4x")
+    cli.add_device(parser)
+    cli.add_threads(parser)
+    cli.add_figures(parser)
     args = parser.parse_args()
     check_int("--dists", args.dists, 1)
-    device = torch.device(args.device)
-    Ks = [2**i for i in range(14 if args.paper else 13)]
-    Ns = [2**i for i in range(15 if args.paper else 14)]
-    n_seqs = check_int("--seqs", args.seqs, 1) if args.seqs is not None else (2048 if args.paper else 256)
+    paper = cli.preset(args.preset) == "paper"
+    device = torch.device(cli.device(args.device))
+    cli.set_threads(args.threads)
+    Ks = [2**i for i in range(14 if paper else 13)]
+    Ns = [2**i for i in range(15 if paper else 14)]
+    n_seqs = check_int("--seqs", args.seqs, 1) if args.seqs is not None else (2048 if paper else 256)
     # the non-autoregressive loss is a single position per sequence, hence more sequences
     N_for_K, K_for_N = 256, 128
-    os.makedirs(args.out, exist_ok=True)
-
+    out = cli.writable_dir(args.figures, "--figures")
+    cli.announce("paper" if paper else "quick", f"K to {Ks[-1]}, N to {Ns[-1]}, {args.dists} task distributions, "
+                 f"{n_seqs} sequences, on {device}", f"{out}/predictor_scaling.png and .json")
     t0 = time.time()
     vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device)
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
@@ -305,20 +310,20 @@ def main():
         return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist() if len(per_dist) > 1 else [0.0] * x.shape[1]}
 
     result = {
-        "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": args.paper},
+        "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": paper},
         "K": Ks, "loss_vs_K": {name: summary(vs_K[name]) for name in PREDICTORS},
         "N": Ns, "loss_vs_N": {name: summary(vs_N[name]) for name in PREDICTORS},
         "asymptotic": {"1gen": asymptotic_loss_1gen(asymptotic_T).item(), "2gen": asymptotic_loss_2gen(asymptotic_T).item()},
         "seconds": round(time.time() - t0, 1),
     }
-    with open(os.path.join(args.out, "predictor_scaling.json"), "w") as f:
+    with open(os.path.join(out, "predictor_scaling.json"), "w") as f:
         json.dump(result, f, indent=1)
-    plot_scaling(result, os.path.join(args.out, "predictor_scaling.png"))
+    plot_scaling(result, os.path.join(out, "predictor_scaling.png"))
     for j, K in enumerate(Ks):
         print(f"K={K:5d}  " + "  ".join(f"{n}={result['loss_vs_K'][n]['mean'][j]:.4f}" for n in PREDICTORS))
     for j, N in enumerate(Ns):
         print(f"N={N:5d}  " + "  ".join(f"{n}={result['loss_vs_N'][n]['mean'][j]:.4f}" for n in PREDICTORS))
-    print(f"wrote {args.out}/predictor_scaling.png and .json in {result['seconds']} s")
+    print(f"wrote {out}/predictor_scaling.png and .json in {result['seconds']} s")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,50 @@
-"""Command-line plumbing shared by the figure scripts: bad input is one line on stderr and exit
-code 2, never a traceback; independent runs in parallel processes."""
+"""Command-line plumbing shared by the scripts: bad input is one line on stderr and exit code 2, never
+a traceback; independent runs in parallel processes; and the flags every script spells the same way,
+defined once here so that a name means one thing everywhere:
+
+  --preset {quick,paper}  hyper-parameters: CPU-sized, or the paper's (default: paper on CUDA, quick otherwise)
+  --device DEV            cpu, cuda or cuda:<i> (default: cuda if available, else cpu)
+  --threads T             torch threads of this process (parallel workers always get one each)
+  --jobs J                independent runs at a time, as one-thread processes (default 2)
+  --seeds LIST            seed values: 0-15, 0-3,7 (train.parse_list's syntax), never a count
+  --figures DIR           where a figure's PNG and its JSON go (default figures)
+  --out DIR               one run directory (train.py); --root DIR a directory of runs (thresholds.py)
+"""
 import argparse
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
+from markov import check_int
+
+JOBS = 2  # the development machine's cores; every script's default
+PRESET_HELP = "hyper-parameters: quick (CPU-sized) or paper (the paper's); default paper on CUDA, quick otherwise"
+
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but an unknown flag or a bad value is one line: `<prog>: error: <message>`."""
+    """argparse, but an unknown flag or a bad value is one line: `<prog>: error: <message>`; --help shows
+    every flag's default."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; '(default: X)' after a flag's help unless the help already says its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS  # not 0
+        if "default" in text or unset or not action.option_strings:
+            return text
+        return f"{text} (default: {action.default})"
 
 
 def run(main):
@@ -22,6 +54,89 @@ def run(main):
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- the shared flags
+
+
+def add_preset(parser: argparse.ArgumentParser, choices, values: str = ""):
+    """--preset; `values` lists what the preset sets, e.g. 'quick: N = 128, 2000 steps; paper: ...'."""
+    parser.add_argument("--preset", choices=sorted(choices), default=None,
+                        help=PRESET_HELP + (f" ({values})" if values else ""))
+
+
+def preset(name: str | None) -> str:
+    """--preset's value, or the default for this machine."""
+    return name or ("paper" if torch.cuda.is_available() else "quick")
+
+
+def announce(preset: str, what: str, where: str):
+    """A script's first line: its preset (on CUDA the paper's, unless --preset), what it runs and where it
+    writes, so that a long run is never a surprise."""
+    print(f"preset {preset}: {what}; writing {where}", flush=True)
+
+
+def add_device(parser: argparse.ArgumentParser):
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:<i> (default: cuda if available, else cpu)")
+
+
+def device(name: str | None) -> str:
+    """--device's value checked here, before anything runs (torch accepts 'meta' and others that cannot
+    train or evaluate), or the default for this machine."""
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or cuda:<i>, got {name!r}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine")
+    return name
+
+
+def add_threads(parser: argparse.ArgumentParser, default: int | None = None, why: str = ""):
+    parser.add_argument("--threads", type=int, default=default,
+                        help="torch threads of this process; parallel workers get one each (default: "
+                             + (f"{default}{why}" if default else "torch's, one per core") + ")")
+
+
+def set_threads(threads: int | None):
+    if threads is not None:
+        torch.set_num_threads(check_int("--threads", threads, 1))
+
+
+def add_jobs(parser: argparse.ArgumentParser):
+    parser.add_argument("--jobs", type=int, default=JOBS, help="independent runs at a time, as one-thread processes")
+
+
+def add_seeds(parser: argparse.ArgumentParser, default: str | None, what: str, flag: str = "--seeds", *aliases: str):
+    """A list of seed values in train.parse_list's syntax (parsed by the script: parse_list lives in train.py)."""
+    parser.add_argument(flag, *aliases, default=default, help=f"{what}: seed values, e.g. 0-15 or 0-3,7"
+                        + ("" if default is None or "default" in what else f" (default: {default})"))
+
+
+def add_figures(parser: argparse.ArgumentParser):
+    parser.add_argument("--figures", default="figures", help="directory for the figure's PNG and JSON")
+
+
+def writable_dir(path: str, flag: str) -> str:
+    """Create the directory `path` (a flag's value), or a one-line error now rather than a traceback when the
+    first file is written."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test_{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
+    return path
+
+
+# ----------------------------------------------------------------------------- parallel runs
 
 
 def _one_thread():

@@ -17,7 +17,7 @@ training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found 
 
     python mem_minimal.py                  # quick preset (CPU, ~15 min on 2 cores)
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
-    python mem_minimal.py --depths-only --iters 6000 --seeds 1   # K2_hat against depth at 4x the budget
+    python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
 """
 import json
 import math
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 import cli
 from bayes import nll, two_gen
 from markov import TaskSet, check_int
+from train import parse_list
 
 # ----------------------------------------------------------------------------- the model
 
@@ -234,45 +235,65 @@ def plot_heatmaps(result: dict, path: str):
     plt.close(fig)
 
 
-def main():
-    parser = cli.ArgumentParser(description="Minimal model of the task-recognition head: heat maps and K2_hat (Fig. 8d-f).")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick otherwise")
-    parser.add_argument("--iters", type=int, default=None, help="override the preset's iterations per run")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (one torch thread each)")
-    parser.add_argument("--out", default="figures")
-    parser.add_argument("--replot", action="store_true", help="only redraw the figure from OUT/mem_minimal.json")
-    parser.add_argument("--depths-only", action="store_true",
-                        help="only the K2_hat searches over (l1, l2), for budget studies with --iters; writes OUT/mem_depths_<iters>.json")
-    parser.add_argument("--depths", nargs="+", default=["1,1", "1,2", "2,1", "2,2"], help="(l1, l2) pairs as l1,l2")
-    parser.add_argument("--seeds", type=int, default=None, help="override the preset's seeds per (l1, l2) search")
-    args = parser.parse_args()
-    if args.replot:
-        path = os.path.join(args.out, "mem_minimal.json")
-        if not os.path.exists(path):
-            raise ValueError(f"--replot: no {path}")
+HEATMAP_KEYS = ("preset", "iters", "search_D_phi", "heatmap", "K2_hat", "K2_hat_vs_D_phi")  # what plot_heatmaps reads
+
+
+def replot(figures: str):
+    """--replot: the figure again from FIGURES/mem_minimal.json, or one line on what is missing or broken."""
+    path = os.path.join(figures, "mem_minimal.json")
+    try:
         with open(path) as f:
-            plot_heatmaps(json.load(f), os.path.join(args.out, "mem_heatmaps.png"))
+            result = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--replot: cannot read {path} ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--replot: {path} is not valid JSON ({e})") from None
+    missing = [k for k in HEATMAP_KEYS if not isinstance(result, dict) or k not in result]
+    if missing:
+        raise ValueError(f"--replot: {path} lacks {', '.join(missing)} (not written by mem_minimal.py)")
+    plot_heatmaps(result, os.path.join(figures, "mem_heatmaps.png"))
+
+
+def main():
+    parser = cli.ArgumentParser(description="Minimal model of the task-recognition head: heat maps and K2_hat (Fig. 8d-f); "
+                                            "runs on the CPU, as one-thread processes.")
+    cli.add_preset(parser, PRESETS, "quick: 1500 steps, N = 64, width 64; paper: 4 x 10^5 steps, N = 256, width 256")
+    parser.add_argument("--iters", type=int, default=None, help="iterations per run (default: quick 1500, paper 400000)")
+    cli.add_jobs(parser)
+    cli.add_threads(parser)
+    cli.add_figures(parser)
+    parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/mem_minimal.json")
+    parser.add_argument("--depths-only", action="store_true",
+                        help="only the K2_hat searches over (l1, l2), for budget studies with --iters; writes FIGURES/mem_depths_<iters>.json")
+    parser.add_argument("--depths", nargs="+", default=["1,1", "1,2", "2,1", "2,2"], help="(l1, l2) pairs as l1,l2")
+    cli.add_seeds(parser, None, "seeds of each (l1, l2) search (default: quick 0-1, paper 0-2)")
+    args = parser.parse_args()
+    cli.set_threads(args.threads)
+    if args.replot:
+        replot(args.figures)
         return
-    preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
+    preset = cli.preset(args.preset)
     P = PRESETS[preset]
     base = P["base"]
     if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
         iters = check_int("--iters", args.iters, 1)
         base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
     jobs = check_int("--jobs", args.jobs, 1)
-    seeds = P["search_seeds"] if args.seeds is None else check_int("--seeds", args.seeds, 1)
+    seeds = list(range(P["search_seeds"])) if args.seeds is None else parse_list("--seeds", args.seeds)
     depths = [_depth_pair(d) for d in args.depths]
-    os.makedirs(args.out, exist_ok=True)
+    cli.writable_dir(args.figures, "--figures")
+    cli.announce(preset, f"{base.iters} steps per run, seeds {seeds}, {jobs} processes",
+                 f"{args.figures}/" + (f"mem_depths_{base.iters}.json" if args.depths_only else "mem_heatmaps.png and mem_minimal.json"))
     t0 = time.time()
 
     searches = [(replace(base, D_phi=P["search_D_phi"], depth1=l1, depth2=l2, seed=s), *P["K_range"])
-                for l1, l2 in depths for s in range(seeds)]
+                for l1, l2 in depths for s in seeds]
     if args.depths_only:
         found = cli.parallel_map(_search, searches, jobs)
         K2 = {}
         for f in found:
             K2.setdefault(f"{f['run']['depth1']},{f['run']['depth2']}", []).append(f["K2_hat"])
-        path = os.path.join(args.out, f"mem_depths_{base.iters}.json")
+        path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
         with open(path, "w") as f:
             json.dump({"preset": preset, "config": asdict(base), "K2_hat": K2, "searches": found,
                        "seconds": round(time.time() - t0, 1)}, f, indent=1)
@@ -303,15 +324,15 @@ def main():
         if (r["depth1"], r["depth2"]) == (1, 2) and r["seed"] == 0:
             result["K2_hat_vs_D_phi"][str(r["D_phi"])] = f["K2_hat"]
     result["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(args.out, "mem_minimal.json"), "w") as f:
+    with open(os.path.join(args.figures, "mem_minimal.json"), "w") as f:
         json.dump(result, f, indent=1)
-    plot_heatmaps(result, os.path.join(args.out, "mem_heatmaps.png"))
+    plot_heatmaps(result, os.path.join(args.figures, "mem_heatmaps.png"))
     H = result["heatmap"]
     for i, d in enumerate(H["D_phi"]):
         print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
               + "   gen-2gen " + " ".join(f"{v:+.3f}" for v in H["gen_minus_2gen"][i]))
     print("K2_hat:", json.dumps(result["K2_hat"]), "vs D_phi:", json.dumps(result["K2_hat_vs_D_phi"]))
-    print(f"wrote {args.out}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
+    print(f"wrote {args.figures}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -513,20 +513,26 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
 
 
 def main():
-    parser = cli.ArgumentParser(description="SA-transformer: dynamics, theory and tau_2Gen scaling (Figs. 5, 6).")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick otherwise")
-    parser.add_argument("--N", type=int, default=None, help="sequence length of the dynamics runs")
+    parser = cli.ArgumentParser(description="SA-transformer: dynamics, theory and tau_2Gen scaling (Figs. 5, 6); "
+                                            "runs on the CPU, as one-thread processes.")
+    cli.add_preset(parser, PRESETS, "quick: tau at N = 32..256, dynamics at N = 64, no transformer; paper: N = 32..1024, "
+                                    "dynamics at N = 128, the transformer")
+    parser.add_argument("--N", type=int, default=None, help="sequence length of the dynamics runs (default: quick 64, paper 128)")
     parser.add_argument("--transformer", action="store_true", help="quick preset: also time the transformer (Fig. 6c bottom)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (one torch thread each)")
-    parser.add_argument("--out", default="figures")
+    cli.add_jobs(parser)
+    cli.add_threads(parser)
+    cli.add_figures(parser)
     args = parser.parse_args()
-    preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
+    preset = cli.preset(args.preset)
+    cli.set_threads(args.threads)
     P = dict(PRESETS[preset])
     P["transformer"] = P["transformer"] or args.transformer
     if args.N is not None:
         P["N_dyn"] = check_int("N", args.N, 2)
     jobs = check_int("--jobs", args.jobs, 1)
-    os.makedirs(args.out, exist_ok=True)
+    cli.writable_dir(args.figures, "--figures")
+    cli.announce(preset, f"tau_2Gen at N = {P['N_tau']}, dynamics at N = {P['N_dyn']}, {jobs} processes",
+                 f"{args.figures}/sa_*.png and sa_scaling.json")
     t0 = time.time()
     result = {"preset": preset}
 
@@ -633,18 +639,18 @@ def main():
     result["landscape_origin"]["ablation"] = landscape(context_ab, target_ab, near, near).tolist()
     result["seconds"] = round(time.time() - t0, 1)
 
-    plot_dynamics(dyn, os.path.join(args.out, "sa_dynamics.png"))
-    plot_parameters(control[0], os.path.join(args.out, "sa_parameters.png"))
-    plot_theory(result, os.path.join(args.out, "sa_theory.png"))
-    plot_scaling(dyn, frozen, result, os.path.join(args.out, "sa_scaling.png"))
-    with open(os.path.join(args.out, "sa_scaling.json"), "w") as f:
+    plot_dynamics(dyn, os.path.join(args.figures, "sa_dynamics.png"))
+    plot_parameters(control[0], os.path.join(args.figures, "sa_parameters.png"))
+    plot_theory(result, os.path.join(args.figures, "sa_theory.png"))
+    plot_scaling(dyn, frozen, result, os.path.join(args.figures, "sa_scaling.png"))
+    with open(os.path.join(args.figures, "sa_scaling.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: result[k] for k in ("F1_mc", "F1_exact", "I", "tau", "tau_fit_exponent", "tau_power_of_N",
                                              "tau_ablation", "tau_transformer", "tau_transformer_fit_exponent",
                                              "beta_exponent_control", "delta_exponent_control", "beta_exponent_ablation",
                                              "delta_exponent_ablation", "final_loss", "loss_2gen", "w_early", "w_final",
                                              "rates", "seconds")}, indent=1))
-    print(f"wrote {args.out}/sa_*.png and sa_scaling.json in {result['seconds'] / 60:.1f} min")
+    print(f"wrote {args.figures}/sa_*.png and sa_scaling.json in {result['seconds'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

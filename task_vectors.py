@@ -30,7 +30,6 @@ In 2-Mem, Att2 averages MLP1's pair embeddings over the sequence, phi_n = (1/n) 
 
 Writes figures/task_vectors.png and figures/task_vectors.json.
 """
-import argparse
 import json
 import math
 import os
@@ -338,9 +337,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--per-chain", type=int, default=64, help="geometry: sequences per chain")
     parser.add_argument("--patch-seqs", type=int, default=256, help="patching: sequences in S_A and in S_B")
     parser.add_argument("--seed", type=int, default=0, help="sequences, t-SNE and Monte Carlo draws")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch and OpenMP (t-SNE) threads; on a shared 2-core machine t-SNE ran 3x slower with 2")
-    parser.add_argument("--out", default="figures", help="output directory")
+    cli.add_threads(parser, 1, "; also t-SNE's OpenMP threads: on a shared 2-core machine it ran 3x slower with 2")
+    cli.add_figures(parser)
     args = parser.parse_args(argv)
     per_chain = check_int("--per-chain", args.per_chain, 2)
     n_patch = check_int("--patch-seqs", args.patch_seqs, 1)
@@ -350,15 +348,15 @@ def main(argv: list[str] | None = None):
         Ks = [check_int("--Ks", int(k), 2) for k in args.Ks.split(",")]
     except ValueError:
         raise ValueError(f"--Ks must be comma-separated integers >= 2, got {args.Ks!r}") from None
+    cli.writable_dir(args.figures, "--figures")  # before the runs it may train
     run = train.ensure_run(args.run, 16, seed=0)
     if args.runs:
         info_runs = [train.ensure_run(d, K=0) for d in args.runs.split(",")]  # K is only for missing runs
     else:
         info_runs = [train.ensure_run(None, K) for K in Ks]
-    os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(threads)
     with threadpool_limits(threads):
-        experiments(run, info_runs, per_chain, n_patch, seed, args.out)
+        experiments(run, info_runs, per_chain, n_patch, seed, args.figures)
 
 
 def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):

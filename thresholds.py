@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, fields
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
-from scipy.optimize import OptimizeWarning, curve_fit  # least squares with bounds and the parameters' covariance (Fig. 8a, 8b fits)
+from scipy.optimize import OptimizeWarning, curve_fit  # least squares with bounds (the sigmoids of Fig. 8b, A10)
 
 import cli
 import train
@@ -135,16 +134,17 @@ CONDITIONS = ("control", "reweight", "inject")
 
 def run_config(preset: str, p: dict, K: int | float, seed: int, out: str, **flags) -> train.Config:
     """The train.py run of one (K, seed) of an experiment preset p: p's values of train.Config's fields,
-    then `flags`, through train.make_config (so the reweighting's x 1/w budget and every check are the
-    command line's)."""
+    then `flags` (device among them), through train.make_config (so the reweighting's x 1/w budget and every
+    check are the command line's)."""
     values = {f.name: p[f.name] for f in fields(train.Config) if f.name in p}
     values.update(preset=preset, K=K, seed=seed, out=out, **flags)
     return train.make_config(argparse.Namespace(**values))
 
 
-def probe_config(preset: str, condition: str, K: int, seed: int, root: str, iters: int | None = None) -> train.Config:
+def probe_config(preset: str, condition: str, K: int, seed: int, root: str, iters: int | None = None,
+                 device: str | None = None) -> train.Config:
     """The run of one K1* probe, in root/<condition>/K<K>_s<seed>."""
-    flags = {} if iters is None else {"iters": iters}
+    flags = {"device": device} if iters is None else {"device": device, "iters": iters}
     if condition == "reweight":
         flags["prev_weight"] = PRESETS[preset]["weight"]
     elif condition == "inject":
@@ -163,7 +163,8 @@ def run_probe(cfg: train.Config) -> list[dict]:
     """The probe's dense rows, training it first unless it already finished (a killed search redoes nothing
     that is done; a probe killed midway resumes from its checkpoint)."""
     if not finished(cfg):
-        train.train(cfg, resume=os.path.exists(os.path.join(cfg.out, "ckpt.pt")), quiet=True)
+        resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
+        train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
     return train.read_metrics(cfg.out, dense=True)[1]
 
 
@@ -177,7 +178,7 @@ def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
             groups.setdefault((cfg.iters, cfg.prev_weight, cfg.task_injection, cfg.K if cfg.task_injection else 0), []).append(cfg)
         for i, group in enumerate(groups.values()):
             root = os.path.dirname(group[0].out)
-            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True)
+            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]
@@ -186,17 +187,18 @@ def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
 # ----------------------------------------------------------------------------- the K1* experiment
 
 
-def search_K1(preset: str, root: str, jobs: int, plan: dict[str, int], print_only: bool = False) -> dict | None:
-    """The binary searches of plan's conditions, plan[condition] seeds each, advanced in lockstep: each round
+def search_K1(preset: str, root: str, jobs: int, plan: dict[str, list[int]], print_only: bool = False,
+              device: str | None = None) -> dict | None:
+    """The binary searches of plan's conditions, one per seed in plan[condition], advanced in lockstep: each round
     trains the pending probes of all searches together. print_only: print the next round's train.py
     commands and return None."""
     p = PRESETS[preset]
-    searches = {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, n in plan.items() for seed in range(n)}
+    searches = {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, seeds in plan.items() for seed in seeds}
     outcomes = {}  # (condition, K, seed) -> dense rows
     for round_ in range(1, 100):
         pending = [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending()]
         for key in pending:  # finished probes are read back without training
-            cfg = probe_config(preset, *key, root)
+            cfg = probe_config(preset, *key, root, device=device)
             if finished(cfg):
                 outcomes[key] = run_probe(cfg)
                 searches[key[0], key[2]].record(key[1], max_phi_beta(outcomes[key]) > PHI_STAR)
@@ -205,7 +207,7 @@ def search_K1(preset: str, root: str, jobs: int, plan: dict[str, int], print_onl
             if any(s.pending() for s in searches.values()):
                 continue
             break
-        cfgs = [probe_config(preset, *key, root) for key in pending]
+        cfgs = [probe_config(preset, *key, root, device=device) for key in pending]
         if print_only:
             print(f"# round {round_}: {len(cfgs)} runs; run them, then this command again for the next round")
             print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs))
@@ -237,11 +239,11 @@ def probe_command(cfg: train.Config) -> list[str]:
     return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"), *flags]
 
 
-def tau_histogram(preset: str, root: str, K: int, jobs: int) -> list[int | None]:
+def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None = None) -> list[int | None]:
     """tau_2gen of tau_seeds control runs at one K (Fig. 7b), each followed for tau_iters steps."""
     p = PRESETS[preset]
     where = root if p["tau_iters"] == p["iters"] else os.path.join(root, "tau")  # same runs as the search's: reuse
-    cfgs = [probe_config(preset, "control", K, seed, where, iters=p["tau_iters"]) for seed in range(p["tau_seeds"])]
+    cfgs = [probe_config(preset, "control", K, seed, where, iters=p["tau_iters"], device=device) for seed in range(p["tau_seeds"])]
     return [tau_2gen(rows) for rows in run_probes(cfgs, jobs)]
 
 
@@ -313,43 +315,47 @@ def plot_k1(result: dict, path: str):
 
 
 def k1(args):
-    preset, root = args.preset, args.root or os.path.join("runs", f"k1_{args.preset}")
+    preset = cli.preset(args.preset)
+    root = args.root or os.path.join("runs", f"k1_{preset}")
     p = PRESETS[preset]
     jobs = check_int("--jobs", args.jobs, 1)
-    if preset == "paper" and not torch.cuda.is_available() and not args.print_commands:
+    device = cli.device(args.device)
+    if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
-    seeds = check_int("--seeds", args.seeds if args.seeds is not None else p["seeds"], 1)
-    perturbed = check_int("--perturbed-seeds", args.perturbed_seeds if args.perturbed_seeds is not None
-                          else p["perturbed_seeds"], 1)
+    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    perturbed = (train.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
+                 else list(range(p["perturbed_seeds"])))
     plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
+    cli.writable_dir(args.figures, "--figures")
+    if not args.print_commands:
+        cli.announce(preset, f"K1* searches of {p['iters']} steps per probe, runs in {root}", f"{args.figures}/k1.png and .json")
     t0 = time.time()
-    found = search_K1(preset, root, jobs, plan, print_only=args.print_commands)
+    found = search_K1(preset, root, jobs, plan, print_only=args.print_commands, device=device)
     if found is None:
         return
-    K1 = {c: [found["searches"][c, s]["K1_star"] for s in range(n)] for c, n in plan.items()}
+    K1 = {c: [found["searches"][c, s]["K1_star"] for s in seeds] for c, seeds in plan.items()}
     control = [v for v in K1["control"] if v is not None]
     if not control:
         raise ValueError(f"no control seed has K1* inside [{p['lo']}, {p['hi']}]; widen the preset's range")
     K_tau = round(statistics.median(control))
     print(f"searches done in {(time.time() - t0) / 60:.1f} min; K1*: {K1}; tau_2gen at K = {K_tau}", flush=True)
-    taus = tau_histogram(preset, root, K_tau, jobs)
+    taus = tau_histogram(preset, root, K_tau, jobs, device)
     result = {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
               "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]},
-              "K1_star": K1, "bounds": {c: [found["searches"][c, s]["bound"] for s in range(len(K1[c]))] for c in K1},
-              "above": {c: [found["searches"][c, s]["above"] for s in range(len(K1[c]))] for c in K1},
+              "seeds": plan, "K1_star": K1, "bounds": {c: [found["searches"][c, s]["bound"] for s in plan[c]] for c in K1},
+              "above": {c: [found["searches"][c, s]["above"] for s in plan[c]] for c in K1},
               "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus}, "runs": found["runs"],
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
-    os.makedirs("figures", exist_ok=True)
-    plot_k1(result, os.path.join("figures", "k1.png"))
-    with open(os.path.join("figures", "k1.json"), "w") as f:
+    plot_k1(result, os.path.join(args.figures, "k1.png"))
+    with open(os.path.join(args.figures, "k1.json"), "w") as f:
         json.dump(result, f, indent=1)
     for c in K1:
         print(f"K1* {c}: {K1[c]} (median {statistics.median([v for v in K1[c] if v is not None] or [float('nan')])})")
     print(f"tau_2gen at K = {K_tau}: {taus}")
-    print(f"wrote figures/k1.png and figures/k1.json in {result['minutes_this_call']} min")
+    print(f"wrote {args.figures}/k1.png and k1.json in {result['minutes_this_call']} min")
 
 
 # ----------------------------------------------------------------------------- K2*: transient 2-Gen and partial memorization
@@ -493,12 +499,13 @@ K2_PRESETS = {
 }
 
 
-def k2_runs(preset: str, root: str, seeds: int) -> list[train.Config]:
+def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None) -> list[train.Config]:
     """The runs of the K2* experiment: the preset's K grid x seeds, then the K = inf calibration models."""
     p = K2_PRESETS[preset]
-    cfgs = [run_config(preset, p, K, seed, os.path.join(root, f"K{K}_s{seed}")) for K in p["Ks"] for seed in range(seeds)]
-    return cfgs + [run_config(preset, p, math.inf, seed, os.path.join(root, f"Kinf_s{seed}"), iters=p["inf_iters"])
-                   for seed in range(p["inf_seeds"])]
+    cfgs = [run_config(preset, p, K, seed, os.path.join(root, f"K{K}_s{seed}"), device=device)
+            for K in p["Ks"] for seed in seeds]
+    return cfgs + [run_config(preset, p, math.inf, seed, os.path.join(root, f"Kinf_s{seed}"), iters=p["inf_iters"],
+                              device=device) for seed in range(p["inf_seeds"])]
 
 
 def analyze_k2(cfgs: list[train.Config]) -> dict:
@@ -616,26 +623,29 @@ def plot_k2(result: dict, path: str):
 
 
 def k2(args):
-    preset, root = args.preset, args.root or os.path.join("runs", f"k2_{args.preset}")
+    preset = cli.preset(args.preset)
+    root = args.root or os.path.join("runs", f"k2_{preset}")
     p = K2_PRESETS[preset]
-    seeds = check_int("--seeds", args.seeds if args.seeds is not None else p["seeds"], 1)
     jobs = check_int("--jobs", args.jobs, 1)
-    cfgs = k2_runs(preset, root, seeds)
+    device = cli.device(args.device)
+    if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
+        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
+    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    cfgs = k2_runs(preset, root, seeds, device)
     if args.print_commands:
         print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
         return
-    if preset == "paper" and not torch.cuda.is_available():
-        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
-    t0 = time.time()
+    cli.writable_dir(args.figures, "--figures")
     todo = [cfg for cfg in cfgs if not finished(cfg)]
-    print(f"K2*: {len(cfgs)} runs ({len(todo)} to train) under {root}", flush=True)
+    cli.announce(preset, f"K2*: {len(cfgs)} runs of {p['iters']} steps ({len(todo)} to train) in {root}",
+                 f"{args.figures}/k2.png and .json")
+    t0 = time.time()
     run_probes(cfgs, jobs)
     result = {"preset": preset, "N": p["N"], "iters": p["iters"], "seeds": seeds, **analyze_k2(cfgs),
-              "minutes_this_call": round((time.time() - t0) / 60, 1)}
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
     result["epsilon"]["scores"] = [round(v, 5) for c in cfgs if c.K == math.inf for v in train.read_per_chain(c.out)[-1]["delta"]]
-    os.makedirs("figures", exist_ok=True)
-    plot_k2(result, os.path.join("figures", "k2.png"))
-    with open(os.path.join("figures", "k2.json"), "w") as f:
+    plot_k2(result, os.path.join(args.figures, "k2.png"))
+    with open(os.path.join(args.figures, "k2.json"), "w") as f:
         json.dump(result, f, indent=1)
     fit = result["fit"]
     for K in result["K"]:
@@ -643,28 +653,35 @@ def k2(args):
               f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
     print(f"fit: K2* = {fit['K2_star']} (95% {fit['K2_star_ci']}), gamma = {fit['gamma']} (95% {fit['gamma_ci']}); "
           f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
-    print(f"wrote figures/k2.png and figures/k2.json in {result['minutes_this_call']} min")
-
+    print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("k1", help="K1* per seed for control, gradient reweighting and task injection (Fig. 7, A9)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="quick (CPU, calibrated) or paper (GPU)")
+    cli.add_preset(p, PRESETS, "quick: calibrated on the CPU, N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1_<preset>)")
-    p.add_argument("--jobs", type=int, default=2, help="CPU: probes trained at a time, one thread each")
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated subset, control included")
-    p.add_argument("--seeds", type=int, default=None, help="control seeds (default: the preset's, quick 4, paper 16)")
-    p.add_argument("--perturbed-seeds", type=int, default=None, help="seeds per perturbation (quick 2, paper 4)")
+    cli.add_seeds(p, None, "control seeds (default: quick 0-3, paper 0-15)")
+    cli.add_seeds(p, None, "seeds of each perturbation (default: quick 0-1, paper 0-3)", "--perturbed-seeds")
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
     p = sub.add_parser("k2", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)")
-    p.add_argument("--preset", choices=sorted(K2_PRESETS), default="quick", help="quick (CPU, calibrated) or paper (GPU)")
+    cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, 2000 steps, K = 48..112; "
+                                  "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
-    p.add_argument("--jobs", type=int, default=2, help="CPU: runs trained at a time, one thread each")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per K (default: the preset's, 4)")
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
+    cli.add_seeds(p, None, "seeds at every K (default: 0-3)")
     p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
     args = parser.parse_args()
+    cli.set_threads(args.threads)
     {"k1": k1, "k2": k2}[args.command](args)
 
 

@@ -20,14 +20,12 @@ every other reader of the stream sees it unperturbed, the target's LayerNorm kee
 its unperturbed input, and what the target then writes flows downstream as usual. The importance of an
 edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta).
 
-    python trace.py circuits     # figures/circuits.png and .json (Figs. 3, A2, A3)
+    python trace.py circuits     # figures/circuits.png and .json (Figs. 3, A2, A3); runs on the CPU
 
 Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
 repository root; nothing here or in the tests needs the standard one.
 """
-import argparse
 import json
-import math
 import os
 import time
 
@@ -260,11 +258,10 @@ def circuits(args):
     runs = {"gen": train.ensure_run(args.gen_run, 1024), "mem": train.ensure_run(args.mem_run, 16)}
     t0 = time.time()
     phases = trace_phases(runs, args.n_seqs, args.seed)
-    os.makedirs("figures", exist_ok=True)
-    plot_circuits(phases, os.path.join("figures", "circuits.png"))
-    with open(os.path.join("figures", "circuits.json"), "w") as f:
+    plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
+    with open(os.path.join(args.figures, "circuits.json"), "w") as f:
         json.dump({"n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases}, f, indent=1)
-    print(f"traced in {time.time() - t0:.0f} s; wrote figures/circuits.png and figures/circuits.json")
+    print(f"traced in {time.time() - t0:.0f} s; wrote {args.figures}/circuits.png and circuits.json")
 
 
 def main():
@@ -275,9 +272,14 @@ def main():
     p.add_argument("--mem-run", default=None, help="memorizing run (default: runs/K16_s0, quick, trained if missing)")
     p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
     p.add_argument("--seed", type=int, default=0, help="generator seed of the held-out sequences")
+    cli.add_threads(p)
+    cli.add_figures(p)
     args = parser.parse_args()
     if args.command == "circuits":
         check_int("--n-seqs", args.n_seqs, 2)  # a mean over one sequence ablates nothing
+        check_int("--seed", args.seed, 0)
+        cli.set_threads(args.threads)
+        cli.writable_dir(args.figures, "--figures")
         circuits(args)
 
 

@@ -5,10 +5,13 @@
     python train.py --K 256                     # quick preset on a CPU, paper preset on CUDA
     python train.py --K 1024 --preset paper     # the appendix's hyper-parameters
     python train.py --K 256 --resume            # continue a killed run exactly where it stopped
+    python train.py --K 256 --overwrite         # start afresh where a run is (otherwise an error)
     python train.py --K 64,80,94 --seeds 0-15 --out runs/k1   # a (K, seed) grid, one run directory per model
     python train.py --K inf --per-chain 64      # K = infinity, with the per-chain memorization scores
     python train.py --sweep                     # Fig. 2b/2c: the preset's K grid, then heat maps
 
+The first lines of a run say its preset, steps and output directory. A directory that already holds a
+run is only reused with --resume or --overwrite, and never by two processes at once (OUT/.lock).
 Each run writes to runs/<name>/: config.json, metrics.jsonl (one JSON object per evaluation),
 ckpt.pt (latest resumable state: model, optimizer, RNG, step; written atomically),
 model_<step>.pt (weights at every evaluation step) and fig2a.png.
@@ -31,6 +34,8 @@ rows, and the per-chain scores are taken on per_chain_tasks fixed chains of D_T 
 the memorization threshold epsilon).
 """
 import argparse
+import fcntl
+import inspect
 import json
 import math
 import os
@@ -60,20 +65,20 @@ class Config:
     preset: str = "quick"  # "quick" (CPU-sized) or "paper" (the appendix's hyper-parameters)
     N: int = 128  # predictions per sequence; sequences hold N + 1 states
     iters: int = 2000  # optimizer steps
-    batch: int = 128
-    lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.95
-    weight_decay: float = 1e-3
-    D: int = 64
-    C: int = 10
+    batch: int = 128  # sequences per step
+    lr: float = 1e-3  # AdamW learning rate
+    beta1: float = 0.9  # AdamW
+    beta2: float = 0.95  # AdamW
+    weight_decay: float = 1e-3  # AdamW
+    D: int = 64  # embedding dimension
+    C: int = 10  # Markov states
     seed: int = 0  # model initialization and training batches
     task_seed: int = 0  # the chains of S (nested across K)
     evals: int = 40  # log-spaced evaluation / checkpoint steps
     eval_every: int = 0  # also dense readouts every this many steps (0: off), for threshold searches
     eval_dense: int = 128  # held-out sequences from S and from D_T for the dense readouts
     ckpt_every: int = 500  # also checkpoint at least this often (a killed run loses at most this many steps)
-    eval_train: int = 512  # held-out sequences from S (the paper: 8 K)
+    eval_train: int = 512  # held-out sequences from S (0: 8 K, at most 8192, the paper's choice)
     eval_gen: int = 512  # held-out sequences from fresh chains of D_T (the paper: 2048)
     # the memorization scores Delta^k of Appendix "Transience and Partial Memorization", at the full evaluations:
     per_chain: int = 0  # held-out sequences per chain of S (0: off; the paper: 64, i.e. 64 K sequences)
@@ -82,9 +87,11 @@ class Config:
     prev_weight: float = 1.0  # w: gradient through layer 1's previous-token attention scaled by w, forward unchanged
     base_iters: int = 0  # with w < 1, iters = base_iters / w (the paper's x 1/w budget); 0 when not scaled
     task_injection: bool = False  # a learned D-vector per chain of S added to MLP1's input
-    device: str = "cpu"
-    out: str = ""  # default runs/K<K>_s<seed>
+    device: str = "cpu"  # cpu, cuda or cuda:<i> (the command line's default: cuda if available)
+    out: str = ""  # the run directory (default runs/K<K>_s<seed>); a grid's: OUT/K<K>_s<seed> (default OUT runs/sweep)
 
+
+MAX_K = 2**16  # S is K C x C chains, and the 1-Mem / 2-Mem predictors weigh all K for every sequence
 
 PRESETS = {
     "quick": dict(N=128, iters=2000, evals=40, eval_train=512, eval_gen=512, ckpt_every=500),
@@ -97,7 +104,7 @@ def make_config(args: argparse.Namespace) -> Config:
     preset = args.preset or ("paper" if torch.cuda.is_available() else "quick")
     values = dict(PRESETS[preset], preset=preset)
     values.update({f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name, None) is not None})
-    values.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")  # where the preset was chosen for
+    values["device"] = cli.device(values.get("device"))  # default: where the preset was chosen for
     cfg = Config(**values)
     if not 0 < cfg.prev_weight <= 1:
         raise ValueError(f"prev_weight must be in (0, 1], got {cfg.prev_weight}")
@@ -107,9 +114,16 @@ def make_config(args: argparse.Namespace) -> Config:
         cfg.eval_train = min(8 * cfg.K, 8192)  # the paper evaluates L_train on 8 K sequences
     if cfg.K != math.inf:
         check_int("K", cfg.K, 1)
+        if cfg.K > MAX_K:
+            raise ValueError(f"K must be <= {MAX_K} (the chains of S and the memorizing predictors grow with K), "
+                             f"or inf, got {cfg.K}")
     elif cfg.task_injection:
         raise ValueError("task injection learns a vector per chain of S; with K = inf there is no S")
     check_int("N", cfg.N, 2)
+    check_int("D", cfg.D, 1)
+    check_int("C", cfg.C, 2)
+    check_int("seed", cfg.seed, 0)
+    check_int("task_seed", cfg.task_seed, 0)
     check_int("batch", cfg.batch, 1)
     check_int("iters", cfg.iters, 1)
     check_int("evals", cfg.evals, 1)
@@ -120,14 +134,13 @@ def make_config(args: argparse.Namespace) -> Config:
     check_int("eval_dense", cfg.eval_dense, 1)
     check_int("per_chain", cfg.per_chain, 0)
     check_int("per_chain_tasks", cfg.per_chain_tasks, 1)
-    if not cfg.lr > 0:
-        raise ValueError(f"lr must be > 0, got {cfg.lr}")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {cfg.device!r} requested but CUDA is not available")
-    try:
-        torch.device(cfg.device)
-    except RuntimeError:
-        raise ValueError(f"unknown device {cfg.device!r}") from None
+    if not 0 < cfg.lr < math.inf:  # an infinite rate trains on NaN
+        raise ValueError(f"lr must be finite and > 0, got {cfg.lr}")
+    for name in ("beta1", "beta2"):
+        if not 0 <= getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be in [0, 1), got {getattr(cfg, name)}")
+    if not 0 <= cfg.weight_decay < math.inf:
+        raise ValueError(f"weight_decay must be finite and >= 0, got {cfg.weight_decay}")
     cfg.out = cfg.out or os.path.join("runs", f"K{cfg.K}_s{cfg.seed}")
     return cfg
 
@@ -249,16 +262,25 @@ def save_atomic(obj, path: str):
     os.replace(tmp, path)
 
 
+CKPT_KEYS = {"model", "optimizer", "rng", "step", "config"}  # of each model in a checkpoint
+
+
 def load_checkpoint(path: str, cfgs: list[Config]) -> list[dict]:
     """The per-model entries of the checkpoint at `path` (a single run's, or an ensemble's list of
     them), after checking that they belong to the runs `cfgs`."""
     if not os.path.exists(path):
-        raise ValueError(f"--resume: no checkpoint at {path}")
+        raise ValueError(f"--resume: no checkpoint at {path} (--overwrite starts the run afresh)")
     try:
         ckpt = torch.load(path, map_location=cfgs[0].device, weights_only=False)
     except Exception as e:
-        raise ValueError(f"--resume: cannot read {path} ({type(e).__name__})") from None
-    members = ckpt.get("members", [ckpt])
+        what = str(e).strip().splitlines()[0][:200] if str(e).strip() else "no message"
+        raise ValueError(f"--resume: {path} is not a complete torch checkpoint ({type(e).__name__}: {what}); "
+                         f"--overwrite starts the run afresh") from None
+    members = ckpt.get("members", [ckpt]) if isinstance(ckpt, dict) else [None]
+    for member in members:
+        missing = CKPT_KEYS - set(member) if isinstance(member, dict) else CKPT_KEYS
+        if missing:
+            raise ValueError(f"--resume: {path} is not a train.py checkpoint (it lacks {', '.join(sorted(missing))})")
     if len(members) != len(cfgs):
         raise ValueError(f"--resume: checkpoint {path} holds {len(members)} models, this run has {len(cfgs)}")
     for member, cfg in zip(members, cfgs):
@@ -272,28 +294,55 @@ def load_checkpoint(path: str, cfgs: list[Config]) -> list[dict]:
     return members
 
 
-def open_run_dir(out: str):
-    """Create `out`, or a one-line error now rather than a traceback at the first evaluation."""
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt")  # a directory holding any of them holds a run
+
+
+def check_run_dir(out: str, resume: bool, overwrite: bool):
+    """A directory that holds a run is only written again on purpose: two runs with the same K and seed
+    would otherwise truncate each other's metrics and checkpoints."""
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if not (resume or overwrite) and any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES):
+        raise ValueError(f"{out} already holds a run: --resume continues it, --overwrite starts it afresh")
+
+
+def open_run_dir(out: str, resume: bool = False, overwrite: bool = False):
+    """Create `out` and lock it for this process; returns the open lock file, to be held while training.
+    A one-line error now, rather than a traceback at the first evaluation, on a directory that cannot be
+    written, that holds a run (unless resume or overwrite), or that another process is training in.
+    flock belongs to the open file, so the OS releases it when the process dies, even by kill -9: a lock
+    file left behind is no lock."""
+    check_run_dir(out, resume, overwrite)
     try:
         os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write_test")
-        open(probe, "w").close()
-        os.remove(probe)
+        lock = open(os.path.join(out, ".lock"), "w")
     except OSError as e:
         raise ValueError(f"cannot write to output directory {out!r} ({e.strerror})") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ValueError(f"another process is training in {out} (it holds {out}/.lock)") from None
+    if overwrite:  # the old run's evaluation checkpoints would otherwise mix with the new run's
+        for name in os.listdir(out):
+            if name in RUN_FILES or name == "fig2a.png" or re.fullmatch(r"model_\d+\.pt|ckpt\.pt\.tmp", name):
+                os.remove(os.path.join(out, name))
+    return lock
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True) -> list[dict]:
+def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True,
+          overwrite: bool = False) -> list[dict]:
     """Train one model; returns the metrics rows (also in metrics.jsonl). graph: capture the step in a
-    CUDA graph (on CUDA only)."""
-    return fit([cfg], os.path.join(cfg.out, "ckpt.pt"), ensemble=False, resume=resume, quiet=quiet, graph=graph)[0]
+    CUDA graph (on CUDA only). A directory that holds a run needs resume or overwrite."""
+    return fit([cfg], os.path.join(cfg.out, "ckpt.pt"), ensemble=False, resume=resume, quiet=quiet, graph=graph,
+               overwrite=overwrite)[0]
 
 
 def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, quiet: bool = False,
-                   graph: bool = True) -> list[list[dict]]:
+                   graph: bool = True, overwrite: bool = False) -> list[list[dict]]:
     """Train the runs `cfgs` together as one ensemble (ensemble.py), each model the same as its single run
     and writing its own run directory; the resumable state of all of them is the one file ckpt_path."""
     step_shape = ("N", "batch", "D", "C")  # the shapes of a batched step
@@ -309,7 +358,7 @@ def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, qui
     outs = [cfg.out for cfg in cfgs]
     if len(set(outs)) != len(outs):
         raise ValueError("ensemble members need distinct output directories")
-    return fit(cfgs, ckpt_path, ensemble=True, resume=resume, quiet=quiet, graph=graph)
+    return fit(cfgs, ckpt_path, ensemble=True, resume=resume, quiet=quiet, graph=graph, overwrite=overwrite)
 
 
 def build_model(cfg: Config) -> Transformer:
@@ -318,13 +367,19 @@ def build_model(cfg: Config) -> Transformer:
                        n_tasks=cfg.K if cfg.task_injection else 0)
 
 
-def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet: bool, graph: bool) -> list[list[dict]]:
+def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet: bool, graph: bool,
+        overwrite: bool = False) -> list[list[dict]]:
     """The training loop of one run (ensemble=False, one config) or of an ensemble: per model its task set
     S, generator, evaluation data and run directory; evaluations and checkpoints at common steps."""
+    for cfg in cfgs:  # before reading the checkpoint: --resume --overwrite is one error, not two
+        check_run_dir(cfg.out, resume, overwrite)
     members = load_checkpoint(ckpt_path, cfgs) if resume else None  # fail fast on a missing or mismatched checkpoint
-    for cfg in cfgs:
-        open_run_dir(cfg.out)
+    locks = [open_run_dir(cfg.out, resume, overwrite) for cfg in cfgs]  # held until the end (or the process)
     c0, E = cfgs[0], len(cfgs)
+    if not quiet:
+        where = (f"writing {c0.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt, fig2a.png)" if E == 1 else
+                 f"{E} runs as one ensemble, writing {os.path.dirname(c0.out)}/K*_s*/, checkpoint {ckpt_path}")
+        print(run_header(cfgs, where, members[0]["step"] if resume else None), flush=True)
     device = torch.device(c0.device)
     graph = graph and device.type == "cuda"
     tasks = [task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
@@ -365,6 +420,9 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     def checkpoint(step: int) -> list[dict]:
         states = [{**trainer.member_state(e), "rng": g.get_state(), "step": step, "config": asdict(cfg)}
                   for e, (cfg, g) in enumerate(zip(cfgs, gens))]
+        for cfg, state in zip(cfgs, states):  # weights gone to NaN after a finite last loss
+            if not all(v.isfinite().all() for v in state["model"].values() if v.is_floating_point()):
+                raise ValueError(diverged(cfg, step, "weights", ckpt_path))
         save_atomic({"step": step, "members": states} if ensemble else states[0], ckpt_path)
         return states
 
@@ -372,10 +430,18 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     step_fn = GraphedStep(trainer, shape, device).step if graph else trainer.step
     evals = set(eval_steps(c0.iters, c0.evals))
     dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) | {c0.iters} if c0.eval_every else set()  # and the end
-    t0, t_last, step_last = time.time(), time.time(), start
+    t0 = t_print = time.time()
+    eval_seconds, evals_done = 0.0, 0  # this process's full evaluations: log-spaced, so not in the step rate
     loss = torch.full((E,), float("nan"))
     for step in range(start, c0.iters + 1):
+        show = not quiet and step > start and (step in evals or step == c0.iters or time.time() - t_print >= PROGRESS_SECONDS)
+        if step > start and (show or step in evals or step in dense_steps or step % c0.ckpt_every == 0):
+            losses = loss.tolist()  # waits for the device: only where the step waits anyway or prints
+            for cfg, value in zip(cfgs, losses):
+                if not math.isfinite(value):  # stop before the evaluation or checkpoint would record it
+                    raise ValueError(diverged(cfg, step, f"loss ({value})", ckpt_path))
         if step in evals and not (resume and step == start):
+            t_eval = time.time()
             for e, cfg in enumerate(cfgs):
                 model = trainer.model(e)
                 log(e, {"step": step, **evaluate(model, data[e])})
@@ -383,16 +449,18 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
                     delta = per_chain_scores(model, scored[e]).tolist()
                     append_row(chain_paths[e], {"step": step, "delta": [round(v, 6) for v in delta]})
                 save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
+            eval_seconds, evals_done = eval_seconds + time.time() - t_eval, evals_done + 1
         if step in dense_steps and not (resume and step == start):
             values = {k: v.tolist() for k, v in trainer.readouts(*dense).items()}  # the one wait for the device
             for e in range(E):
                 log(e, {"step": step, "dense": True, **{k: v[e] for k, v in values.items()}, "train_loss_2gen": dense_2gen[e]})
         if (step in evals or step % c0.ckpt_every == 0) and step > start or step == c0.iters:
             states = checkpoint(step)
-        if not quiet and (step in evals or step == c0.iters) and step > start:
-            rate = (step - step_last) / max(time.time() - t_last, 1e-9)
-            print_progress(step, c0.iters, loss.tolist(), rows, rate)
-            t_last, step_last = time.time(), step
+        if show:
+            rate, eta = progress_rate(step - start, c0.iters - step, time.time() - t0, eval_seconds, evals_done,
+                                      sum(s > step for s in evals))
+            print_progress(step, c0.iters, losses, rows, rate, eta)
+            t_print = time.time()
         if step == c0.iters:
             break
         seqs, chains = (torch.stack(x) for x in zip(*(t.batch(c0.batch, c0.N + 1, g) for t, g in zip(tasks, gens))))
@@ -404,6 +472,8 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     if not quiet:
         where = cfgs[0].out if E == 1 else os.path.dirname(cfgs[0].out) + "/K*_s*"
         print(f"done in {(time.time() - t0) / 60:.1f} min: {where}/metrics.jsonl, fig2a.png")
+    for lock in locks:  # now: the frame may outlive the call (reference cycles), and a caller may train here next
+        lock.close()
     return rows
 
 
@@ -423,9 +493,33 @@ def rewrite_rows(path: str, last_step: int) -> list[dict]:
     return kept
 
 
-def print_progress(step: int, iters: int, losses: list[float], rows: list[list[dict]], rate: float):
-    """One line: a single run's numbers, or an ensemble's ranges over its models."""
-    eta = (iters - step) / max(rate, 1e-9)
+PROGRESS_SECONDS = 30  # a progress line at least this often: late log-spaced evaluations are far apart
+
+
+def run_header(cfgs: list[Config], where: str, resume_step: int | None) -> str:
+    """The first lines of a run: what it will do (the same command is a 10^6-step run on a GPU) and where it writes."""
+    c0 = cfgs[0]
+    what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {c0.evals} log-spaced "
+            f"evaluations, on {c0.device}")
+    return "\n".join([what, where] + ([] if resume_step is None else [f"resuming from step {resume_step}"]))
+
+
+def progress_rate(steps_done: int, steps_left: int, seconds: float, eval_seconds: float, evals_done: int,
+                  evals_left: int) -> tuple[float, float]:
+    """(training steps per second, seconds left). The rate leaves the evaluations' time out: they are
+    log-spaced, dense early and sparse late, so folded into the rate they would inflate the ETA of a young
+    run; the remaining evaluations are added at their measured mean cost."""
+    rate = steps_done / max(seconds - eval_seconds, 1e-9)
+    return rate, steps_left / max(rate, 1e-9) + evals_left * eval_seconds / max(evals_done, 1)
+
+
+def diverged(cfg: Config, step: int, what: str, ckpt_path: str) -> str:
+    return (f"training diverged: {cfg.out} has non-finite {what} at step {step}; stopped, {ckpt_path} (if any) "
+            f"keeps the last good state; a lower --lr with --overwrite starts afresh")
+
+
+def print_progress(step: int, iters: int, losses: list[float], rows: list[list[dict]], rate: float, eta: float):
+    """One line: a single run's numbers, or an ensemble's ranges over its models. eta in seconds."""
     full = [[r for r in run if not r.get("dense")][-1] for run in rows]
     if len(full) == 1:
         r = full[0]
@@ -448,34 +542,40 @@ def print_progress(step: int, iters: int, losses: list[float], rows: list[list[d
 
 def plot_run(rows: list[dict], cfg: Config, path: str):
     """Fig. 2a/2c for one K: losses against the predictor levels, and the readouts, vs step."""
-    steps = [max(r["step"], 1) for r in rows]
+    steps = [r["step"] for r in rows]
     names = [name for name in PREDICTORS if f"kl_{name}" in rows[0]]  # K = inf: no memorizing predictors
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.8))
     for ax, split, title in ((axes[0], "train", "L_train (sequences from S)"), (axes[1], "gen", "L_gen (fresh chains)")):
         ax.plot(steps, [r[f"{split}_loss"] for r in rows], "k.-", label="transformer")
         for name in names:
             ax.axhline(rows[0][f"{split}_loss_{name}"], color=COLORS[name], ls="--", lw=1, label=LABELS[name])
         ax.set_title(title)
         ax.set_ylabel("loss (nats)")
-    axes[0].legend(fontsize=8)
+        legend_below(ax)
     for name in names:
         axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=COLORS[name], label=LABELS[name])
     axes[2].set_yscale("log")
     axes[2].set_title("divergence D(predictor, model)")
-    axes[2].legend(fontsize=8)
+    legend_below(axes[2])
     for key, label, style in (("phi_delta_1", "phi_delta (1)", "tab:purple"), ("phi_beta_2", "phi_beta (2)", "tab:blue"),
                               ("n_A_1", "n_A (1) / N", "tab:gray"), ("n_A_2", "n_A (2) / N", "k")):
         scale = cfg.N if key.startswith("n_A") else 1
         axes[3].plot(steps, [r[key] / scale for r in rows], color=style, label=label)
     axes[3].set_title("mechanistic readouts")
-    axes[3].legend(fontsize=8)
+    legend_below(axes[3])
     for ax in axes:
-        ax.set_xscale("log")
+        ax.set_xscale("symlog", linthresh=1, linscale=0.3)  # log-spaced steps, with step 0 at x = 0 (not on top of step 1)
+        ax.set_xlim(left=0)
         ax.set_xlabel("step")
     fig.suptitle(f"K = {cfg.K}, N = {cfg.N}, preset {cfg.preset}, seed {cfg.seed}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def legend_below(ax):
+    """The legend under the panel, where it covers no curve."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
 
 
 def read_metrics(run_dir: str, dense: bool = False) -> tuple[dict, list[dict]]:
@@ -530,13 +630,16 @@ def ensure_run(run_dir: str | None, K: int, seed: int = 0) -> str:
     if os.path.exists(metrics) and read_metrics(cfg.out)[1][-1]["step"] == cfg.iters:
         return cfg.out
     print(f"training the missing quick run {cfg.out} (python train.py --K {K} --seed {seed} --preset quick)", flush=True)
-    train(cfg, resume=os.path.exists(os.path.join(cfg.out, "ckpt.pt")))
+    resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
+    train(cfg, resume=resume, overwrite=not resume)  # a partial run without a checkpoint is redone
     return cfg.out
 
 
 def plot_sweep(sweep_dir: str, path: str):
     """Fig. 2b/2c: divergence to each predictor and the readouts over (K, step), from the runs' metrics
     (seeds averaged)."""
+    if not os.path.isdir(sweep_dir):
+        raise ValueError(f"no sweep directory {sweep_dir} (--out names it; default runs/sweep)")
     runs = {}
     for name in sorted(os.listdir(sweep_dir)):
         d = os.path.join(sweep_dir, name)
@@ -626,7 +729,7 @@ def member_commands(args: argparse.Namespace, cfgs: list[Config]) -> list[list[s
         value = getattr(args, f.name, None)
         if value is not None and f.name not in ("K", "seed", "out", "preset"):
             passthrough += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
-    passthrough += ["--resume"] * args.resume + ["--no-graph"] * args.no_graph
+    passthrough += ["--resume"] * args.resume + ["--overwrite"] * args.overwrite + ["--no-graph"] * args.no_graph
     return [[sys.executable, os.path.abspath(__file__), "--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset,
              "--out", cfg.out, "--threads", "1", *passthrough] for cfg in cfgs]
 
@@ -655,53 +758,84 @@ def run_processes(commands: list[list[str]], jobs: int):
 def train_grid(args: argparse.Namespace, cfgs: list[Config]):
     """On CUDA (or with --ensemble) the grid as ensembles of --group models, one after the other, each
     resumable from its own OUT/ckpt_group<i>.pt; otherwise as one-thread processes."""
+    jobs, size = check_int("--jobs", args.jobs, 1), check_int("--group", args.group, 1)
+    for cfg in cfgs:  # one line now, not one failed process per run that exists
+        check_run_dir(cfg.out, args.resume, args.overwrite)
     os.makedirs(grid_dir(args), exist_ok=True)
     if not (args.ensemble or cfgs[0].device.startswith("cuda")):
-        run_processes(member_commands(args, cfgs), check_int("--jobs", args.jobs, 1))
+        print(run_header(cfgs, f"{len(cfgs)} runs as one-thread processes, {jobs} at a time, writing "
+                               f"{grid_dir(args)}/K*_s*/ (their output in {grid_dir(args)}/K*_s*.log)", None), flush=True)
+        run_processes(member_commands(args, cfgs), jobs)
         return
-    size = check_int("--group", args.group, 1)
     for i in range(0, len(cfgs), size):
         ckpt = os.path.join(grid_dir(args), f"ckpt_group{i // size}.pt")
-        train_ensemble(cfgs[i : i + size], ckpt, resume=args.resume, graph=not args.no_graph)
+        train_ensemble(cfgs[i : i + size], ckpt, resume=args.resume, graph=not args.no_graph, overwrite=args.overwrite)
+
+
+def flag_help() -> dict[str, str]:
+    """Each Config field's flag help: its comment in the dataclass (written once, there), then the default,
+    or the quick and paper presets' values where the preset sets it."""
+    comments = dict(re.findall(r"^    (\w+): [^#\n]+#\s*(.+)$", inspect.getsource(Config), re.M))
+    out = {}
+    for f in fields(Config):
+        if f.name in PRESETS["quick"]:
+            default = f"quick {PRESETS['quick'][f.name]}, paper {PRESETS['paper'][f.name]}"
+        else:
+            default = f"default {f.default}"
+        text = comments.get(f.name, "")
+        out[f.name] = text if "default" in text or f.type is bool else f"{text} ({default})"
+    return out
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick otherwise")
-    parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 (default 256); "
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_preset(parser, PRESETS, "the preset sets N, iters, evals, eval_train, eval_gen, ckpt_every")
+    parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 "
+                        f"(default {Config.K}; --sweep: quick {SWEEP_KS['quick']}, paper 8..1024; at most {MAX_K}); "
                         "inf: a fresh chain for every sequence")
-    parser.add_argument("--seeds", "--seed", default="0", help="model seed(s), same syntax as --K: 0-15, 0-3,7")
+    cli.add_seeds(parser, "0", "model seeds, one run each", "--seeds", "--seed")
+    helps = flag_help()
     for f in fields(Config):
         flag = f"--{f.name.replace('_', '-')}"
         if f.type is bool:
-            parser.add_argument(flag, action="store_true", default=None, dest=f.name)
-        elif f.name not in ("preset", "K", "seed", "base_iters"):  # base_iters is set from --prev-weight
-            parser.add_argument(flag, type=type(f.default), default=None, dest=f.name)
+            parser.add_argument(flag, action="store_true", default=None, dest=f.name, help=helps[f.name])
+        elif f.name not in ("preset", "K", "seed", "base_iters", "device"):  # base_iters is set from --prev-weight
+            parser.add_argument(flag, type=type(f.default), default=None, dest=f.name, help=helps[f.name])
+    cli.add_device(parser)
+    cli.add_threads(parser)
+    cli.add_jobs(parser)
+    cli.add_figures(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint(s) under OUT")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (grid processes get 1 each)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a run directory that holds a run, deleting its files (without "
+                             "--resume or --overwrite such a directory is an error)")
     parser.add_argument("--no-graph", action="store_true", help="CUDA: run the step eagerly, not as a CUDA graph")
     parser.add_argument("--ensemble", action="store_true", help="train a grid as one-process ensembles on the CPU too")
     parser.add_argument("--group", type=int, default=64, help="grid: models per ensemble")
-    parser.add_argument("--jobs", type=int, default=2, help="grid on a CPU: processes at a time")
     parser.add_argument("--print-commands", action="store_true", help="print one command per model of the grid and exit")
-    parser.add_argument("--sweep", action="store_true", help="Fig. 2b/2c: train the grid (default: the preset's Ks), then plot")
+    parser.add_argument("--sweep", action="store_true",
+                        help="Fig. 2b/2c: train the grid (default: the preset's Ks) in OUT (default runs/sweep), "
+                             "then draw FIGURES/fig2bc.png")
     parser.add_argument("--plot-sweep", action="store_true", help="only draw the Fig. 2b/2c heat maps from the runs in OUT")
     args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(check_int("--threads", args.threads, 1))
+    cli.set_threads(args.threads)
     cfgs = make_configs(args)
     if args.print_commands:
         print("\n".join(shlex.join(c) for c in member_commands(args, cfgs)))
         return
+    if args.plot_sweep and not os.path.isdir(grid_dir(args)):
+        raise ValueError(f"--plot-sweep: no sweep directory {grid_dir(args)} (--out names it)")
+    if args.sweep or args.plot_sweep:
+        cli.writable_dir(args.figures, "--figures")
     if not args.plot_sweep:
         if len(cfgs) == 1 and not args.sweep:
-            train(cfgs[0], resume=args.resume, graph=not args.no_graph)
+            train(cfgs[0], resume=args.resume, graph=not args.no_graph, overwrite=args.overwrite)
             return
         train_grid(args, cfgs)
     if args.sweep or args.plot_sweep:
-        os.makedirs("figures", exist_ok=True)
-        plot_sweep(grid_dir(args), os.path.join("figures", "fig2bc.png"))
-        print("wrote figures/fig2bc.png and figures/fig2bc.json")
+        path = os.path.join(args.figures, "fig2bc.png")
+        plot_sweep(grid_dir(args), path)
+        print(f"wrote {path} and its .json")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Baselines, the fastest PyTorch way to compute the same thing:
 Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
 ratio of every method's time to the kernel's, measured in the same run.
 """
-import argparse
 import os
 import sys
 
@@ -23,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cli  # noqa: E402
 from kernels import attention as kernel_module  # noqa: E402
+from markov import check_int  # noqa: E402
 from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
 
 try:
@@ -87,15 +88,14 @@ def bench(fn, q, k, v, bias, rotary, backward):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--stages", type=int, default=kernel_module.STAGES, help="the kernels' num_stages")
     parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone (a tuning sweep)")
     args = parser.parse_args()
-    kernel_module.STAGES = args.stages
+    kernel_module.STAGES = check_int("--stages", args.stages, 1)
     if not torch.cuda.is_available():
-        sys.exit("bench_attention.py needs a CUDA GPU: on a CPU the kernel runs in Triton's interpreter, "
-                 "whose speed means nothing (the CPU tests check its numbers)")
+        raise ValueError("bench_attention.py needs a CUDA GPU: on a CPU the kernel runs in Triton's interpreter, "
+                         "whose speed means nothing (the CPU tests check its numbers)")
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, kernel num_stages {args.stages}")
     print(f"{'shape':>28} {'mode':>8} {'method':>12} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
@@ -132,4 +132,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -20,7 +20,6 @@ times mostly measure waiting and two threads make the multi-threaded calls up to
 (TaskSet.batch: 12-22 ms wall with one thread, 230-480 ms with two). Prints each method's speed-up
 over each baseline (> 1: the method is faster).
 """
-import argparse
 import os
 import platform
 import sys
@@ -30,8 +29,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cli  # noqa: E402
 from bayes import two_mem  # noqa: E402
-from markov import TaskSet, stationary  # noqa: E402
+from markov import TaskSet, check_int, stationary  # noqa: E402
 
 
 def interleaved_medians(fns: dict, repeats: dict, rounds: int) -> dict:
@@ -129,14 +129,12 @@ def two_mem_per_token(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for every method")
+    cli.add_threads(parser, 1, ", for every method: see below")
     args = parser.parse_args()
-    if args.rounds < 1 or args.threads < 1:
-        parser.error(f"--rounds and --threads must be >= 1, got {args.rounds} and {args.threads}")
-    torch.set_num_threads(args.threads)
+    check_int("--rounds", args.rounds, 1)
+    cli.set_threads(args.threads)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     g = torch.Generator().manual_seed(0)
@@ -172,4 +170,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -8,7 +8,6 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets).
 """
-import argparse
 import os
 import platform
 import sys
@@ -17,8 +16,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cli  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
-from markov import TaskSet  # noqa: E402
+from markov import TaskSet, check_int  # noqa: E402
 from train import PRESETS  # noqa: E402
 from transformer import Transformer  # noqa: E402
 
@@ -76,16 +76,21 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[fl
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: paper on CUDA, quick on a CPU")
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    cli.add_device(parser)
+    cli.add_threads(parser)
+    cli.add_preset(parser, PRESETS, "the sequence length N: quick 128, paper 256")
     parser.add_argument("--repeats", type=int, default=None, help="timed steps (default 30 on CUDA, 5 on a CPU)")
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = torch.device(cli.device(args.device))
+    cli.set_threads(args.threads)
+    if args.repeats is not None:
+        check_int("--repeats", args.repeats, 1)
+    try:
+        sizes = [check_int("--sizes", int(s), 1) for s in (args.sizes or ("8,32,64" if device.type == "cuda" else "2")).split(",")]
+    except ValueError:
+        raise ValueError(f"--sizes must be comma-separated integers >= 1, got {args.sizes!r}") from None
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name() if cuda else f"{cpu_name()}, {os.cpu_count()} cores"
     print(f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -93,10 +98,9 @@ def main():
     peak = 2 * 4096**3 / timed(lambda: a @ a, device, 5) / 1e9
     print(f"fp32 matmul 4096^3: {peak:.0f} GFLOP/s")
 
-    preset = args.preset or ("paper" if cuda else "quick")
+    preset = args.preset or ("paper" if cuda else "quick")  # the preset of the device timed
     N, B = PRESETS[preset]["N"], 128
     repeats = args.repeats or (30 if cuda else 5)
-    sizes = [int(s) for s in (args.sizes or ("8,32,64" if cuda else "2")).split(",")]
     cases = [(1, False)] + [(1, True)] * cuda + [(E, cuda) for E in sizes]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
@@ -113,4 +117,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

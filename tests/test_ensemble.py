@@ -138,6 +138,7 @@ def test_grid_on_the_command_line(tmp_path):
             "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
+    assert not os.path.exists(os.path.join(ROOT, "figures", "fig2bc.png"))  # a grid is not a sweep: no heat maps
     cfg, rows = train.read_metrics(tmp_path / "K5_s1")
     assert (cfg["K"], cfg["seed"], rows[-1]["step"]) == (5, 1, 4)
     assert [r["step"] for r in train.read_metrics(tmp_path / "K5_s1", dense=True)[1]] == [0, 2, 4]

@@ -162,13 +162,16 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
     assert exact["K2_star"] == pytest.approx(K2, rel=0.003) and exact["gamma"] == pytest.approx(gamma, abs=0.02)
     with pytest.raises(ValueError, match=">= 4 K"):  # three parameters: four medians at least
         fit_divergence(list(K), [[1.0], [2.0], [None], [None], [3.0], [None]])
+    with pytest.raises(ValueError, match="growing"):  # shorter and shorter: no divergence to fit
+        fit_divergence(list(K), [[v] for v in reversed(true)], resamples=10)
 
 
 def test_sigmoid_asymptote_and_memorized_fraction():
     t = np.unique(np.round(np.logspace(0, 4, 25)))
     for A in (0.3, 0.8):
-        f = sigmoid(t, A, math.log(800), 0.4)
-        assert fit_sigmoid(list(t), list(f))["A"] == pytest.approx(A, abs=0.01)
+        fit = fit_sigmoid(list(t), list(sigmoid(t, A, math.log(800), 0.4)))
+        assert fit["A"] == pytest.approx(A, abs=0.01)
+        assert fit["log_t0"] == pytest.approx(math.log(800), abs=0.05) and fit["width"] == pytest.approx(0.4, abs=0.05)
     # a curve still rising at the end extrapolates above its last value
     t_short = t[t <= 1500]
     assert fit_sigmoid(list(t_short), list(sigmoid(t_short, 0.8, math.log(800), 0.4)))["A"] == pytest.approx(0.8, abs=0.05)
@@ -199,7 +202,8 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
     monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False)
+    args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False,
+                              device="cpu", figures=str(tmp_path / "figures"))
     thresholds.k2(args)
     result = json.load(open(tmp_path / "figures" / "k2.json"))
     assert result["fit"]["K2_star"] == pytest.approx(8.0, rel=3e-3) and result["fit"]["gamma"] == pytest.approx(1.5, abs=0.02)

@@ -90,7 +90,7 @@ def test_small_K_memorizes_and_large_K_does_not():
     assert large["train_minus_2gen"] > small["train_minus_2gen"]
 
 
-@pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"], ["--seeds", "0"],
+@pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"], ["--seeds", "1-0"], ["--seeds", "-1"],
                                   ["--depths", "1,x"], ["--depths", "0,2"]])
 def test_bad_input(args):
     r = subprocess.run([sys.executable, "mem_minimal.py", *args], cwd=ROOT, capture_output=True, text=True)
@@ -98,8 +98,8 @@ def test_bad_input(args):
 
 
 def test_depths_only_writes_the_searches(tmp_path):
-    r = subprocess.run([sys.executable, "mem_minimal.py", "--depths-only", "--iters", "4", "--seeds", "1", "--depths",
-                        "1,1", "2,1", "--jobs", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "mem_minimal.py", "--depths-only", "--iters", "4", "--seeds", "0", "--depths",
+                        "1,1", "2,1", "--jobs", "1", "--figures", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     with open(tmp_path / "mem_depths_4.json") as f:
         result = json.load(f)
@@ -117,7 +117,7 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(mm, "_criterion", criterion)
     monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
     monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", "quick", "--depths-only", "--iters", "4", "--seeds",
-                                      "2", "--depths", "1,2", "2,1", "--out", str(tmp_path)])
+                                      "0-1", "--depths", "1,2", "2,1", "--figures", str(tmp_path)])
     mm.main()
     with open(tmp_path / "mem_depths_4.json") as f:
         result = json.load(f)
@@ -125,4 +125,6 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
     assert result["K2_hat"]["2,1"] == pytest.approx([2**5.25] * 2)
     assert sorted((r["run"]["depth1"], r["run"]["depth2"], r["run"]["seed"]) for r in result["searches"]) == [
         (1, 2, 0), (1, 2, 1), (2, 1, 0), (2, 1, 1)]
-    assert "K2_hat at D_phi" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "K2_hat at D_phi" in out
+    assert out.startswith(f"preset quick: 4 steps per run, seeds [0, 1], 2 processes; writing {tmp_path}/mem_depths_4.json")

@@ -191,7 +191,7 @@ def test_tiny_end_to_end(tmp_path):
     train.train(train.Config(K=3, N=12, iters=12, batch=8, D=16, evals=4, eval_train=16, eval_gen=16, out=str(run)),
                 quiet=True)
     threads = torch.get_num_threads()
-    tv.main(["--run", str(run), "--runs", str(run), "--per-chain", "8", "--patch-seqs", "6", "--out", str(tmp_path)])
+    tv.main(["--run", str(run), "--runs", str(run), "--per-chain", "8", "--patch-seqs", "6", "--figures", str(tmp_path)])
     torch.set_num_threads(threads)  # main sets it for the process
     with open(tmp_path / "task_vectors.json") as f:
         result = json.load(f)

@@ -61,7 +61,7 @@ def test_the_rule_reads_max_phi_beta_from_the_rows_up_to_T():
         max_phi_beta(rows, iters=-1)
 
 
-def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
+def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     """The whole pipeline (probe configs, lockstep rounds, reruns that reuse finished probes, tau, figure,
     JSON) on runs of a few steps; the rule itself is replaced by one on K so that the searches have a
     known answer whatever the tiny runs learn."""
@@ -72,8 +72,10 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
-                                 conditions="control,reweight,inject", seeds=None, perturbed_seeds=None))
+                                 conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
+                                 figures="figures", device=None))
     thresholds.k1(args)
+    assert capsys.readouterr().out.startswith(f"preset quick: K1* searches of 6 steps per probe, runs in {tmp_path / 'runs'}")
     result = json.load(open(tmp_path / "figures" / "k1.json"))
     assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
     assert result["tau_2gen"]["K"] == 4 and len(result["tau_2gen"]["tau"]) == 2
