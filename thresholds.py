@@ -314,18 +314,24 @@ def plot_k1(result: dict, path: str):
     plt.close(fig)
 
 
-def k1(args):
+def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
+    """The flags k1 and k2 share, checked: (preset, root, the preset's values, jobs, device, seeds)."""
     preset = cli.preset(args.preset)
-    root = args.root or os.path.join("runs", f"k1_{preset}")
-    p = PRESETS[preset]
+    root = args.root or os.path.join("runs", f"{name}_{preset}")
+    p = presets[preset]
     jobs = check_int("--jobs", args.jobs, 1)
     device = cli.device(args.device)
     if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
+    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    return preset, root, p, jobs, device, seeds
+
+
+def k1(args):
+    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
-    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
     perturbed = (train.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
                  else list(range(p["perturbed_seeds"])))
     plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
@@ -623,14 +629,7 @@ def plot_k2(result: dict, path: str):
 
 
 def k2(args):
-    preset = cli.preset(args.preset)
-    root = args.root or os.path.join("runs", f"k2_{preset}")
-    p = K2_PRESETS[preset]
-    jobs = check_int("--jobs", args.jobs, 1)
-    device = cli.device(args.device)
-    if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
-        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
-    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    preset, root, p, jobs, device, seeds = common_args(args, K2_PRESETS, "k2")
     cfgs = k2_runs(preset, root, seeds, device)
     if args.print_commands:
         print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
