@@ -493,9 +493,10 @@ def epsilon_calibration(scores: list[list[float]]) -> dict:
 
 K2_PRESETS = {
     # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3, K1* ~ 32) run to
-    # 2000 steps, where single runs left 2-Gen at K = 64, 96, 128 after Delta tau ~ 450, 1200, 1600 steps
+    # 2000 steps, where single runs left 2-Gen at K = 64, 96, 128 after Delta tau ~ 450, 1200, 1600 steps; K
+    # spaced by 8 up to 80 and 96, where half the seeds are still in 2-Gen at the end (K = 112: all of them)
     "quick": dict(N=64, batch=64, lr=3e-3, iters=2000, eval_every=50, eval_dense=256, evals=16, eval_train=256,
-                  eval_gen=256, per_chain=64, per_chain_tasks=128, Ks=[48, 64, 80, 96, 112], seeds=4,
+                  eval_gen=256, per_chain=64, per_chain_tasks=128, Ks=[48, 56, 64, 72, 80, 96], seeds=4,
                   inf_seeds=2, inf_iters=2000),
     # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
     # on 10^4 fixed chains
