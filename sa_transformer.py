@@ -163,8 +163,8 @@ def train_transformer_nonautoregressive(N: int, seed: int, iters: int, lr: float
 
     The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
     batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
-    loss is still above the threshold after 4000 steps, while lr 0.05 and 0.02 cross it near 3500-3800
-    steps; batch 64 at lr 0.05 had not left the plateau by 3500, and lr 0.3 drifts upwards."""
+    loss is still above the threshold after 4000 steps, while lr 0.05 reaches it at ~3750; batch 64
+    at lr 0.05 had not left the plateau by 3500, and at N = 16 lr 0.3 drifts upwards."""
     g = torch.Generator().manual_seed(seed)
     eval_context, eval_target = fresh_batch(eval_batch, N, torch.Generator().manual_seed(10**6 + N))
     levels = predictor_levels(eval_context, eval_target)
