@@ -15,7 +15,7 @@ K2_hat (the minimal model's K2*) is the largest K at which the model still beats
 training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found by binary search in K
 (powers of two) with the zero crossing interpolated in log K between the bracketing runs.
 
-    python mem_minimal.py                  # quick preset (CPU, ~15 min on 2 cores)
+    python mem_minimal.py                  # quick preset (CPU, ~1 h on 2 cores, estimated: 48 K2_hat searches)
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
     python mem_minimal.py --depths-only --iters 6000 --seeds 1   # K2_hat against depth at 4x the budget
     python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
