@@ -15,9 +15,10 @@ K2_hat (the minimal model's K2*) is the largest K at which the model still beats
 training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found by binary search in K
 (powers of two) with the zero crossing interpolated in log K between the bracketing runs.
 
-    python mem_minimal.py                  # quick preset (CPU, ~15 min on 2 cores)
+    python mem_minimal.py                  # quick preset (CPU, ~1 h on 2 cores, estimated: 48 K2_hat searches)
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
     python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
+    python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
 """
 import json
 import math
@@ -174,11 +175,17 @@ def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
 # ----------------------------------------------------------------------------- experiments
 
 PRESETS = {
+    # D_phis x Ks: the heat maps (seed 0); search_D_phis x depths x search_seeds: the K2_hat searches of
+    # Fig. 8f over K_range; trend_iters: budgets at which the heat map's large-K, large-D_phi corner is
+    # retrained (Fig. 8d-e at longer budgets)
     "quick": dict(base=MemRun(N=64, iters=1500, batch=64, width=64, D=32, tail=150), D_phis=[2, 8, 32, 128],
-                  Ks=[4, 16, 64, 256, 1024], search_D_phi=8, search_seeds=2, K_range=(2, 512)),
+                  Ks=[4, 16, 64, 256, 1024], search_D_phis=[2, 8, 32, 128], search_D_phi=8, search_seeds=3,
+                  K_range=(2, 512), corner=(1024, 128), trend_iters=[1500, 3000, 6000, 12000]),
     "paper": dict(base=MemRun(N=256, iters=400_000, batch=128, width=256, D=64, tail=1000), D_phis=[4, 8, 16, 32, 64, 128],
-                  Ks=[2**i for i in range(2, 15)], search_D_phi=32, search_seeds=3, K_range=(2, 2**15)),
+                  Ks=[2**i for i in range(2, 15)], search_D_phis=[4, 8, 16, 32, 64, 128], search_D_phi=32, search_seeds=3,
+                  K_range=(2, 2**15), corner=(2**14, 128), trend_iters=[25_000, 100_000, 400_000]),
 }
+DEPTHS = ["1,1", "1,2", "2,1", "2,2"]
 
 
 def _criterion(run: MemRun) -> float:
@@ -199,9 +206,48 @@ def _depth_pair(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
+    """Fig. 8d-e: L_train - L^2-Gen and L_gen - L^2-Gen (and the training criterion) over D_phi x K, seed 0."""
+    runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=d) for d in D_phis for K in Ks], jobs)
+    shape = (len(D_phis), len(Ks))
+    return {"D_phi": D_phis, "K": Ks, **{key: np.array([r[key] for r in runs]).reshape(shape).tolist()
+                                        for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
+
+
+def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple, jobs: int) -> dict:
+    """Fig. 8f: K2_hat for every (l1, l2), D_phi and seed. Returns {"K2_hat": {"l1,l2": {"D_phi": [per seed]}},
+    "searches": [...]}."""
+    searches = [(replace(base, D_phi=d, depth1=l1, depth2=l2, seed=s), *K_range)
+                for l1, l2 in depths for d in D_phis for s in seeds]
+    order = sorted(range(len(searches)), key=lambda i: -(searches[i][0].depth1 + searches[i][0].depth2))  # deeper first
+    found = [None] * len(searches)
+    for i, f in zip(order, cli.parallel_map(_search, [searches[i] for i in order], jobs)):
+        found[i] = f
+    K2 = {}
+    for f in found:
+        r = f["run"]
+        K2.setdefault(f"{r['depth1']},{r['depth2']}", {}).setdefault(str(r["D_phi"]), []).append(f["K2_hat"])
+    return {"K2_hat": K2, "searches": found}
+
+
+def budget_trend(base: MemRun, K: int, D_phi: int, iters: list, jobs: int) -> dict:
+    """The heat map's corner (large K, large D_phi) retrained at several budgets (the criterion always
+    over the last 10% of the run): how fast L_train and L_gen approach 2-Gen with training."""
+    runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=D_phi, iters=n, tail=max(1, n // 10)) for n in iters], jobs)
+    return {"K": K, "D_phi": D_phi, "iters": iters, **{key: [r[key] for r in runs] for key in ("train_minus_2gen", "gen_minus_2gen")}}
+
+
+def geometric_stats(values: list) -> tuple[float, float]:
+    """(geometric mean, standard deviation of log2) of positive values."""
+    logs = np.log2(values)
+    return float(2 ** logs.mean()), float(logs.std())
+
+
 def plot_heatmaps(result: dict, path: str):
+    """Fig. 8d-e (heat maps) and 8f (K2_hat against D_phi for every (l1, l2): geometric mean over seeds,
+    error bars one standard deviation of log2 K2_hat; dots: seeds). Returns the figure (closed)."""
     H = result["heatmap"]
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     lim = max(1e-3, np.nanmax(np.abs(np.array(H["train_minus_2gen"] + H["gen_minus_2gen"]))))
     for ax, key, title in ((axes[0], "train_minus_2gen", "L_train - L^2-Gen"), (axes[1], "gen_minus_2gen", "L_gen - L^2-Gen")):
         im = ax.pcolormesh(np.arange(len(H["K"])), np.arange(len(H["D_phi"])), np.array(H[key]), shading="nearest",
@@ -212,30 +258,48 @@ def plot_heatmaps(result: dict, path: str):
         ax.set_xlabel("K")
         ax.set_ylabel("D_phi")
         ax.set_title(f"{title} (blue: beats 2-Gen)")
-    depths = sorted(result["K2_hat"])
-    for i, d in enumerate(depths):
-        values = result["K2_hat"][d]
-        axes[2].plot([i] * len(values), values, "o", alpha=0.6)
-        axes[2].plot([i], [np.exp(np.mean(np.log(values)))], "k_", ms=20)
-    axes[2].set_xticks(range(len(depths)), [f"({d})" for d in depths])
+    for k, (depth, by_D) in enumerate(sorted(result["K2_hat"].items())):
+        D = sorted(by_D, key=int)
+        stats = [geometric_stats(by_D[d]) for d in D]
+        x = np.array([int(d) for d in D]) * 1.06 ** (k - 1.5)  # small offsets keep the error bars apart
+        mean = np.array([m for m, _ in stats])
+        sd = np.array([s for _, s in stats])
+        line, = axes[2].plot(x, mean, "o-", label=f"({depth})")
+        axes[2].errorbar(x, mean, yerr=[mean * (1 - 2.0**-sd), mean * (2.0**sd - 1)], fmt="none", capsize=3, color=line.get_color())
+        for xi, d in zip(x, D):
+            axes[2].plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
+    axes[2].set_xscale("log", base=2)
     axes[2].set_yscale("log", base=2)
-    axes[2].set_xlabel("(l1, l2): hidden layers of MLP1, MLP2")
-    axes[2].set_title(f"K2_hat at D_phi = {result['search_D_phi']} (dots: seeds, bar: geometric mean)", fontsize=9)
-    D, K = zip(*sorted((int(d), k) for d, k in result["K2_hat_vs_D_phi"].items()))
-    axes[3].plot(D, K, "s-", color="tab:purple")
-    axes[3].set_xscale("log", base=2)
-    axes[3].set_yscale("log", base=2)
-    axes[3].set_xlabel("D_phi")
-    axes[3].set_title("K2_hat of (1, 2) against D_phi (seed 0)", fontsize=9)
+    axes[2].set_xlabel("D_phi")
+    axes[2].set_ylabel("K2_hat")
+    axes[2].legend(title="(l1, l2)", fontsize=8)
+    axes[2].set_title("K2_hat (geometric mean over seeds, +-1 sd of log2)", fontsize=9)
     note = (f"quick preset: {result['iters']} iterations - how fast memorization happens, not the asymptotic capacity"
             if result["preset"] == "quick" else f"{result['iters']} iterations")
     fig.suptitle(f"Minimal task-recognition head ({note})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
-HEATMAP_KEYS = ("preset", "iters", "search_D_phi", "heatmap", "K2_hat", "K2_hat_vs_D_phi")  # what plot_heatmaps reads
+def plot_trend(trend: dict, path: str):
+    """The corner's L - L^2-Gen on train and fresh chains against the training budget."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for key, label in (("train_minus_2gen", "train (S)"), ("gen_minus_2gen", "fresh chains")):
+        ax.plot(trend["iters"], trend[key], "o-", label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("L - L^2-Gen")
+    ax.set_title(f"K = {trend['K']}, D_phi = {trend['D_phi']}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+HEATMAP_KEYS = ("preset", "iters", "heatmap", "K2_hat")  # what plot_heatmaps reads
 
 
 def replot(figures: str):
@@ -264,9 +328,14 @@ def main():
     cli.add_figures(parser)
     parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/mem_minimal.json")
     parser.add_argument("--depths-only", action="store_true",
-                        help="only the K2_hat searches over (l1, l2), for budget studies with --iters; writes FIGURES/mem_depths_<iters>.json")
-    parser.add_argument("--depths", nargs="+", default=["1,1", "1,2", "2,1", "2,2"], help="(l1, l2) pairs as l1,l2")
-    cli.add_seeds(parser, None, "seeds of each (l1, l2) search (default: quick 0-1, paper 0-2)")
+                        help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
+                             "studies with --iters; writes FIGURES/mem_depths_<iters>.json")
+    parser.add_argument("--D-phis", type=int, nargs="+", default=None,
+                        help="D_phi values of the K2_hat searches (default: quick 2 8 32 128, paper 4..128)")
+    parser.add_argument("--trend", action="store_true", help="only the heat map's large-K, large-D_phi corner at the "
+                                                             "preset's budgets; writes FIGURES/mem_trend.json and .png")
+    parser.add_argument("--depths", nargs="+", default=DEPTHS, help="(l1, l2) pairs as l1,l2")
+    cli.add_seeds(parser, None, "seeds of each (l1, l2, D_phi) search (default: 0-2)")
     args = parser.parse_args()
     cli.set_threads(args.threads)
     if args.replot:
@@ -281,48 +350,32 @@ def main():
     jobs = check_int("--jobs", args.jobs, 1)
     seeds = list(range(P["search_seeds"])) if args.seeds is None else parse_list("--seeds", args.seeds)
     depths = [_depth_pair(d) for d in args.depths]
+    D_phis = [check_int("--D-phis", d, 1) for d in args.D_phis] if args.D_phis else (
+        [P["search_D_phi"]] if args.depths_only else P["search_D_phis"])
     cli.writable_dir(args.figures, "--figures")
-    cli.announce(preset, f"{base.iters} steps per run, seeds {seeds}, {jobs} processes",
-                 f"{args.figures}/" + (f"mem_depths_{base.iters}.json" if args.depths_only else "mem_heatmaps.png and mem_minimal.json"))
+    what = ("mem_trend.json and .png" if args.trend else f"mem_depths_{base.iters}.json" if args.depths_only
+            else "mem_heatmaps.png and mem_minimal.json")
+    cli.announce(preset, f"{base.iters} steps per run, seeds {seeds}, {jobs} processes", f"{args.figures}/{what}")
     t0 = time.time()
 
-    searches = [(replace(base, D_phi=P["search_D_phi"], depth1=l1, depth2=l2, seed=s), *P["K_range"])
-                for l1, l2 in depths for s in seeds]
+    if args.trend:
+        trend = budget_trend(base, *P["corner"], P["trend_iters"], jobs)
+        trend["seconds"] = round(time.time() - t0, 1)
+        with open(os.path.join(args.figures, "mem_trend.json"), "w") as f:
+            json.dump(trend, f, indent=1)
+        plot_trend(trend, os.path.join(args.figures, "mem_trend.png"))
+        print(json.dumps(trend))
+        return
+    found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs)
+    print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
     if args.depths_only:
-        found = cli.parallel_map(_search, searches, jobs)
-        K2 = {}
-        for f in found:
-            K2.setdefault(f"{f['run']['depth1']},{f['run']['depth2']}", []).append(f["K2_hat"])
         path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
         with open(path, "w") as f:
-            json.dump({"preset": preset, "config": asdict(base), "K2_hat": K2, "searches": found,
-                       "seconds": round(time.time() - t0, 1)}, f, indent=1)
-        print(f"K2_hat at D_phi = {P['search_D_phi']}, {base.iters} iterations:", json.dumps(K2))
-        print(f"wrote {path} in {(time.time() - t0) / 60:.1f} min")
+            json.dump({"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1)}, f, indent=1)
+        print(f"K2_hat at D_phi = {D_phis}, {base.iters} iterations; wrote {path} in {(time.time() - t0) / 60:.1f} min")
         return
-    heat_runs = [replace(base, K=K, D_phi=d) for d in P["D_phis"] for K in P["Ks"]]
-    searches += [(replace(base, D_phi=d), *P["K_range"]) for d in P["D_phis"] if d != P["search_D_phi"]]
-    searches.sort(key=lambda s: -(s[0].depth1 + s[0].depth2))  # deeper (slower) runs first
-    heat = cli.parallel_map(train_mem, heat_runs, jobs)
-    print(f"heat map: {len(heat_runs)} runs in {time.time() - t0:.0f} s", flush=True)
-    found = cli.parallel_map(_search, searches, jobs)
-    print(f"K2_hat searches done in {time.time() - t0:.0f} s", flush=True)
-
-    shape = (len(P["D_phis"]), len(P["Ks"]))
-    result = {
-        "preset": preset, "iters": base.iters, "config": asdict(base), "search_D_phi": P["search_D_phi"],
-        "heatmap": {"D_phi": P["D_phis"], "K": P["Ks"],
-                    "train_minus_2gen": np.array([r["train_minus_2gen"] for r in heat]).reshape(shape).tolist(),
-                    "gen_minus_2gen": np.array([r["gen_minus_2gen"] for r in heat]).reshape(shape).tolist(),
-                    "criterion": np.array([r["criterion"] for r in heat]).reshape(shape).tolist()},
-        "K2_hat": {}, "K2_hat_vs_D_phi": {}, "searches": found,
-    }
-    for f in found:
-        r = f["run"]
-        if r["D_phi"] == P["search_D_phi"]:
-            result["K2_hat"].setdefault(f"{r['depth1']},{r['depth2']}", []).append(f["K2_hat"])
-        if (r["depth1"], r["depth2"]) == (1, 2) and r["seed"] == 0:
-            result["K2_hat_vs_D_phi"][str(r["D_phi"])] = f["K2_hat"]
+    result = {"preset": preset, "iters": base.iters, "config": asdict(base),
+              "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}
     result["seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(args.figures, "mem_minimal.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -331,9 +384,7 @@ def main():
     for i, d in enumerate(H["D_phi"]):
         print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
               + "   gen-2gen " + " ".join(f"{v:+.3f}" for v in H["gen_minus_2gen"][i]))
-    print("K2_hat:", json.dumps(result["K2_hat"]), "vs D_phi:", json.dumps(result["K2_hat_vs_D_phi"]))
     print(f"wrote {args.figures}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
-
 
 if __name__ == "__main__":
     cli.run(main)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -91,7 +92,7 @@ def test_small_K_memorizes_and_large_K_does_not():
 
 
 @pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"], ["--seeds", "1-0"], ["--seeds", "-1"],
-                                  ["--depths", "1,x"], ["--depths", "0,2"]])
+                                  ["--depths", "1,x"], ["--depths", "0,2"], ["--D-phis", "0"]])
 def test_bad_input(args):
     r = subprocess.run([sys.executable, "mem_minimal.py", *args], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -103,7 +104,8 @@ def test_depths_only_writes_the_searches(tmp_path):
     assert r.returncode == 0, r.stderr
     with open(tmp_path / "mem_depths_4.json") as f:
         result = json.load(f)
-    assert sorted(result["K2_hat"]) == ["1,1", "2,1"] and all(len(v) == 1 for v in result["K2_hat"].values())
+    assert sorted(result["K2_hat"]) == ["1,1", "2,1"]
+    assert all(list(v) == ["8"] and len(v["8"]) == 1 for v in result["K2_hat"].values())  # the preset's search_D_phi
     assert result["config"]["iters"] == 4 and result["config"]["tail"] == 1  # 150 of 1500 -> 10% of the run
 
 
@@ -121,10 +123,49 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
     mm.main()
     with open(tmp_path / "mem_depths_4.json") as f:
         result = json.load(f)
-    assert result["K2_hat"]["1,2"] == pytest.approx([2**4.5] * 2)
-    assert result["K2_hat"]["2,1"] == pytest.approx([2**5.25] * 2)
+    assert result["K2_hat"]["1,2"]["8"] == pytest.approx([2**4.5] * 2)
+    assert result["K2_hat"]["2,1"]["8"] == pytest.approx([2**5.25] * 2)
     assert sorted((r["run"]["depth1"], r["run"]["depth2"], r["run"]["seed"]) for r in result["searches"]) == [
         (1, 2, 0), (1, 2, 1), (2, 1, 0), (2, 1, 1)]
     out = capsys.readouterr().out
     assert "K2_hat at D_phi" in out
     assert out.startswith(f"preset quick: 4 steps per run, seeds [0, 1], 2 processes; writing {tmp_path}/mem_depths_4.json")
+
+
+def test_k2_searches_file_every_depth_D_phi_and_seed_under_its_own_key(monkeypatch, tmp_path):
+    """Fig. 8f: with a criterion whose crossing is known, log2 K2_hat = 2 + l1 + 2 l2 + log2(D_phi) / 2 + seed / 4,
+    every (l1, l2) x D_phi x seed lands in K2_hat["l1,l2"]["D_phi"][seed], and the figure draws, for each
+    (l1, l2), the geometric mean over seeds against D_phi."""
+    def criterion(run):
+        return math.log2(run.K) - (2 + run.depth1 + 2 * run.depth2 + math.log2(run.D_phi) / 2 + run.seed / 4)
+
+    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    out = mm.k2_searches(MemRun(), [(1, 1), (2, 2), (1, 2)], [4, 16], [0, 1, 2], (2, 2**14), jobs=1)
+    assert sorted(out["K2_hat"]) == ["1,1", "1,2", "2,2"]
+    for depth, by_D in out["K2_hat"].items():
+        l1, l2 = map(int, depth.split(","))
+        assert sorted(by_D) == ["16", "4"]
+        for d, values in by_D.items():
+            assert values == pytest.approx([2 ** (2 + l1 + 2 * l2 + math.log2(int(d)) / 2 + s / 4) for s in range(3)])
+    result = {"preset": "quick", "iters": 10, "heatmap": {"D_phi": [2, 8], "K": [4, 16], "train_minus_2gen": [[-0.1, 0.1], [0, 0.2]],
+                                                          "gen_minus_2gen": [[0.2, 0.1], [0.1, 0.05]]}, **out}
+    fig = mm.plot_heatmaps(result, str(tmp_path / "h.png"))
+    lines = {line.get_label(): line for line in fig.axes[2].get_lines() if line.get_label().startswith("(")}
+    assert sorted(lines) == ["(1,1)", "(1,2)", "(2,2)"]
+    np.testing.assert_allclose(lines["(2,2)"].get_ydata(), [2 ** (8 + 1 + 0.25), 2 ** (8 + 2 + 0.25)])  # mean over seeds
+
+
+def test_budget_trend_retrains_the_corner_at_each_budget(monkeypatch):
+    """The corner (K, D_phi) at every budget, with the criterion over the last 10% of each run."""
+    seen = []
+
+    def fake(run):
+        seen.append((run.K, run.D_phi, run.iters, run.tail))
+        return {"train_minus_2gen": 1.0 / run.iters, "gen_minus_2gen": 2.0 / run.iters}
+
+    monkeypatch.setattr(mm, "train_mem", fake)
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    trend = mm.budget_trend(MemRun(), 1024, 128, [100, 400], jobs=1)
+    assert seen == [(1024, 128, 100, 10), (1024, 128, 400, 40)]
+    assert trend["train_minus_2gen"] == [0.01, 0.0025] and trend["gen_minus_2gen"] == [0.02, 0.005]

@@ -1,4 +1,5 @@
-"""sa_transformer.py: exact limits of the SA-transformer, its factorized attention, the theory."""
+"""sa_model.py, sa_theory.py, sa_analysis.py, sa_transformer.py: exact limits of the SA-transformer, its
+factorized attention, the theory, the fits and figures."""
 import itertools
 import math
 import os
@@ -9,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+import sa_analysis
+import sa_model
+import sa_theory
 import sa_transformer as sa
 from markov import sample_chains, sample_sequences
 
@@ -30,13 +34,13 @@ def test_factorized_layer1_equals_explicit_attention():
     lag = torch.arange(N).view(N, 1) - torch.arange(N).view(1, N)
     scores = M1[seqs.unsqueeze(1), seqs.unsqueeze(2)] + P1[lag.clamp(min=0)]  # [b, i, j] = M1[s_j, s_i] + P1[i - j]
     A1 = torch.softmax(scores.masked_fill(lag < 0, -math.inf), -1)
-    torch.testing.assert_close(sa.layer1(seqs, X, M1, P1), A1 @ X)
+    torch.testing.assert_close(sa_model.layer1(seqs, X, M1, P1), A1 @ X)
 
 
 def test_at_initialization_the_experts_are_one_point_statistics():
     seqs = batch()
     N = seqs.shape[1]
-    e = sa.experts(seqs, *sa.SATransformer(N).attention_parameters())
+    e = sa_model.experts(seqs, *sa_model.SATransformer(N).attention_parameters())
     X = torch.nn.functional.one_hot(seqs, 10).float()
     freq = X.mean(1)
     torch.testing.assert_close(e[:, 0], X[:, -1])
@@ -44,13 +48,13 @@ def test_at_initialization_the_experts_are_one_point_statistics():
     torch.testing.assert_close(e[:, 2], freq)  # uniform layer-2 attention
     H = torch.tensor([sum(1 / i for i in range(j + 1, N + 1)) for j in range(N)])  # sum_{i >= j} 1 / i
     torch.testing.assert_close(e[:, 3], (X * H.view(1, N, 1)).sum(1) / N)  # running means, averaged
-    model = sa.SATransformer(N)
+    model = sa_model.SATransformer(N)
     torch.testing.assert_close(model.weights(), torch.full((4,), 0.25))
 
 
 def test_large_beta_delta_with_w_C_is_the_empirical_two_point_estimate():
     seqs = batch(B=40, N=60, seed=2)
-    model = sa.SATransformer(60, reduced=True)
+    model = sa_model.SATransformer(60, reduced=True)
     with torch.no_grad():
         model.beta.fill_(80.0)
         model.delta.fill_(40.0)
@@ -71,12 +75,12 @@ def test_large_beta_delta_with_w_C_is_the_empirical_two_point_estimate():
 
 def test_reduced_model_is_the_full_model_with_constrained_parameters():
     seqs = batch(N=25, seed=3)
-    reduced = sa.SATransformer(25, reduced=True)
+    reduced = sa_model.SATransformer(25, reduced=True)
     with torch.no_grad():
         reduced.beta.fill_(1.7)
         reduced.delta.fill_(0.8)
         reduced.logits.copy_(torch.tensor([0.3, -0.2, 0.5]))
-    full = sa.SATransformer(25)
+    full = sa_model.SATransformer(25)
     M1, P1, M2, P2 = reduced.attention_parameters()
     with torch.no_grad():
         for name, value in zip(("M1", "P1", "M2", "P2"), (M1, P1, M2, P2)):
@@ -86,7 +90,7 @@ def test_reduced_model_is_the_full_model_with_constrained_parameters():
     assert reduced.beta_delta() == pytest.approx((1.7, 0.8))
     # eq. (minimal_simple): A1_{ji} = ((e^delta - 1) [j = i - 1] + 1) / (i + e^delta - 1), i = positions seen
     X = torch.nn.functional.one_hot(seqs, 10).float()
-    h = sa.layer1(seqs, X, M1, P1)
+    h = sa_model.layer1(seqs, X, M1, P1)
     i = 7  # 0-indexed position 7 sees 8 states
     expected = (X[:, : i + 1].sum(1) + (math.exp(0.8) - 1) * X[:, i - 1]) / (i + 1 + math.exp(0.8) - 1)
     torch.testing.assert_close(h[:, i], expected)
@@ -95,30 +99,30 @@ def test_reduced_model_is_the_full_model_with_constrained_parameters():
 def test_gradients_are_finite_and_masked_samples_carry_none():
     g = torch.Generator().manual_seed(4)
     context, target = sa.fresh_batch(64, 12, g)
-    model = sa.SATransformer(12)
+    model = sa_model.SATransformer(12)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 1, generator=g)
-    raw, present = sa.target_loss(model(context), target)
+    raw, present = sa_model.target_loss(model(context), target)
     assert (~present).any() and present.any()
     raw.mean().backward()
     assert all(p.grad.isfinite().all() for p in model.parameters())
     model.zero_grad()
-    raw, _ = sa.target_loss(model(context[~present]), target[~present])
+    raw, _ = sa_model.target_loss(model(context[~present]), target[~present])
     raw.sum().backward()
     assert all((p.grad == 0).all() for p in model.parameters())
 
 
 def test_F1_monte_carlo_matches_the_closed_form():
-    F1 = sa.F_d(3, 200_000)[0]
-    assert abs(F1 - sa.F1_exact()) / sa.F1_exact() < 0.02
-    assert sa.F1_exact() == pytest.approx(9 / 110)
-    assert sa.I_coefficient(50_000) > 0
+    F1 = sa_theory.F_d(3, 200_000)[0]
+    assert abs(F1 - sa_theory.F1_exact()) / sa_theory.F1_exact() < 0.02
+    assert sa_theory.F1_exact() == pytest.approx(9 / 110)
+    assert sa_theory.I_coefficient(50_000) > 0
 
 
 def test_power_fit_and_crossing():
     t = [1, 2, 4, 8, 16]
-    assert sa.fit_power(t, [3 * x**2 for x in t], 1, 16) == pytest.approx(2.0)
+    assert sa_analysis.fit_power(t, [3 * x**2 for x in t], 1, 16) == pytest.approx(2.0)
     assert sa.crossing([0, 10, 20], [2.0, 1.5, 1.0], 1.25) == pytest.approx(15.0)
     assert math.isnan(sa.crossing([0, 10], [2.0, 1.9], 1.0))
 
@@ -213,8 +217,8 @@ def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
     e[torch.arange(B), 0, target] = (torch.arange(B) % 2 == 0).float()
     e[:, 2] = 0.25 / 9
     e[torch.arange(B), 2, target] = 0.25
-    monkeypatch.setattr(sa, "experts", lambda context, *args, h=None: e[: context.shape[0]])
-    loss = sa.landscape(context, target, [0.0, 1.0], [0.0])
+    monkeypatch.setattr(sa_theory, "experts", lambda context, *args, h=None: e[: context.shape[0]])
+    loss = sa_theory.landscape(context, target, [0.0, 1.0], [0.0])
     assert loss.shape == (1, 2)
     assert loss[0, 0] == pytest.approx(0.5 * math.log(12), rel=1e-5)
 
@@ -224,15 +228,15 @@ def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
     softmax logits (an independent optimizer), within 1e-4."""
     context, target = sa.fresh_batch(300, 16, torch.Generator().manual_seed(6))
     betas, deltas = [0.0, 3.0], [0.5, 2.0]
-    got = sa.landscape(context, target, betas, deltas)
+    got = sa_theory.landscape(context, target, betas, deltas)
     present = (context == target[:, None]).any(1)
-    model = sa.SATransformer(16, reduced=True)
+    model = sa_model.SATransformer(16, reduced=True)
     for i, delta in enumerate(deltas):
         for j, beta in enumerate(betas):
             with torch.no_grad():
                 model.beta.fill_(beta)
                 model.delta.fill_(delta)
-                e = sa.experts(context[present], *model.attention_parameters()).double()
+                e = sa_model.experts(context[present], *model.attention_parameters()).double()
             p = e[torch.arange(e.shape[0]), :, target[present]]  # (B, 4)
             z = torch.zeros(4, dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-10, tolerance_change=1e-12,
@@ -251,28 +255,28 @@ def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
 def test_rate_and_exponent_fits_on_synthetic_curves():
     t = torch.arange(0, 101, 5).tolist()
     y = [3 + 0.5 * x if 10 <= x <= 50 else x**2 for x in t]  # linear only inside the window
-    assert sa.fit_rate(t, y, 10, 50) == pytest.approx(0.5)
-    assert math.isnan(sa.fit_rate(t, y, 10, 14))  # fewer than 3 points
+    assert sa_analysis.fit_rate(t, y, 10, 50) == pytest.approx(0.5)
+    assert math.isnan(sa_analysis.fit_rate(t, y, 10, 14))  # fewer than 3 points
     # beta ~ t and delta ~ t^2 on [0.05, 0.5] tau, something else after; two seeds, one stopped early
     t = list(range(0, 2001, 10))
     runs = [{"t": t, "beta": [2 * x if x <= 500 else x**3 for x in t], "delta": [1e-3 * x**2 if x <= 500 else x for x in t],
              "tau": 1000.0},
             {"t": t[:120], "beta": [6 * x if x <= 500 else 1.0 for x in t[:120]], "delta": [3e-3 * x**2 for x in t[:120]],
              "tau": math.nan}]
-    tm, mean = sa.seed_mean(runs, "beta")
+    tm, mean = sa_analysis.seed_mean(runs, "beta")
     assert len(tm) == 120 and mean[10] == pytest.approx(4 * 100)
-    out = sa.summarize_exponents(runs, [(0.05, 0.5)])
+    out = sa_analysis.summarize_exponents(runs, [(0.05, 0.5)])
     assert out["tau_mean"] == 1000.0
     assert out["beta"]["0.05-0.5"] == pytest.approx(1.0) and out["delta"]["0.05-0.5"] == pytest.approx(2.0)
-    assert sa.summarize_exponents(runs, [(0.05, 0.5)], tau=200.0)["beta"]["0.05-0.5"] == pytest.approx(1.0)
+    assert sa_analysis.summarize_exponents(runs, [(0.05, 0.5)], tau=200.0)["beta"]["0.05-0.5"] == pytest.approx(1.0)
 
 
 def test_predicted_rates_by_hand():
     """Eq. (parameter_dynamics_simplest) at beta = 0: d beta/dt = w_C I H_N / N, d delta/dt = w_B F_1 / N."""
-    r = sa.predicted_rates(4, 0.3, w_B=0.2, w_C=0.5)
+    r = sa_theory.predicted_rates(4, 0.3, w_B=0.2, w_C=0.5)
     assert r["dbeta_dt"] == pytest.approx(0.5 * 0.3 * (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
     assert r["ddelta_dt"] == pytest.approx(0.2 * (9 / 110) / 4)
-    assert sa.predicted_rates(4, 0.3)["ddelta_dt"] == pytest.approx((9 / 110) / 12)  # the paper's w = 1/3
+    assert sa_theory.predicted_rates(4, 0.3)["ddelta_dt"] == pytest.approx((9 / 110) / 12)  # the paper's w = 1/3
 
 
 def lazy_chains(p, e):
@@ -286,16 +290,16 @@ def test_F_d_against_closed_walks_and_eigenvalues(monkeypatch):
     (1 - e) p 1^T + e I the closed form (C - 1) e^{d+1}."""
     g = torch.Generator().manual_seed(8)
     chains = torch.cat([sample_chains(2, 10, 1.0, g), lazy_chains(sample_chains(1, 10, 1.0, g)[0, :, 0], 0.6)[None]])
-    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: chains)
-    got = sa.F_d(3, 3)
+    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: chains)
+    got = sa_theory.F_d(3, 3)
     T = chains.double().tolist()
     for d in (1, 2, 3):
         trace = [sum(math.prod(Tk[w[(i + 1) % (d + 1)]][w[i]] for i in range(d + 1))
                      for w in itertools.product(range(10), repeat=d + 1)) for Tk in T]
         assert got[d - 1] == pytest.approx(sum(trace) / 3 - 1, rel=1e-9, abs=1e-12)
     lazy = lazy_chains(torch.full((10,), 0.1, dtype=torch.float64), 0.6)
-    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: lazy[None].expand(n, 10, 10))
-    assert sa.F_d(4, 2) == pytest.approx([9 * 0.6 ** (d + 1) for d in range(1, 5)], rel=1e-9)
+    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: lazy[None].expand(n, 10, 10))
+    assert sa_theory.F_d(4, 2) == pytest.approx([9 * 0.6 ** (d + 1) for d in range(1, 5)], rel=1e-9)
 
 
 def test_I_against_its_definition(monkeypatch):
@@ -304,13 +308,118 @@ def test_I_against_its_definition(monkeypatch):
     g = torch.Generator().manual_seed(9)
     p_lazy = sample_chains(1, 10, 1.0, g)[0, :, 0].double()
     chains = torch.cat([sample_chains(3, 10, 1.0, g).double(), lazy_chains(p_lazy, 0.4)[None]])
-    monkeypatch.setattr(sa, "sample_chains", lambda n, C, alpha, generator: chains)
+    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: chains)
     total = []
     for Tk in chains.numpy():
         w, v = np.linalg.eig(Tk)
         p = np.real(v[:, np.argmin(np.abs(w - 1))])
         p = p / p.sum()
         total.append(sum(p[m] ** 2 * (sum(Tk[t, m] ** 2 / p[t] for t in range(10)) - 1) for m in range(10)))
-    assert sa.I_coefficient(4) == pytest.approx(np.mean(total), rel=1e-6)
+    assert sa_theory.I_coefficient(4) == pytest.approx(np.mean(total), rel=1e-6)
     assert total[-1] == pytest.approx(0.16 * (1 - (p_lazy**2).sum().item()), rel=1e-6)
     assert all(x > 0 for x in total)  # Cauchy-Schwarz
+
+
+# ----------------------------------------------------------------------------- Figs. 5c, 6c, A7: analysis and figures
+
+
+def test_fit_tau_recovers_known_exponents():
+    """tau = 3 N / log N gives slope 1 and prefactor 3 against N / log N; tau = 5 N^0.7 gives slope 0.7
+    against N; seeds that never crossed (nan) are left out of the means, and so is an N without any."""
+    Ns = [32, 64, 128, 256]
+    exact = sa_analysis.fit_tau({str(N): [3 * N / math.log(N), math.nan] for N in Ns} | {"512": [math.nan]})
+    assert exact["slope_vs_N_over_logN"] == pytest.approx(1.0) and exact["prefactor"] == pytest.approx(3.0)
+    assert exact["N"] == Ns
+    power = sa_analysis.fit_tau({N: [5 * N**0.7 * 0.9, 5 * N**0.7 * 1.1] for N in Ns})  # two seeds around the curve
+    assert power["slope_vs_N"] == pytest.approx(0.7)
+    x = np.array(Ns) / np.log(Ns)  # the same data against N / log N: slope from an independent least squares
+    y = np.log(5 * np.array(Ns, float) ** 0.7)
+    A = np.stack([np.log(x), np.ones(len(Ns))], 1)
+    assert power["slope_vs_N_over_logN"] == pytest.approx(np.linalg.lstsq(A, y, rcond=None)[0][0])
+    assert math.isnan(sa_analysis.fit_tau({"32": [10.0], "64": [math.nan]})["slope_vs_N_over_logN"])
+
+
+def test_normalized_parameters_are_the_attention_the_blocks_imply():
+    """P1 -> softmax over lags; M2's h.x block [key nu, query mu] -> softmax over nu in each column, an
+    asymmetric block telling the axes apart; zero parameters give uniform attention."""
+    N = 6
+    P1 = [0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    M2 = torch.zeros(20, 20)
+    M2[10:, :10] = 3 * torch.eye(10)
+    M2[10 + 2, 5] = 3.0  # a key holding state 2 also matches a query in state 5
+    M2[:10, :10] = 7.0  # other blocks do not enter
+    snap = {"P1": P1, "M1": torch.zeros(10, 10).tolist(), "M2": M2.tolist(), "P2": [0.0] * N}
+    view = sa_analysis.normalized_parameters(snap)
+    assert view["P1"] == pytest.approx([math.exp(x) / (5 + math.exp(2)) for x in P1])
+    M2_hx = torch.tensor(view["M2_hx"])
+    e3 = math.exp(3)
+    assert M2_hx[5, 5] == pytest.approx(e3 / (2 * e3 + 8)) and M2_hx[2, 5] == pytest.approx(e3 / (2 * e3 + 8))
+    assert M2_hx[0, 0] == pytest.approx(e3 / (e3 + 9)) and M2_hx[2, 2] == pytest.approx(e3 / (e3 + 9))
+    torch.testing.assert_close(M2_hx.sum(0), torch.ones(10))
+    torch.testing.assert_close(torch.tensor(view["M1"]), torch.full((10, 10), 0.1))
+
+
+def synthetic_run(scale: float, n_eval: int = 30) -> dict:
+    """A run record with beta = scale t / 100 and delta = scale (t / 100)^2 at t = 0, 10, ..."""
+    t = [10 * i for i in range(n_eval)]
+    return {"t": t, "beta": [scale * x / 100 for x in t], "delta": [scale * (x / 100) ** 2 for x in t]}
+
+
+def test_trajectory_overlay_draws_the_seed_means_of_the_runs_it_is_given(tmp_path):
+    """Fig. A7: each landscape gets the (beta, delta) trajectories of the runs trained on its data,
+    averaged over seeds on the evaluations all seeds reached."""
+    near = [-1.0, 0.0, 1.0]
+    origin = {"N": 8, "beta": near, "delta": near, "control": np.arange(9.0).reshape(3, 3).tolist(),
+              "ablation": np.ones((3, 3)).tolist()}
+    runs = {"control": {"full": [synthetic_run(1.0), synthetic_run(3.0, 20)], "reduced": [synthetic_run(0.5)]},
+            "ablation": {"full": [synthetic_run(4.0)], "reduced": [synthetic_run(6.0), synthetic_run(8.0)]}}
+    fig = sa_analysis.plot_trajectories(origin, runs, str(tmp_path / "a7.png"))
+    assert (tmp_path / "a7.png").stat().st_size > 0
+    t = np.arange(0, 200, 10) / 100
+    expected = {("control", "full"): (2.0 * t, 2.0 * t**2),  # mean of scales 1 and 3 over the 20 shared evaluations
+                ("control", "reduced"): (0.5 * np.arange(0, 300, 10) / 100, 0.5 * (np.arange(0, 300, 10) / 100) ** 2),
+                ("ablation", "full"): (4.0 * np.arange(0, 300, 10) / 100, 4.0 * (np.arange(0, 300, 10) / 100) ** 2),
+                ("ablation", "reduced"): (7.0 * np.arange(0, 300, 10) / 100, 7.0 * (np.arange(0, 300, 10) / 100) ** 2)}
+    for ax, setting in zip(fig.axes[:2], ("control", "ablation")):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == {"full", "reduced"}
+        for label, line in lines.items():
+            beta, delta = expected[(setting, label)]
+            np.testing.assert_allclose(line.get_xdata(), beta)
+            np.testing.assert_allclose(line.get_ydata(), delta)
+
+
+def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp_path):
+    """Fig. 6c: the control and the ablation series of tau_2Gen(N), each fitted on its own runs (ablation
+    tau = 4 N / log N, control 2 N / log N), and the transformer's; panel 3 of the figure shows both."""
+    levels = {"masked_loss_2gen": 2.0, "masked_loss_1gen": 2.2}
+
+    def runs(a, N, n=2):
+        return [{"tau": a * N / math.log(N) * (1 + 0.01 * s), "masked_loss": [2.3, 2.01], "levels": levels} for s in range(n)]
+
+    tau_runs = {False: {N: runs(2.0, N) for N in (32, 64, 128)}, True: {N: runs(4.0, N) for N in (32, 64, 128)}}
+    transformer = {N: [{**r, "loss": [2.3, 2.2]} for r in runs(30.0, N)] for N in (16, 32)}
+    out = sa.scaling_summary(tau_runs, transformer)
+    assert out["tau_fits"]["tau"]["prefactor"] == pytest.approx(2.0 * 1.005)
+    assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
+    assert out["tau_fits"]["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(1.0)
+    assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
+    dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
+    fig = sa_analysis.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
+    assert (tmp_path / "s.png").stat().st_size > 0
+    labels = [line.get_label() for line in fig.axes[2].get_lines()]
+    assert labels == ["control (seeds)", "2 N / log N", "ablation (seeds)", "4 N / log N"]
+    np.testing.assert_allclose(fig.axes[2].get_lines()[2].get_ydata(), [r["tau"] for N in (32, 64, 128) for r in tau_runs[True][N]])
+
+
+def test_last_position_logits_are_the_models_own_at_the_last_position():
+    """The non-autoregressive forward evaluated at position N only equals the full forward's last row,
+    on a random model with nonzero position biases in both layers."""
+    g = torch.Generator().manual_seed(11)
+    model = sa.Transformer(10, 16, position="bias", mlp1=False, max_len=9)
+    model.reset_parameters(g)
+    with torch.no_grad():
+        model.att1.P.normal_(0, 2, generator=g)
+        model.att2.P.normal_(0, 2, generator=g)
+    seqs = batch(B=5, N=9, seed=12)
+    torch.testing.assert_close(sa.last_position_logits(model, seqs), model(seqs)[:, -1])
