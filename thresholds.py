@@ -450,8 +450,16 @@ def fit_divergence(K: list[float], dtau: list[list[float | None]], resamples: in
             if p is not None]
     lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
     log_a, K2, gamma = params
-    return {"K2_star": K2, "gamma": gamma, "log_a": log_a, "K2_star_ci": [float(lo[1]), float(hi[1])],
-            "gamma_ci": [float(lo[2]), float(hi[2])], "resamples_fitted": len(boot), "K2_star_grid_max": float(grid[-1])}
+
+    def finite(K2_value: float) -> float | None:  # the grid's last K2*: no finite divergence (None = unbounded)
+        return None if K2_value >= grid[-1] else float(K2_value)
+
+    out = {"K2_star": finite(K2), "gamma": gamma, "log_a": log_a, "K2_star_ci": [float(lo[1]), finite(hi[1])],
+           "gamma_ci": [float(lo[2]), float(hi[2])], "resamples_fitted": len(boot)}
+    if out["K2_star"] is None:  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
+        out.update(gamma=None, why="no finite divergence: the least squares prefer K2* -> inf (log Delta tau linear in K)",
+                   exponential_rate=gamma / K2)
+    return out
 
 
 def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
@@ -571,6 +579,12 @@ def plot_k2(result: dict, path: str):
         if censored:  # still in 2-Gen at the end: Delta tau longer than the run
             axes[0].annotate(f"{censored} in 2-Gen at the end", (K, 0.02), xycoords=("data", "axes fraction"),
                              fontsize=7, ha="center", rotation=90)
+    title = "Fig. 8a: time spent in 2-Gen (median, 95% CI)"
+    if "exponential_rate" in fit:
+        title += f"\nno finite K2*: Delta tau ~ exp({fit['exponential_rate']:.3f} K)"
+    elif fit["K2_star"] is None:
+        title += "\nno fit: " + fit["why"][:60]
+    axes[0].set_title(title, fontsize=9)
     if fit["K2_star"] is not None:
         grid = np.linspace(min(Ks), fit["K2_star"] * 0.999, 200)
         curve = divergence(grid, fit["log_a"], fit["K2_star"], fit["gamma"])
@@ -586,7 +600,6 @@ def plot_k2(result: dict, path: str):
         axes[0].set_yscale("log")
     axes[0].set_xlabel("K")
     axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
-    axes[0].set_title("Fig. 8a: time spent in 2-Gen (median, 95% CI)")
     if fit["K2_star"] is not None:
         axes[0].legend(fontsize=8, loc="upper left")
     axes[1].set_xlabel("K2* - K")

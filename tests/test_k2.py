@@ -162,6 +162,10 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
     assert exact["K2_star"] == pytest.approx(K2, rel=0.003) and exact["gamma"] == pytest.approx(gamma, abs=0.02)
     with pytest.raises(ValueError, match=">= 4 K"):  # three parameters: four medians at least
         fit_divergence(list(K), [[1.0], [2.0], [None], [None], [3.0], [None]])
+    # Delta tau growing exponentially in K has no finite K2*: the fit says so instead of reporting the grid's edge
+    growth = fit_divergence([48, 56, 64, 72, 80], [[100 * math.exp(0.04 * k)] for k in (48, 56, 64, 72, 80)], resamples=10)
+    assert growth["K2_star"] is None and growth["K2_star_ci"][1] is None and growth["gamma"] is None
+    assert growth["exponential_rate"] == pytest.approx(0.04, rel=0.05)
     with pytest.raises(ValueError, match="growing"):  # shorter and shorter: no divergence to fit
         fit_divergence(list(K), [[v] for v in reversed(true)], resamples=10)
 
