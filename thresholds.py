@@ -602,6 +602,8 @@ def plot_k2(result: dict, path: str):
     axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
     if fit["K2_star"] is not None:
         axes[0].legend(fontsize=8, loc="upper left")
+    if fit["K2_star"] is None:
+        axes[1].text(0.5, 0.5, "no finite K2* to plot against", ha="center", transform=axes[1].transAxes)
     axes[1].set_xlabel("K2* - K")
     axes[1].set_ylabel("median Delta tau_K")
     axes[1].set_title("Fig. 8a inset: the divergence")
