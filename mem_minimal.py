@@ -355,7 +355,9 @@ def main():
     cli.writable_dir(args.figures, "--figures")
     what = ("mem_trend.json and .png" if args.trend else f"mem_depths_{base.iters}.json" if args.depths_only
             else "mem_heatmaps.png and mem_minimal.json")
-    cli.announce(preset, f"{base.iters} steps per run, seeds {seeds}, {jobs} processes", f"{args.figures}/{what}")
+    plan = (f"the corner K = {P['corner'][0]}, D_phi = {P['corner'][1]} at {P['trend_iters']} steps" if args.trend
+            else f"{base.iters} steps per run, seeds {seeds}")
+    cli.announce(preset, f"{plan}, {jobs} processes", f"{args.figures}/{what}")
     t0 = time.time()
 
     if args.trend:
