@@ -644,6 +644,15 @@ def plot_k2(result: dict, path: str):
     plt.close(fig)
 
 
+def finite_json(value):
+    """value with every infinite or NaN float as None (null: "beyond the run"), so that the JSON is standard."""
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def k2(args):
     preset, root, p, jobs, device, seeds = common_args(args, K2_PRESETS, "k2")
     cfgs = k2_runs(preset, root, seeds, device)
@@ -661,7 +670,7 @@ def k2(args):
     result["epsilon"]["scores"] = [round(v, 5) for c in cfgs if c.K == math.inf for v in train.read_per_chain(c.out)[-1]["delta"]]
     plot_k2(result, os.path.join(args.figures, "k2.png"))
     with open(os.path.join(args.figures, "k2.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(finite_json(result), f, indent=1)
     fit = result["fit"]
     for K in result["K"]:
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "

@@ -184,6 +184,11 @@ def test_sigmoid_asymptote_and_memorized_fraction():
     assert memorized_fraction(rows, epsilon=0.0) == ([0, 10], [0.0, 1 / 3])  # strictly below epsilon
 
 
+def test_the_json_has_no_infinities():
+    assert thresholds.finite_json({"m": (math.inf, 2.0), "x": [{"y": float("nan")}, 3, None]}) == {
+        "m": [None, 2.0], "x": [{"y": None}, 3, None]}
+
+
 def test_epsilon_and_the_zero_crossing():
     eps = epsilon_calibration([[0.0, 0.02], [0.01, 0.03]])
     assert eps["mean"] == pytest.approx(0.015) and eps["std"] == pytest.approx(np.std([0, 0.02, 0.01, 0.03]))
@@ -209,7 +214,9 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False,
                               device="cpu", figures=str(tmp_path / "figures"))
     thresholds.k2(args)
-    result = json.load(open(tmp_path / "figures" / "k2.json"))
+    text = (tmp_path / "figures" / "k2.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text  # standard JSON: beyond-the-run values are null
+    result = json.loads(text)
     assert result["fit"]["K2_star"] == pytest.approx(8.0, rel=3e-3) and result["fit"]["gamma"] == pytest.approx(1.5, abs=0.02)
     assert sorted(result["delta_tau"]) == ["2", "3", "4", "5"] and len(result["delta_tau"]["2"]) == 1
     assert len(result["epsilon"]["per_model"]) == 2 and len(result["epsilon"]["scores"]) == 12
