@@ -496,7 +496,8 @@ def epsilon_calibration(scores: list[list[float]]) -> dict:
     x = np.concatenate([np.asarray(v, float) for v in scores])
     per_model = [{"mean": float(np.mean(v)), "std": float(np.std(v))} for v in scores]
     mean, std = float(x.mean()), float(x.std())
-    return {"mean": mean, "std": std, "value": mean - 2 * std, "per_model": per_model, "chains": len(scores[0])}
+    return {"mean": mean, "std": std, "value": mean - 2 * std, "per_model": per_model, "chains": len(scores[0]),
+            "scores": [round(float(v), 5) for v in x]}
 
 
 K2_PRESETS = {
@@ -667,7 +668,6 @@ def k2(args):
     run_probes(cfgs, jobs)
     result = {"preset": preset, "N": p["N"], "iters": p["iters"], "seeds": seeds, **analyze_k2(cfgs),
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
-    result["epsilon"]["scores"] = [round(v, 5) for c in cfgs if c.K == math.inf for v in train.read_per_chain(c.out)[-1]["delta"]]
     plot_k2(result, os.path.join(args.figures, "k2.png"))
     with open(os.path.join(args.figures, "k2.json"), "w") as f:
         json.dump(finite_json(result), f, indent=1)
