@@ -3,34 +3,61 @@ PyTorch's fused attention, at the paper's training shapes. Needs a CUDA GPU (on 
 only runs in Triton's interpreter, which says nothing about its speed).
 
 Baselines, the fastest PyTorch way to compute the same thing:
-  rotary   q and k rotated once into copies, then F.scaled_dot_product_attention(is_causal=True)
-           ("sdpa causal": no mask tensor, so SDPA may pick its flash backend) and FlexAttention
-           with a causal block mask ("flex")
+  rotary   q and k rotated once into copies, then F.scaled_dot_product_attention with
+           is_causal=True ("sdpa causal": no mask tensor, so SDPA may pick its flash backend), SDPA
+           with a dense float mask ("sdpa+mask", the issue's baseline) and FlexAttention with a
+           causal block mask ("flex")
   bias     SDPA with a dense float mask holding -inf above the diagonal and bias[h, i - j] below
            ("sdpa+mask": a bias rules out the flash backend), and FlexAttention with the causal
            block mask and a bias score_mod ("flex")
 
-    python bench/bench_attention.py [--stages S] [--only-kernel]
+    python bench/bench_attention.py [--sweep] [--json FILE] [--previous FILE]
+
+--sweep first times every kernel alone over a list of candidate tiles (block sizes, warps,
+pipeline stages, and for the bias gradient the diagonal method) at each (N, dtype, bias), keeps the
+fastest for the comparison, and prints them as a TILES table for kernels/attention.py. "kernel 64x64"
+is the kernel with the untuned default tiles; "kernel graphed" the kernel's calls captured in a CUDA
+graph (the GPU's time without Python and launch overhead, as in a graphed training step); --previous
+times another version of the kernel file (e.g. an earlier commit's) in the same run.
 
 Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
 ratio of every method's time to the kernel's, measured in the same run.
 """
+import importlib.util
+import json
 import os
 import sys
+import traceback
 
 import torch
 import torch.nn.functional as F
+import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
-from kernels import attention as kernel_module  # noqa: E402
+from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
-from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
+from kernels.attention import Tile, _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
 
 try:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 except ImportError:
     flex_attention = None
+
+B, H, D = 128, 1, 64
+SHAPES = [(N, dtype, mode) for N in (256, 1024) for dtype in (torch.float32, torch.bfloat16) for mode in ("rotary", "bias")]
+
+# sweep candidates per kernel: Tile(block_m, block_n, warps, stages[, gather])
+CANDIDATES = {
+    "fwd": [Tile(64, 64, 4, 2), Tile(64, 32, 4, 2), Tile(128, 64, 8, 2), Tile(128, 32, 4, 2), Tile(64, 64, 4, 3),
+            Tile(128, 64, 4, 3), Tile(32, 32, 4, 2)],
+    "dkdv": [Tile(32, 64, 4, 2), Tile(64, 64, 4, 2), Tile(32, 128, 8, 2), Tile(64, 128, 8, 2), Tile(16, 64, 4, 2),
+             Tile(32, 64, 4, 3), Tile(64, 64, 8, 2)],
+    "dq": [Tile(64, 64, 4, 2), Tile(128, 64, 8, 2), Tile(128, 32, 4, 2), Tile(64, 32, 4, 2), Tile(64, 64, 4, 3),
+           Tile(32, 32, 4, 2)],
+    "dq bias": [Tile(16, 16, 4, 2, False), Tile(16, 16, 4, 2), Tile(32, 32, 4, 2), Tile(64, 64, 4, 2),
+                Tile(64, 64, 8, 2), Tile(32, 32, 4, 3), Tile(64, 64, 4, 3)],
+}
 
 
 def rotated(q, k):
@@ -74,7 +101,28 @@ def make_flex(N, device):
     return flex
 
 
-def bench(fn, q, k, v, bias, rotary, backward):
+def with_tiles(fn, tiles):
+    """fn run with kernels/attention.py's TILES replaced by `tiles` for the call."""
+    def call(*args):
+        saved, attn.TILES = attn.TILES, tiles
+        try:
+            return fn(*args)
+        finally:
+            attn.TILES = saved
+    return call
+
+
+def load_attention(path):
+    """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours)."""
+    spec = importlib.util.spec_from_file_location("attention_previous", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.attention
+
+
+def bench(fn, q, k, v, bias, rotary, backward, graphed=False):
+    """Median ms of fn (and its backward). graphed: the same work captured once in a CUDA graph and
+    replayed, so the time is the GPU's alone, without the Python and launch overhead of each call."""
     from triton.testing import do_bench
 
     leaves = [q, k, v] + ([bias] if bias is not None else [])
@@ -84,51 +132,193 @@ def bench(fn, q, k, v, bias, rotary, backward):
         if backward:
             torch.autograd.grad(out, leaves, torch.ones_like(out))
 
+    if graphed:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        step = graph.replay
     return do_bench(step, warmup=25, rep=100)
+
+
+def make_inputs(N, dtype, mode, seed=0, batch=B):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(batch, H, N, D, device="cuda", generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+    bias = (0.1 * torch.randn(H, N, device="cuda", generator=g)).requires_grad_() if mode == "bias" else None
+    return q, k, v, bias
+
+
+TOLERANCE = {torch.float32: 5e-3, torch.bfloat16: 3e-2}  # ||got - want|| / ||want||: tf32 dots, bf16 operands
+
+
+def relative_error(got, want):
+    return ((got.float() - want).norm() / want.norm().clamp_min(1e-12)).item()
+
+
+def kernel_runs(q, k, v, bias, rotary):
+    """{kernel: tile -> {name: tensor}}: each kernel launched alone with a given tile, on inputs
+    (rotated q, k, out, lse, dO, delta) made once with the default tiles."""
+    N = q.shape[2]
+    with torch.no_grad():
+        qr, kr = attn._rotate(q, k) if rotary else (q, k)
+        out, lse = attn._forward(qr, kr, v, bias, attn.DEFAULT_TILE)
+        do = torch.randn(out.shape, device=out.device, generator=torch.Generator(out.device).manual_seed(1)).to(out)
+        _, delta, _ = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, attn.DEFAULT_TILE)
+
+    def fwd(t):
+        return {"out": attn._forward(qr, kr, v, bias, t)[0]}
+
+    def dq(t):
+        grad, _, slots = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, t)
+        return {"dq": grad} | ({"dbias": attn._sum_slots(slots, q.shape[0], q.shape[1], N)} if bias is not None else {})
+
+    def dkdv(t):
+        return dict(zip(["dk", "dv"], attn._backward_dkdv(qr, kr, v, bias, rotary, lse, delta, do, t)))
+
+    return {"fwd": fwd, "dq": dq, "dkdv": dkdv}, do
+
+
+def candidates(kernel, has_bias):
+    return CANDIDATES["dq bias" if kernel == "dq" and has_bias else kernel]
+
+
+def compile_one(dtype, mode):
+    """Compile every candidate of one (dtype, mode) into Triton's on-disk cache (a worker process)."""
+    q, k, v, bias = make_inputs(256, dtype, mode, batch=1)
+    runs, _ = kernel_runs(q, k, v, bias, mode == "rotary")
+    failed = 0
+    for kernel, run in runs.items():
+        for tile in candidates(kernel, bias is not None):
+            try:
+                with torch.no_grad():
+                    run(tile)
+            except Exception:  # reported by the sweep itself
+                failed += 1
+    return failed
+
+
+def sweep(log, jobs):
+    """Each kernel alone over CANDIDATES at every shape; the fastest tile that computes the fp32
+    reference's numbers (to TOLERANCE) per (kernel, dtype, bias, long) goes into attn.TILES.
+    Returns the table of times."""
+    from triton.testing import do_bench
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    keys = sorted({(dtype, mode) for _, dtype, mode in SHAPES}, key=str)
+    with ProcessPoolExecutor(min(jobs, len(keys)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(compile_one, *zip(*keys)))  # N = 256 and 1024 share the compiled kernels
+    log(f"compiled the candidates of {len(keys)} (dtype, mode) pairs in {jobs} processes")
+    results = []
+    for N, dtype, mode in SHAPES:
+        q, k, v, bias = make_inputs(N, dtype, mode)
+        rotary = mode == "rotary"
+        runs, do = kernel_runs(q, k, v, bias, rotary)
+        # the fp32 reference on the same inputs: a candidate tile must compute the same numbers
+        leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+        if bias is not None:
+            leaves.append(bias.detach().clone().requires_grad_())
+        want_out = attention_reference(*leaves[:3], leaves[3] if bias is not None else None, rotary)
+        want = dict(zip(["dq", "dk", "dv", "dbias"], torch.autograd.grad(want_out, leaves, do.float())), out=want_out.detach())
+        dt = str(dtype).removeprefix("torch.")
+        for kernel, run in runs.items():
+            times = {}
+            for tile in candidates(kernel, bias is not None):
+                try:
+                    with torch.no_grad():
+                        err = max(relative_error(got, want[name]) for name, got in run(tile).items())
+                        if not err <= TOLERANCE[dtype]:
+                            raise ValueError(f"wrong result: relative error {err:.1e}")
+                        times[tile] = do_bench(lambda: run(tile), warmup=10, rep=40)
+                except Exception as e:  # a tile that does not fit the card (shared memory) or compile
+                    log(f"  {kernel} {tuple(tile)} N={N} {dt} {mode}: failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:90]})")
+            if not times:
+                continue
+            best = min(times, key=times.get)
+            attn.TILES[(kernel, dt, bias is not None, N > 512)] = best
+            results.append({"kernel": kernel, "N": N, "dtype": dt, "mode": mode, "best": list(best),
+                            "times_ms": {str(tuple(t)): ms for t, ms in times.items()}})
+            log(f"{kernel:>5} N={N:<5} {dt:>8} {mode:>6}: best {tuple(best)} {times[best]:.4f} ms, default "
+                f"{times.get(attn.DEFAULT_TILE, float('nan')):.4f} ms, range {min(times.values()):.4f}-{max(times.values()):.4f}")
+    log("TILES = {")
+    for key, tile in sorted(attn.TILES.items()):
+        log(f"    {key!r}: {tile!r},")
+    log("}")
+    return results
 
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--stages", type=int, default=kernel_module.STAGES, help="the kernels' num_stages")
-    parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone (a tuning sweep)")
+    parser.add_argument("--sweep", action="store_true", help="tune the tiles first (see above)")
+    parser.add_argument("--compile-jobs", type=int, default=8, help="--sweep: processes that compile the candidates")
+    parser.add_argument("--write-tiles", default=None, help="--sweep: write the winning table here (kernels/tiles.json is the one the kernel reads)")
+    parser.add_argument("--json", default=None, help="write every number (sweep and comparison) to this file")
+    parser.add_argument("--previous", default=None, help="another kernels/attention.py to time in the same run")
+    parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone")
     args = parser.parse_args()
-    kernel_module.STAGES = check_int("--stages", args.stages, 1)
+    jobs = check_int("--compile-jobs", args.compile_jobs, 1)
+    if args.previous and not os.path.isfile(args.previous):
+        raise ValueError(f"--previous: no file {args.previous}")
     if not torch.cuda.is_available():
         raise ValueError("bench_attention.py needs a CUDA GPU: on a CPU the kernel runs in Triton's interpreter, "
                          "whose speed means nothing (the CPU tests check its numbers)")
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, kernel num_stages {args.stages}")
-    print(f"{'shape':>28} {'mode':>8} {'method':>12} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
-    for N in (256, 1024):
-        for dtype in (torch.float32, torch.bfloat16):
-            for mode in ("rotary", "bias"):
-                B, H, d = 128, 1, 64
-                g = torch.Generator(device="cuda").manual_seed(0)
-                q, k, v = (torch.randn(B, H, N, d, device="cuda", generator=g, dtype=dtype).requires_grad_() for _ in range(3))
-                bias = (0.1 * torch.randn(H, N, device="cuda", generator=g)).requires_grad_() if mode == "bias" else None
-                rotary = mode == "rotary"
-                methods = {"kernel": attention}
-                if not args.only_kernel:
-                    methods["eager"] = attention_reference
-                    if rotary:
-                        methods["sdpa causal"] = sdpa_causal
-                    else:
-                        methods["sdpa+mask"] = sdpa_mask
-                    flex = make_flex(N, "cuda")
-                    if flex is not None:
-                        methods["flex"] = flex
-                times = {}
-                for name, fn in methods.items():
-                    try:
-                        times[name] = (bench(fn, q, k, v, bias, rotary, False), bench(fn, q, k, v, bias, rotary, True))
-                    except Exception as e:  # e.g. FlexAttention without a bias gradient on this torch
-                        print(f"{name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
-                if "kernel" not in times:
-                    continue
-                base = times["kernel"]
-                shape = f"B={B} H={H} N={N} d={d} {str(dtype)[6:]}"
-                for name, (fwd, both) in times.items():
-                    print(f"{shape:>28} {mode:>8} {name:>12} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "B": B, "H": H, "d": D}
+    if args.sweep:
+        try:
+            record["sweep"] = sweep(log, jobs)
+        except Exception:  # on a lease, a broken sweep should still leave the comparison with the defaults
+            traceback.print_exc()
+            attn.TILES = {}
+        if args.write_tiles and attn.TILES:
+            attn.save_tiles(attn.TILES, args.write_tiles, device=record["device"], torch=torch.__version__,
+                            triton=triton.__version__, source="python bench/bench_attention.py --sweep")
+    tuned = dict(attn.TILES)
+    record["tiles"] = {repr(k): list(v) for k, v in tuned.items()}
+    log(f"{'shape':>28} {'mode':>7} {'method':>14} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
+    rows = []
+    for N, dtype, mode in SHAPES:
+        q, k, v, bias = make_inputs(N, dtype, mode)
+        rotary = mode == "rotary"
+        methods = {"kernel": attention}
+        if not args.only_kernel:
+            if tuned:
+                methods["kernel 64x64"] = with_tiles(attention, {})
+            if args.previous:
+                methods["previous"] = load_attention(args.previous)
+            methods["eager"] = attention_reference
+            if rotary:
+                methods["sdpa causal"] = sdpa_causal
+            methods["sdpa+mask"] = sdpa_mask
+            flex = make_flex(N, "cuda")
+            if flex is not None:
+                methods["flex"] = flex
+        times = {}
+        for name, fn in methods.items():
+            for label, graphed in [(name, False)] + [("kernel graphed", True)] * (name == "kernel"):
+                try:
+                    times[label] = tuple(bench(fn, q, k, v, bias, rotary, backward, graphed) for backward in (False, True))
+                except Exception as e:  # e.g. FlexAttention without a bias gradient on this torch
+                    log(f"{label}: failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:80]})")
+        if "kernel" not in times:
+            continue
+        base = times["kernel"]
+        shape = f"B={B} H={H} N={N} d={D} {str(dtype)[6:]}"
+        for name, (fwd, both) in times.items():
+            log(f"{shape:>28} {mode:>7} {name:>14} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
+            rows.append({"N": N, "dtype": str(dtype)[6:], "mode": mode, "method": name, "fwd_ms": fwd, "fwd_bwd_ms": both})
+        record["rows"] = rows
+        if args.json:  # after every shape, so that a run stopped by a time limit keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
 
     python bench/bench_train.py                       # CUDA: single eager / graphed, ensembles of 8, 32, 64 graphed
     python bench/bench_train.py --device cpu --threads 1   # CPU: single run and a 2-model ensemble
+    python bench/bench_train.py --previous OLD.py          # CUDA: also with an earlier kernel file
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets).
@@ -17,9 +18,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
+from bench.bench_attention import load_attention  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
 from markov import TaskSet, check_int  # noqa: E402
 from train import PRESETS  # noqa: E402
+import transformer  # noqa: E402
 from transformer import Transformer  # noqa: E402
 
 
@@ -82,6 +85,8 @@ def main():
     cli.add_preset(parser, PRESETS, "the sequence length N: quick 128, paper 256")
     parser.add_argument("--repeats", type=int, default=None, help="timed steps (default 30 on CUDA, 5 on a CPU)")
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
+    parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
+                        "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
     args = parser.parse_args()
     device = torch.device(cli.device(args.device))
     cli.set_threads(args.threads)
@@ -101,16 +106,22 @@ def main():
     preset = args.preset or ("paper" if cuda else "quick")  # the preset of the device timed
     N, B = PRESETS[preset]["N"], 128
     repeats = args.repeats or (30 if cuda else 5)
-    cases = [(1, False)] + [(1, True)] * cuda + [(E, cuda) for E in sizes]
+    if args.previous and not (cuda and os.path.isfile(args.previous)):
+        raise ValueError(f"--previous needs CUDA and a kernel file, got {args.previous!r}")
+    cases = [(1, False, None)] + [(1, True, None)] * cuda + [(E, cuda, None) for E in sizes]
+    if args.previous:
+        cases += [(1, True, args.previous), (max(sizes), True, args.previous)]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
-    print(f"{'models':>6} {'graph':>5} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+    print(f"{'models':>6} {'graph':>5} {'kernel':>8} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
-    for E, graph in cases:
+    for E, graph, previous in cases:
+        if previous:  # the model calls kernel.attention at run time: swap in the other version
+            transformer.kernel.attention = load_attention(previous)
         fixed, sampled, mem = bench(E, graph, N, B, device, repeats)
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
-        print(f"{E:>6} {'yes' if graph else 'no':>5} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
+        print(f"{E:>6} {'yes' if graph else 'no':>5} {'previous' if previous else 'this':>8} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()

@@ -6,23 +6,34 @@ schemes the paper uses (Appendix "Network architecture", "Minimal Network for Ge
   score(i, j) = <R_i q_i, R_j k_j> / sqrt(d) + bias[h, i - j]        for j <= i
 
 where R_n is the rotary embedding at position n (interleaved pairs (2f, 2f + 1) rotated by the
-angle n * 10000^(-2f/d); applied inside the kernels, so no rotated copies of q or k are stored)
-and bias is a learned table P_{j-i} of shape (H, N). Either, both or neither may be used.
+angle n * 10000^(-2f/d)) and bias is a learned table P_{j-i} of shape (H, N). Either, both or
+neither may be used.
 
 Layout, top to bottom as in the Triton fused-attention tutorial:
-  forward kernel -> backward kernels (dk/dv, then dq with the bias gradient)
-  -> torch.autograd.Function -> public `attention` -> readout helper -> PyTorch reference.
+  rotary kernel -> forward kernel -> backward kernels (dq with delta and the bias gradient, then
+  dk/dv) -> tile table -> torch.autograd.Function -> public `attention` -> readouts -> reference.
+
+Launches per call: forward = rotate q and k once (one launch, skipped without rotary) + the
+attention kernel; backward = dq + dk/dv (+ a memset and one small sum for the bias gradient).
+The backward kernels work on the rotated q, k saved by the forward and rotate dq, dk back once,
+when they store them (the transpose rotation, angle -theta).
 
 The bias gradient dbias[h, r] = sum_{b, i - j = r} dS[b, h, i, j] is a reduction along diagonals.
-The dq kernel reduces each (BLOCK, BLOCK) tile of dS along its 2 BLOCK - 1 diagonals in registers
-and writes the sums to a private slot per (tile, batch, head); a fixed-order torch sum then adds
-the slots. Deterministic, and no atomics at all.
+The dq kernel skews each square (BLOCK, BLOCK) tile of dS with one in-register gather, so that its
+diagonals become columns, and writes the column sums to a private slot per (batch, head, query
+block, block lag); one fixed-order torch sum adds the slots. Deterministic, no atomics, and the
+tiles stay full size (the first version reduced with a BLOCK^3 mask and needed 16-row tiles).
 
-Every tl.dot tile is >= 16 in each dimension (d in {16, 32, 64, 128}, blocks >= 16), so code that
-passes in the interpreter (TRITON_INTERPRET=1, the CPU tests) also compiles for a GPU.
+Tile sizes, warps and pipeline stages come from `TILES`, a table written from a sweep measured on a
+GPU (`python bench/bench_attention.py --sweep`; README). Every tl.dot tile is >= 16 in each
+dimension (d in {16, 32, 64, 128}, blocks >= 16), so code that passes in the interpreter
+(TRITON_INTERPRET=1, the CPU tests) also compiles for a GPU.
 """
+import functools
+import json
 import math
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -34,9 +45,6 @@ except ImportError:  # the model falls back to the reference; the kernel needs t
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 ROTARY_BASE = 10000.0
-# software-pipelining depth on GPUs: at 3 the fp32 forward with rotary and bias needs 240 KB of
-# shared memory per block, over an H100/H200's 227 KB
-STAGES = 2
 
 
 def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,9 +54,11 @@ def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return angle.cos(), angle.sin()
 
 
-def _kernel_rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' (N, d) tables, one entry per column so that tiles load contiguously:
-    cos at both columns of a pair, and -sin, +sin at its first and second column."""
+@functools.lru_cache(maxsize=32)
+def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' (N, d) tables, one entry per column so that tiles load contiguously: cos at
+    both columns of a pair, and -sin, +sin at its first and second column. Cached: building them
+    is ten small launches, more than the rotation itself."""
     cos, sin = rotary_tables(N, d, device)
     return cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
 
@@ -72,42 +82,48 @@ if triton is not None:
         return x
 
     @triton.jit
-    def _load_rows(ptr, offs, N, D: tl.constexpr):
-        """Rows offs of a contiguous (N, D) matrix as fp32; rows past N read as zero."""
+    def _load_rows(ptr, offs, N, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
+        """Rows offs of a contiguous (N, D) matrix as a dot operand; rows past N read as zero."""
         offs_d = tl.arange(0, D)
-        return tl.load(ptr + offs[:, None] * D + offs_d[None, :], mask=offs[:, None] < N, other=0.0).to(tl.float32)
+        x = tl.load(ptr + offs[:, None] * D + offs_d[None, :], mask=offs[:, None] < N, other=0.0)
+        return _operand(x, DT, UPCAST)
 
     @triton.jit
-    def _load_angles(Cos, Sin, offs, N, D: tl.constexpr):
-        """Rows offs of the (N, D) tables cos and -+sin (_kernel_rotary_tables)."""
+    def _load_angles(Cos, Sin, pos, mask, D: tl.constexpr):
+        """Rows pos of the (N, D) tables cos and -+sin (_kernel_rotary_tables)."""
         offs_d = tl.arange(0, D)
-        mask = offs[:, None] < N
-        cos = tl.load(Cos + offs[:, None] * D + offs_d[None, :], mask=mask, other=1.0)
-        sin = tl.load(Sin + offs[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        cos = tl.load(Cos + pos[:, None] * D + offs_d[None, :], mask=mask[:, None], other=1.0)
+        sin = tl.load(Sin + pos[:, None] * D + offs_d[None, :], mask=mask[:, None], other=0.0)
         return cos, sin
 
-    @triton.jit
-    def _load_rotated(ptr, offs, N, Cos, Sin, ROTARY: tl.constexpr, D: tl.constexpr, DT: tl.constexpr,
-                      UPCAST: tl.constexpr):
-        """Rows offs of q or k, rotated to their own positions when ROTARY, as a dot operand.
+    # ------------------------------------------------------------------------- rotary pre-pass
 
-        The rotation is written elementwise, x * cos + x_swapped * (-+sin), with x_swapped (each
-        pair exchanged) loaded through the column index c ^ 1: Triton 3.6 cannot lay out a tile
-        made by reshape and join (_swap_pairs) as a dot operand on sm_90 (a compiler error on an H200)."""
-        x = _load_rows(ptr, offs, N, D)
-        if ROTARY:
-            offs_d = tl.arange(0, D)
-            x_swapped = tl.load(ptr + offs[:, None] * D + (offs_d ^ 1)[None, :], mask=offs[:, None] < N,
-                                other=0.0).to(tl.float32)
-            cos, sin = _load_angles(Cos, Sin, offs, N, D)
-            x = x * cos + x_swapped * sin
-        return _operand(x, DT, UPCAST)
+    @triton.jit
+    def _rotate_rows(X, XR, idx, swapped, mask, cos, sin):
+        """XR = x * cos + x_swapped * (-+sin) in fp32, with x_swapped (each pair exchanged) loaded
+        through the column index c ^ 1 (Triton 3.6 cannot lay out a reshape/join tile as a dot
+        operand, so the kernels that rotate tiles for a dot avoid _swap_pairs)."""
+        x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
+        x_swapped = tl.load(X + swapped, mask=mask, other=0.0).to(tl.float32)
+        tl.store(XR + idx, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, rows, N, D: tl.constexpr, BLOCK: tl.constexpr):
+        """QR, KR = R_n q, R_n k for BLOCK rows of the flattened (B * H * N, D) tensors, n = row % N."""
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, D)
+        mask = offs < rows
+        cos, sin = _load_angles(Cos, Sin, offs % N, mask, D)
+        idx = offs[:, None] * D + offs_d[None, :]
+        swapped = offs[:, None] * D + (offs_d ^ 1)[None, :]
+        _rotate_rows(Q, QR, idx, swapped, mask[:, None], cos, sin)
+        _rotate_rows(K, KR, idx, swapped, mask[:, None], cos, sin)
 
     @triton.jit
     def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
         """The gradient with respect to the unrotated rows: the transpose rotation (angle -theta)."""
         if ROTARY:
-            cos, sin = _load_angles(Cos, Sin, offs, N, D)
+            cos, sin = _load_angles(Cos, Sin, offs, offs < N, D)
             dx = dx * cos - _swap_pairs(dx, BLOCK, D) * sin
         return dx
 
@@ -124,26 +140,25 @@ if triton is not None:
     # ------------------------------------------------------------------------- forward
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, Bias, Cos, Sin, Out, Lse, N, H, scale,
-                    HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
+    def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale,
+                    HAS_BIAS: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """One program per query block: online softmax over the key blocks up to the diagonal."""
         start_m = tl.program_id(0) * BLOCK_M
         bh = tl.program_id(1)
         h = bh % H
-        Q += bh * N * D
-        K += bh * N * D
-        V += bh * N * D
+        offset = bh * N * D
         offs_m = start_m + tl.arange(0, BLOCK_M)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rotated(Q, offs_m, N, Cos, Sin, ROTARY, D, DT, UPCAST)
+        q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), tl.float32)  # running normalizer
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rotated(K, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
-            v = _operand(_load_rows(V, offs_n, N, D), DT, UPCAST)
+            k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
+            v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
             s, _ = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
@@ -153,7 +168,7 @@ if triton is not None:
             m_i = m_new
         offs_d = tl.arange(0, D)
         mask = offs_m < N
-        tl.store(Out + bh * N * D + offs_m[:, None] * D + offs_d[None, :],
+        tl.store(Out + offset + offs_m[:, None] * D + offs_d[None, :],
                  (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=mask[:, None])
         tl.store(Lse + bh * N + offs_m, m_i + tl.log(l_i), mask=mask)
 
@@ -168,34 +183,93 @@ if triton is not None:
         return p, p * (dp - delta[:, None])
 
     @triton.jit
-    def _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                          ROTARY: tl.constexpr, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
-        """What both backward kernels read for a block of queries: rotated q, dO, lse and delta."""
-        q = _load_rotated(Q + offset, offs_m, N, Cos, Sin, ROTARY, D, DT, UPCAST)
-        do = _operand(_load_rows(DO + offset, offs_m, N, D), DT, UPCAST)
+    def _diagonal_sums(ds, BLOCK: tl.constexpr, GATHER: tl.constexpr):
+        """Sums along the diagonals of a square (BLOCK, BLOCK) tile, row a, column c:
+        lower[t] over a - c = t, upper[t] over a - c = t - BLOCK (t in [0, BLOCK); upper[0] = 0).
+
+        GATHER: skew the tile, G[a, t] = ds[a, (a - t) mod BLOCK], so that each diagonal is the part
+        of a column above or below the main diagonal of G (BLOCK^2 work). Otherwise: a (BLOCK,
+        BLOCK, BLOCK) mask per half, only sensible at BLOCK = 16 (the first version's method)."""
+        a = tl.arange(0, BLOCK)[:, None]
+        t = tl.arange(0, BLOCK)[None, :]
+        if GATHER:
+            g = tl.gather(ds, (a - t + BLOCK) % BLOCK, axis=1)
+            lower = tl.sum(tl.where(a >= t, g, 0.0), axis=0)
+            upper = tl.sum(tl.where(a < t, g, 0.0), axis=0)
+        else:
+            lag = a[:, :, None] - tl.arange(0, BLOCK)[None, :, None]  # (a, c, 1): a - c
+            t3 = tl.arange(0, BLOCK)[None, None, :]
+            lower = tl.sum(tl.sum(tl.where(lag == t3, ds[:, :, None], 0.0), axis=0), axis=0)
+            upper = tl.sum(tl.sum(tl.where(lag == t3 - BLOCK, ds[:, :, None], 0.0), axis=0), axis=0)
+        return lower, upper
+
+    @triton.jit
+    def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, Out, DO, Lse, Delta, DQ, DBias, N, H, scale,
+                       HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GATHER: tl.constexpr):
+        """One program per query block: delta = rowsum(dO * O) (stored for the dk/dv kernel),
+        dQ = dS K / sqrt(d) rotated back, and with a bias the diagonal sums of every dS tile.
+
+        With a bias the tiles are square (BLOCK_M = BLOCK_N = BLOCK). Tile (m, n) at block lag
+        L = m - n holds i - j = L BLOCK + (a - c): its lower sums go to r = L BLOCK + t, its upper
+        sums to r = (L - 1) BLOCK + t. Both land in DBias[bh, m, L, 0:2, :], a slot no other program
+        writes (_sum_slots adds them)."""
+        pid_m = tl.program_id(0)
+        start_m = pid_m * BLOCK_M
+        bh = tl.program_id(1)
+        h = bh % H
+        offset = bh * N * D
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, D)
+        DT: tl.constexpr = Q.dtype.element_ty
+        q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
+        row_mask = offs_m[:, None] < N
+        do_raw = tl.load(DO + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
+        o = tl.load(Out + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
+        delta = tl.sum(do_raw.to(tl.float32) * o.to(tl.float32), 1)  # rowsum(dO * O) = rowsum(P * dP)
+        tl.store(Delta + bh * N + offs_m, delta, mask=offs_m < N)
+        do = _operand(do_raw, DT, UPCAST)
         lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
-        delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
-        return q, do, lse, delta
+
+        dq = tl.zeros((BLOCK_M, D), tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
+            v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
+            p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
+            dq += tl.dot(_operand(ds, DT, UPCAST), k)
+            if HAS_BIAS:
+                lower, upper = _diagonal_sums(ds, BLOCK_M, GATHER)
+                n_blocks = tl.cdiv(N, BLOCK_M)
+                slot = DBias + ((bh * n_blocks + pid_m) * n_blocks + pid_m - start_n // BLOCK_N) * (2 * BLOCK_M)
+                t = tl.arange(0, BLOCK_M)
+                tl.store(slot + t, lower)
+                tl.store(slot + BLOCK_M + t, upper)
+        dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK_M)
+        tl.store(DQ + offset + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
 
     @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, Bias, Cos, Sin, DO, Lse, Delta, DK, DV, N, H, scale,
                          HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One program per key block: dV = P^T dO and dK = dS^T Q / sqrt(d), summed over the query blocks."""
+        """One program per key block: dV = P^T dO and dK = dS^T Q / sqrt(d) (rotated back), summed
+        over the query blocks at and below the diagonal."""
         start_n = tl.program_id(0) * BLOCK_N
         bh = tl.program_id(1)
         h = bh % H
         offset = bh * N * D
         offs_n = start_n + tl.arange(0, BLOCK_N)
         DT: tl.constexpr = Q.dtype.element_ty
-        k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
-        v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
+        k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
+        v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                                                  ROTARY, D, DT, UPCAST)
+            q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
+            do = _load_rows(DO + offset, offs_m, N, D, DT, UPCAST)
+            lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
+            delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
             dk += tl.dot(tl.trans(_operand(ds, DT, UPCAST)), q)
@@ -205,53 +279,52 @@ if triton is not None:
         tl.store(DK + offset + offs_n[:, None] * D + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
         tl.store(DV + offset + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
 
-    @triton.jit
-    def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, DO, Lse, Delta, DQ, DBias, N, H, scale,
-                       HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-                       BLOCK: tl.constexpr):
-        """One program per query block: dQ = dS K / sqrt(d), and the diagonal sums of every dS tile.
 
-        Tile (m, n) holds i - j = (m - n) * BLOCK + t - (BLOCK - 1) at t = a - c + BLOCK - 1 for
-        its local row a and column c; its 2 BLOCK diagonal sums (the last always 0) go to
-        DBias[bh, m, n, :], a slot no other program writes."""
-        pid_m = tl.program_id(0)
-        start_m = pid_m * BLOCK
-        bh = tl.program_id(1)
-        h = bh % H
-        offset = bh * N * D
-        offs_m = start_m + tl.arange(0, BLOCK)
-        DT: tl.constexpr = Q.dtype.element_ty
-        q, do, lse, delta = _load_query_block(Q, DO, Lse, Delta, Cos, Sin, offset, bh, offs_m, N,
-                                              ROTARY, D, DT, UPCAST)
-        dq = tl.zeros((BLOCK, D), tl.float32)
-        if HAS_BIAS:
-            n_blocks = tl.cdiv(N, BLOCK)
-            t = tl.arange(0, 2 * BLOCK)
-            on_diagonal = (tl.arange(0, BLOCK)[:, None, None] - tl.arange(0, BLOCK)[None, :, None]
-                           + BLOCK - 1) == t[None, None, :]  # (a, c, t)
-        for start_n in range(0, tl.minimum(start_m + BLOCK, N), BLOCK):
-            offs_n = start_n + tl.arange(0, BLOCK)
-            k = _load_rotated(K + offset, offs_n, N, Cos, Sin, ROTARY, D, DT, UPCAST)
-            v = _operand(_load_rows(V + offset, offs_n, N, D), DT, UPCAST)
-            p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
-            dq += tl.dot(_operand(ds, DT, UPCAST), k)
-            if HAS_BIAS:
-                diag = tl.sum(tl.sum(tl.where(on_diagonal, ds[:, :, None], 0.0), axis=0), axis=0)
-                slot = ((bh * n_blocks + pid_m) * n_blocks + start_n // BLOCK) * (2 * BLOCK)
-                tl.store(DBias + slot + t, diag)
-        dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK)
-        offs_d = tl.arange(0, D)
-        tl.store(DQ + offset + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-                 mask=offs_m[:, None] < N)
+# ----------------------------------------------------------------------------- tiles
+
+
+class Tile(NamedTuple):
+    """One kernel's launch shape: query rows and key rows per tile, warps, software-pipelining
+    stages, and (dq with a bias only) whether the diagonal sums skew with a gather."""
+    block_m: int
+    block_n: int
+    warps: int = 4
+    stages: int = 2
+    gather: bool = True
+
+
+TILES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiles.json")
+
+
+def load_tiles(path: str = TILES_FILE) -> dict[tuple[str, str, bool, bool], "Tile"]:
+    """The tile table (kernel, dtype, bias, long) -> Tile, long = N > 512, from the JSON file that
+    `bench_attention.py --sweep` writes (README: the card, the candidates, the times); empty if absent."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        entries = json.load(f)["tiles"]
+    return {(e["kernel"], e["dtype"], e["bias"], e["long"]): Tile(*e["tile"]) for e in entries}
+
+
+def save_tiles(tiles: dict, path: str, **about):
+    """Write a tile table in load_tiles' format, with `about` (device, versions) beside it."""
+    entries = [{"kernel": k[0], "dtype": k[1], "bias": k[2], "long": k[3], "tile": list(t)} for k, t in sorted(tiles.items())]
+    with open(path, "w") as f:
+        json.dump({**about, "tiles": entries}, f, indent=1)
+
+
+TILES = load_tiles()  # absent keys fall back to DEFAULT_TILE
+DEFAULT_TILE = Tile(64, 64, 4, 2)
+INTERPRET_TILE = Tile(64, 64)  # the interpreter runs a program's tile as one numpy array: larger is faster
+
+
+def _tile(kernel: str, dtype: torch.dtype, has_bias: bool, N: int) -> Tile:
+    if INTERPRET:
+        return INTERPRET_TILE
+    return TILES.get((kernel, str(dtype).removeprefix("torch."), has_bias, N > 512), DEFAULT_TILE)
 
 
 # ----------------------------------------------------------------------------- launchers
-
-
-def _blocks() -> tuple[int, int, int]:
-    """(forward BLOCK_M = BLOCK_N, dk/dv BLOCK, dq BLOCK). The dq tile's diagonal reduction holds
-    BLOCK^2 * 2 BLOCK values, so it stays at 16 on a GPU; the interpreter prefers large blocks."""
-    return (64, 64, 64) if INTERPRET else (64, 64, 16)
 
 
 def _upcast(q) -> bool:
@@ -268,56 +341,68 @@ def _check(q, k, v, bias):
         raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
 
 
-def _forward(q, k, v, bias, rotary):
+def _rotate(q, k):
+    """(R q, R k) in the input dtype, one launch for both."""
     B, H, N, d = q.shape
-    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
+    cos, sin = _kernel_rotary_tables(N, d, q.device)
+    qr, kr = torch.empty_like(q), torch.empty_like(k)
+    rows, block = B * H * N, 64
+    _rotate_kernel[(triton.cdiv(rows, block),)](q, k, qr, kr, cos, sin, rows, N, D=d, BLOCK=block)
+    return qr, kr
+
+
+def _forward(q, k, v, bias, tile=None):
+    """(out, lse) of already rotated q, k."""
+    B, H, N, d = q.shape
+    tile = tile or _tile("fwd", q.dtype, bias is not None, N)
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
-    block, _, _ = _blocks()
-    bias_arg = bias.float().contiguous() if bias is not None else q
-    _fwd_kernel[(triton.cdiv(N, block), B * H)](
-        q, k, v, bias_arg, cos, sin, out, lse, N, H, 1.0 / math.sqrt(d),
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block, BLOCK_N=block,
-        num_stages=STAGES)
+    _fwd_kernel[(triton.cdiv(N, tile.block_m), B * H)](
+        q, k, v, bias if bias is not None else q, out, lse, N, H, 1.0 / math.sqrt(d),
+        HAS_BIAS=bias is not None, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
+        num_warps=tile.warps, num_stages=tile.stages)
     return out, lse
 
 
-def _backward(q, k, v, bias, rotary, out, lse, do):
+def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None):
+    """(dq, delta, slots): dq rotated back, delta = rowsum(dO * O), and with a bias the per-tile
+    diagonal sums (B * H, m, lag, 2, BLOCK) that _sum_slots turns into dbias."""
     B, H, N, d = q.shape
-    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
-    do = do.contiguous()
-    delta = (do.float() * out.float()).sum(-1)  # (B, H, N): rowsum(dO * O) = rowsum(P * dP)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    _, block_kv, block_q = _blocks()
-    scale = 1.0 / math.sqrt(d)
-    bias_arg = bias.float().contiguous() if bias is not None else q
-    _bwd_dkdv_kernel[(triton.cdiv(N, block_kv), B * H)](
-        q, k, v, bias_arg, cos, sin, do, lse, delta, dk, dv, N, H, scale,
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=block_kv, BLOCK_N=block_kv,
-        num_stages=STAGES)
-    n_blocks = triton.cdiv(N, block_q)
-    slots = torch.zeros(B * H, n_blocks, n_blocks, 2 * block_q, device=q.device) if bias is not None else q
+    tile = tile or _tile("dq", q.dtype, bias is not None, N)
+    if bias is not None and tile.block_m != tile.block_n:
+        raise ValueError(f"the bias gradient needs square dq tiles, got {tile}")
+    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
+    n_blocks = triton.cdiv(N, tile.block_m)
+    slots = (torch.zeros(B * H, n_blocks, n_blocks, 2, tile.block_m, device=q.device) if bias is not None else q)
+    dq = torch.empty_like(q)
+    delta = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _bwd_dq_kernel[(n_blocks, B * H)](
-        q, k, v, bias_arg, cos, sin, do, lse, delta, dq, slots, N, H, scale,
-        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK=block_q, num_stages=STAGES)
-    dbias = _sum_diagonals(slots.view(B, H, n_blocks, n_blocks, 2 * block_q), N).to(bias.dtype) if bias is not None else None
-    return dq, dk, dv, dbias
+        q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, slots, N, H, 1.0 / math.sqrt(d),
+        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
+        BLOCK_N=tile.block_n, GATHER=tile.gather, num_warps=tile.warps, num_stages=tile.stages)
+    return dq, delta, slots
 
 
-def _sum_diagonals(slots: torch.Tensor, N: int) -> torch.Tensor:
-    """dbias (H, N) from the per-tile diagonal sums slots (B, H, m, n, 2 BLOCK), in a fixed order."""
-    B, H, nb, _, two_block = slots.shape
-    block = two_block // 2
-    per_tile = slots.sum(0)  # (H, m, n, 2 BLOCK)
-    m = torch.arange(nb, device=slots.device).view(nb, 1)
-    lag = torch.arange(nb, device=slots.device).view(1, nb)  # lag = m - n, the block diagonal
-    n = (m - lag).clamp_min(0)
-    index = n.view(1, nb, nb, 1).expand(H, nb, nb, two_block)
-    per_lag = (per_tile.gather(2, index) * (m >= lag).view(1, nb, nb, 1)).sum(1)  # (H, lag, 2 BLOCK)
-    # lag L holds i - j = L * BLOCK + t - (BLOCK - 1): t >= BLOCK - 1 falls in block L, t < BLOCK - 1 in block L - 1
-    dbias = per_lag[..., block - 1 : 2 * block - 1].clone()
-    dbias[:, :-1, 1:] += per_lag[:, 1:, : block - 1]
-    return dbias.reshape(H, nb * block)[:, :N]
+def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
+    B, H, N, d = q.shape
+    tile = tile or _tile("dkdv", q.dtype, bias is not None, N)
+    cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _bwd_dkdv_kernel[(triton.cdiv(N, tile.block_n), B * H)](
+        q, k, v, bias if bias is not None else q, cos, sin, do, lse, delta, dk, dv, N, H, 1.0 / math.sqrt(d),
+        HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
+        BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
+    return dk, dv
+
+
+def _sum_slots(slots: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
+    """dbias (H, N) from the dq kernel's slots (B * H, m, lag, 2, BLOCK), in a fixed order: lag L's
+    lower sums are r = L BLOCK + t, its upper sums r = (L - 1) BLOCK + t."""
+    _, nb, _, _, block = slots.shape
+    per_lag = slots.view(B, H, nb, nb, 2, block).sum((0, 2))  # (H, lag, 2, BLOCK)
+    dbias = per_lag[:, :, 0].reshape(H, nb * block)
+    dbias[:, : (nb - 1) * block] += per_lag[:, 1:, 1].reshape(H, (nb - 1) * block)
+    return dbias[:, :N]
 
 
 class _Attention(torch.autograd.Function):
@@ -325,20 +410,32 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(q, k, v, bias, rotary):
-        return _forward(q, k, v, bias, rotary)
+        """(out, lse), and with rotary the rotated q, k that the backward works on."""
+        if not rotary:
+            return _forward(q, k, v, bias)
+        q, k = _rotate(q, k)
+        return (*_forward(q, k, v, bias), q, k)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         q, k, v, bias, rotary = inputs
-        out, lse = output
+        if rotary:
+            out, lse, q, k = output
+            ctx.mark_non_differentiable(lse, q, k)
+        else:
+            out, lse = output
+            ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.rotary = rotary
-        ctx.mark_non_differentiable(lse)
 
     @staticmethod
-    def backward(ctx, do, _):
+    def backward(ctx, do, *_):
         q, k, v, bias, out, lse = ctx.saved_tensors
-        dq, dk, dv, dbias = _backward(q, k, v, bias, ctx.rotary, out, lse, do)
+        B, H, N, _ = q.shape
+        do = do.contiguous()
+        dq, delta, slots = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do)
+        dk, dv = _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do)
+        dbias = _sum_slots(slots, B, H, N).to(bias.dtype) if bias is not None else None
         return dq, dk, dv, dbias, None
 
     @staticmethod
@@ -356,29 +453,34 @@ class _Attention(torch.autograd.Function):
         if bias is not None:
             bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(E, -1, -1)
             bias = bias.flatten(0, 1).contiguous()  # (E * H, N)
-        out, lse = _Attention.apply(fold(q, q_dim), fold(k, k_dim), fold(v, v_dim), bias, rotary)
+        outputs = _Attention.apply(fold(q, q_dim), fold(k, k_dim), fold(v, v_dim), bias, rotary)
 
         def unfold(x):  # (B, E * H, ...) -> (E, B, H, ...)
             return x.unflatten(1, (E, -1)).movedim(1, 0)
 
-        return (unfold(out), unfold(lse)), (0, 0)
+        return tuple(unfold(x) for x in outputs), (0,) * len(outputs)
+
+
+def _apply(q, k, v, bias, rotary):
+    if triton is None:
+        raise RuntimeError("the attention kernel needs triton")
+    _check(q, k, v, bias)
+    if bias is not None:
+        bias = bias.float().contiguous()
+    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)[:2]
 
 
 def attention(q, k, v, bias=None, rotary=False):
     """Causal attention with optional relative bias bias[h, i - j] (H, N) and rotary q, k; the
     Triton kernels, differentiable in q, k, v and bias. q, k, v: (B, H, N, d), fp32 or bf16.
     Works under torch.func.vmap (see _Attention.vmap)."""
-    if triton is None:
-        raise RuntimeError("the attention kernel needs triton")
-    _check(q, k, v, bias)
-    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)[0]
+    return _apply(q, k, v, bias, rotary)[0]
 
 
 @torch.no_grad()
 def attention_forward(q, k, v, bias=None, rotary=False):
     """The kernel's forward only: (out, lse), lse (B, H, N) the per-row log-sum-exp of the scores."""
-    _check(q, k, v, bias)
-    return _Attention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, rotary)
+    return _apply(q, k, v, bias, rotary)
 
 
 # ----------------------------------------------------------------------------- readouts and reference

@@ -95,7 +95,7 @@ def test_gradients_do_not_depend_on_the_order_of_the_programs(monkeypatch):
         gx, gy, gz = builder.grid_dim
         set_idx(gx - 1 - x, gy - 1 - y, gz - 1 - z)
 
-    monkeypatch.setattr(attn, "_blocks", lambda: (16, 16, 16))
+    monkeypatch.setattr(attn, "_tile", lambda *_: attn.Tile(16, 16))
     q, k, v, bias = inputs(1, 1, 64, 16, True)
     forward = run(attn.attention, q, k, v, bias, True)
     monkeypatch.setattr(builder, "set_grid_idx", reversed_idx)
@@ -170,12 +170,65 @@ def test_bad_shapes(shape, bias_shape):
         attn.attention_reference(q, q, q, torch.zeros(bias_shape) if bias_shape else None)
 
 
-@pytest.mark.parametrize("blocks", [(16, 16, 16), (32, 16, 32)])
-def test_other_block_sizes(monkeypatch, blocks):
-    """The GPU uses 16-row dq tiles (their diagonal reduction is BLOCK^3 wide); check those too."""
-    monkeypatch.setattr(attn, "_blocks", lambda: blocks)
-    q, k, v, bias = inputs(2, 2, 50, 16, True)
+TILE_SETS = {  # kernel -> Tile: rectangular tiles both ways, small and large, both diagonal methods
+    "square 16, mask diagonals": {"fwd": attn.Tile(16, 16), "dq": attn.Tile(16, 16, gather=False), "dkdv": attn.Tile(16, 16)},
+    "square 32, gather": {"fwd": attn.Tile(32, 32), "dq": attn.Tile(32, 32), "dkdv": attn.Tile(32, 32)},
+    "rectangular": {"fwd": attn.Tile(32, 16), "dq": attn.Tile(16, 16), "dkdv": attn.Tile(16, 32)},
+    "rectangular, other way": {"fwd": attn.Tile(16, 32), "dq": attn.Tile(64, 64), "dkdv": attn.Tile(32, 16)},
+}
+
+
+@pytest.mark.parametrize("tiles", TILE_SETS, ids=list(TILE_SETS))
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_other_tiles(monkeypatch, tiles, use_bias):
+    """Every kernel with tiles that are not the interpreter's default 64 x 64 (the GPU's table,
+    TILES, picks others), N = 50 not a multiple of any of them."""
+    monkeypatch.setattr(attn, "_tile", lambda kernel, *_: TILE_SETS[tiles][kernel])
+    q, k, v, bias = inputs(2, 2, 50, 16, use_bias)
     got = run(attn.attention, q, k, v, bias, True)
     want = run(attn.attention_reference, q, k, v, bias, True)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **FP32_TOL)
+
+
+def test_rectangular_dq_tiles_with_bias_are_refused(monkeypatch):
+    """The skew of _diagonal_sums is only defined for square tiles."""
+    monkeypatch.setattr(attn, "_tile", lambda kernel, *_: attn.Tile(32, 16))
+    q, k, v, bias = inputs(1, 1, 20, 16, True)
+    out = attn.attention(q, k, v, bias)
+    with pytest.raises(ValueError, match="square"):
+        out.sum().backward()
+
+
+def test_diagonal_sums_match_a_loop():
+    """The slot layout (lower / upper sums per block lag) against dS summed along diagonals by a
+    loop, on a dS with no zeros (the causal mask would hide a mixed-up upper half)."""
+    B, H, N, block = 2, 1, 40, 16
+    g = torch.Generator().manual_seed(5)
+    ds = torch.randn(B, H, N, N, generator=g)
+    nb = -(-N // block)
+    slots = torch.zeros(B * H, nb, nb, 2, block)
+    padded = torch.zeros(B, H, nb * block, nb * block)
+    padded[:, :, :N, :N] = ds.tril()
+    for m in range(nb):
+        for n in range(m + 1):
+            tile = padded[:, :, m * block:(m + 1) * block, n * block:(n + 1) * block].reshape(B * H, block, block)
+            for t in range(block):
+                slots[:, m, m - n, 0, t] = tile.diagonal(-t, 1, 2).sum(-1)
+                if t:
+                    slots[:, m, m - n, 1, t] = tile.diagonal(block - t, 1, 2).sum(-1)
+    want = torch.stack([ds.tril().diagonal(-r, 2, 3).sum((0, -1)) for r in range(N)], -1)  # (H, N)
+    torch.testing.assert_close(attn._sum_slots(slots, B, H, N), want)
+
+
+def test_tile_table_round_trip(monkeypatch, tmp_path):
+    """The table bench_attention.py --sweep writes is the table _tile reads on a GPU."""
+    tiles = {("dq", "bfloat16", True, False): attn.Tile(32, 32, 8, 3, False), ("fwd", "float32", False, True): attn.Tile(128, 64, 8, 2)}
+    path = str(tmp_path / "tiles.json")
+    attn.save_tiles(tiles, path, device="test")
+    assert attn.load_tiles(path) == tiles
+    monkeypatch.setattr(attn, "INTERPRET", False)
+    monkeypatch.setattr(attn, "TILES", attn.load_tiles(path))
+    assert attn._tile("dq", torch.bfloat16, True, 256) == attn.Tile(32, 32, 8, 3, False)
+    assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
+    assert attn._tile("fwd", torch.float32, False, 256) == attn.DEFAULT_TILE

@@ -161,7 +161,8 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("thresholds.py", ["k2", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
     ("trace.py", ["circuits", "--seed", "-1"], ["--seed"]),
     ("bench/bench_data.py", ["--threads", "0"], ["--threads"]),
-    ("bench/bench_attention.py", ["--stages", "0"], ["--stages"]),
+    ("bench/bench_attention.py", ["--compile-jobs", "0"], ["--compile-jobs"]),
+    ("bench/bench_attention.py", ["--previous", "missing.py"], ["--previous"]),
     ("sa_transformer.py", ["--jobs", "0"], ["--jobs"]),
 ])
 def test_other_scripts_bad_input(tmp_path, script, flags, words, run):
@@ -295,7 +296,7 @@ SHARED = {
     "task_vectors.py": ["--threads", "--figures", "--seed"],
     "bench/bench_train.py": ["--preset", "--device", "--threads"],
     "bench/bench_data.py": ["--threads"],
-    "bench/bench_attention.py": ["--stages"],
+    "bench/bench_attention.py": ["--sweep", "--compile-jobs", "--write-tiles", "--previous"],
 }
 
 
