@@ -88,6 +88,7 @@ class Config:
     base_iters: int = 0  # with w < 1, iters = base_iters / w (the paper's x 1/w budget); 0 when not scaled
     task_injection: bool = False  # a learned D-vector per chain of S added to MLP1's input
     device: str = "cpu"  # cpu, cuda or cuda:<i> (the command line's default: cuda if available)
+    tf32: bool = False  # CUDA: the model's matmuls in TF32 (10-bit mantissa), as the attention kernel's dots already are
     out: str = ""  # the run directory (default runs/K<K>_s<seed>); a grid's: OUT/K<K>_s<seed> (default OUT runs/sweep)
 
 
@@ -382,6 +383,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
         print(run_header(cfgs, where, members[0]["step"] if resume else None), flush=True)
     device = torch.device(c0.device)
     graph = graph and device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = c0.tf32  # process-wide; only CUDA matmuls read it
     tasks = [task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device) for cfg in cfgs]
     models = []
     for cfg in cfgs:

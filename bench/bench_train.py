@@ -78,6 +78,25 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[fl
     return fixed, sampled, peak
 
 
+def profile(E: int, N: int, B: int, device):
+    """The GPU kernels that take most of one eager step of E models (after two warm-up steps)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    tasks = [TaskSet.create(64, device=device) for _ in range(E)]
+    gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
+    models = [Transformer(max_len=N).to(device) for _ in range(E)]
+    trainer = Ensemble(models, lr=1e-3) if E > 1 else Single(models[0], lr=1e-3)
+    seqs, chains = [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]
+    for _ in range(2):
+        trainer.step(seqs, chains)
+    sync(device)
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        trainer.step(seqs, chains)
+        sync(device)
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     cli.add_device(parser)
@@ -85,6 +104,9 @@ def main():
     cli.add_preset(parser, PRESETS, "the sequence length N: quick 128, paper 256")
     parser.add_argument("--repeats", type=int, default=None, help="timed steps (default 30 on CUDA, 5 on a CPU)")
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
+    parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
+    parser.add_argument("--profile", action="store_true",
+                        help="CUDA: also list the 15 GPU kernels that take most of an eager step of the largest ensemble")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
                         "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
     args = parser.parse_args()
@@ -97,11 +119,13 @@ def main():
     except ValueError:
         raise ValueError(f"--sizes must be comma-separated integers >= 1, got {args.sizes!r}") from None
     cuda = device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     name = torch.cuda.get_device_name() if cuda else f"{cpu_name()}, {os.cpu_count()} cores"
-    print(f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"matmuls in {'TF32' if args.tf32 else 'fp32'}")
     a = torch.randn(4096, 4096, device=device)
     peak = 2 * 4096**3 / timed(lambda: a @ a, device, 5) / 1e9
-    print(f"fp32 matmul 4096^3: {peak:.0f} GFLOP/s")
+    print(f"{'tf32' if args.tf32 else 'fp32'} matmul 4096^3: {peak:.0f} GFLOP/s")
 
     preset = args.preset or ("paper" if cuda else "quick")  # the preset of the device timed
     N, B = PRESETS[preset]["N"], 128
@@ -125,6 +149,8 @@ def main():
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
+    if args.profile and cuda:
+        profile(max(sizes), N, B, device)
 
 
 if __name__ == "__main__":

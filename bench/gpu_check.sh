@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, as one script for a short lease (about 7 min): the kernel, model
+# The checks that need a CUDA GPU, as one script for a short lease (about 5 min on an H100): the kernel, model
 # and ensemble tests compiled on the GPU; the kernel's tile sweep (written to kernels/tiles.json, which
 # the kernel reads) and its comparison with eager, SDPA and FlexAttention; the training benchmark (single
-# eager / graphed, ensembles of 8, 32, 64 graphed, peak memory); a graphed 4-model grid at the paper
-# preset. PREVIOUS=<an earlier kernels/attention.py> also times that version in the same run.
+# eager / graphed, ensembles of 8, 32, 64 graphed, peak memory; then with TF32 matmuls and a profile of
+# the largest ensemble's step); a graphed 4-model grid at the paper preset. PREVIOUS=<an earlier kernels/attention.py> also times that version in the same run.
 # Logs go to $OUT (default: runs/gpu_check).
 #
 #     bash bench/gpu_check.sh
@@ -22,5 +22,6 @@ timeout 150 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests
 timeout 330 $PY bench/bench_attention.py --sweep --write-tiles kernels/tiles.json --json "$OUT/bench_attention.json" $PREV 2>&1 | tee "$OUT/bench_attention.log"
 cp kernels/tiles.json "$OUT/tiles.json" 2>/dev/null
 timeout 120 $PY bench/bench_train.py $PREV 2>&1 | tee "$OUT/bench_train.log"
+timeout 120 $PY bench/bench_train.py --tf32 --profile 2>&1 | tee "$OUT/bench_train_tf32.log"
 # a 4-model grid as one graphed ensemble, with dense readouts; its wall time is the real-use rate
 timeout 60 $PY train.py --K 64,94 --seeds 0-1 --preset paper --iters 500 --evals 3 --eval-every 100 --out /tmp/gpu_check_grid 2>&1 | tail -n 8 | tee "$OUT/train_grid.log"

@@ -81,19 +81,22 @@ class Killed(Exception):
 
 def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
     straight = train.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
-    step = torch.optim.AdamW.step
+    # the step the training loop calls: on CUDA the graph's replay (AdamW.step then runs only at the capture)
+    target = ensemble.GraphedStep if DEVICE == "cuda" else ensemble.Ensemble
+    step = target.step
     count = {"n": 0}
 
-    def dying_step(self, *args, **kwargs):  # the process "dies" after 13 optimizer steps, past the step-10 checkpoint
+    def dying_step(self, *args, **kwargs):  # the process "dies" after 13 training steps, past the step-10 checkpoint
         if count["n"] == 13:
             raise Killed
         count["n"] += 1
         return step(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    monkeypatch.setattr(target, "step", dying_step)
     with pytest.raises(Killed):
         train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
-    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    assert count["n"] == 13
+    monkeypatch.setattr(target, "step", step)
     resumed = train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     for K, seed in GRID:
@@ -154,10 +157,12 @@ def test_kernel_vmap_rule_folds_members_into_heads():
     out = torch.func.vmap(attn.attention, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)
     ref = torch.stack([attn.attention_reference(q[e], k[e], v[e], bias[e], True) for e in range(E)])
     do = torch.randn(out.shape, generator=g).to(DEVICE)
-    tol = dict(rtol=1e-5, atol=1e-5) if DEVICE == "cpu" else dict(rtol=5e-3, atol=5e-3)
-    torch.testing.assert_close(out, ref, **tol)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v, bias), do), torch.autograd.grad(ref, (q, k, v, bias), do)):
-        torch.testing.assert_close(a, b, **tol)
+    got = [out, *torch.autograd.grad(out, (q, k, v, bias), do)]
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, [ref, *torch.autograd.grad(ref, (q, k, v, bias), do)]):
+        if DEVICE == "cpu":
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        else:  # TF32 dots: judged as a whole, as in test_attention.assert_fp32_close (dbias sums B N terms)
+            assert (a - b).norm() <= 5e-3 * b.norm(), name
     lse = torch.func.vmap(attn.attention_forward, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)[1]
     assert lse.shape == (E, B, H, N)
 
@@ -166,8 +171,9 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
     """Chunking over sequences (the paper's 4096 held-out sequences) changes no readout beyond rounding,
     with chunks that do not divide the batch."""
     cfg = tiny(tmp_path, eval_dense=10, task_injection=True)
-    model = train.build_model(cfg).to(DEVICE)
-    model.reset_parameters(torch.Generator().manual_seed(0))
+    model = train.build_model(cfg)
+    model.reset_parameters(torch.Generator().manual_seed(0))  # a CPU generator, as train.fit does
+    model.to(DEVICE)
     train_seqs, gen_seqs, chains = train.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     with torch.no_grad():
         whole = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=10)

@@ -121,3 +121,15 @@ def test_load_run_returns_the_saved_model_and_task_set(tmp_path):
         train.load_run(str(tmp_path), 7)
     with pytest.raises(ValueError, match="not a run directory"):
         train.load_run(str(tmp_path / "missing"))
+
+
+def test_tf32_is_recorded_and_set(tmp_path):
+    """--tf32 reaches the process's CUDA matmul setting and config.json (a resumed run checks it)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        cfg = Config(K=4, N=12, iters=2, batch=4, D=16, evals=2, eval_train=8, eval_gen=8, tf32=True, out=str(tmp_path))
+        train.train(cfg, quiet=True)
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert train.read_metrics(str(tmp_path))[0]["tf32"] is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
