@@ -13,7 +13,7 @@ Baselines, the fastest PyTorch way to compute the same thing:
 
     python bench/bench_attention.py [--sweep] [--json FILE] [--previous FILE]
 
---sweep first times every kernel alone over a list of candidate tiles (block sizes, warps,
+--sweep first times every kernel alone (captured in a CUDA graph) over a list of candidate tiles (block sizes, warps,
 pipeline stages, and for the bias gradient the diagonal method) at each (N, dtype, bias), keeps the
 fastest for the comparison, and prints them as a TILES table for kernels/attention.py. "kernel 64x64"
 is the kernel with the untuned default tiles; "kernel graphed" the kernel's calls captured in a CUDA
@@ -133,18 +133,25 @@ def bench(fn, q, k, v, bias, rotary, backward, graphed=False):
         if backward:
             torch.autograd.grad(out, leaves, torch.ones_like(out))
 
-    if graphed:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        step = graph.replay
-    return do_bench(step, warmup=25, rep=100)
+    return gpu_ms(step) if graphed else do_bench(step, warmup=25, rep=100)
+
+
+def gpu_ms(fn, warmup=25, rep=100):
+    """Median ms of fn's GPU work alone: fn captured once in a CUDA graph, do_bench around the replay.
+    Without the graph a call that takes the host longer than the GPU (about 10 us per launch or torch
+    op on the lent H100, more than a whole kernel at N = 256) is timed at the host's pace."""
+    from triton.testing import do_bench
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return do_bench(graph.replay, warmup=warmup, rep=rep)
 
 
 @triton.jit
@@ -226,11 +233,9 @@ def compile_one(dtype, mode):
 
 
 def sweep(log, jobs):
-    """Each kernel alone over CANDIDATES at every shape; the fastest tile that computes the fp32
-    reference's numbers (to TOLERANCE) per (kernel, dtype, bias, long) goes into attn.TILES.
-    Returns the table of times."""
-    from triton.testing import do_bench
-
+    """Each kernel alone over CANDIDATES at every shape, timed as a CUDA graph (the GPU's time, as in a
+    graphed training step); the fastest tile that computes the fp32 reference's numbers (to TOLERANCE)
+    per (kernel, dtype, bias, long) goes into attn.TILES. Returns the table of times."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -258,7 +263,7 @@ def sweep(log, jobs):
                         err = max(relative_error(got, want[name]) for name, got in run(tile).items())
                         if not err <= TOLERANCE[dtype]:
                             raise ValueError(f"wrong result: relative error {err:.1e}")
-                        times[tile] = do_bench(lambda: run(tile), warmup=10, rep=40)
+                        times[tile] = gpu_ms(lambda: run(tile), warmup=10, rep=40)
                 except Exception as e:  # a tile that does not fit the card (shared memory) or compile
                     log(f"  {kernel} {tuple(tile)} N={N} {dt} {mode}: failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:90]})")
             if not times:
