@@ -231,4 +231,5 @@ def test_tile_table_round_trip(monkeypatch, tmp_path):
     monkeypatch.setattr(attn, "TILES", attn.load_tiles(path))
     assert attn._tile("dq", torch.bfloat16, True, 256) == attn.Tile(32, 32, 8, 3, False)
     assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
-    assert attn._tile("fwd", torch.float32, False, 256) == attn.DEFAULT_TILE
+    assert attn._tile("fwd", torch.float32, False, 513) == attn.Tile(128, 64, 8, 2)  # long: N > 512
+    assert attn._tile("fwd", torch.float32, False, 512) == attn.DEFAULT_TILE
