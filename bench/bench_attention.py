@@ -23,7 +23,6 @@ times another version of the kernel file (e.g. an earlier commit's) in the same 
 Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
 ratio of every method's time to the kernel's, measured in the same run.
 """
-import importlib.util
 import json
 import os
 import sys
@@ -35,6 +34,7 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
+from bench.bench_train import load_attention  # noqa: E402
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
 from kernels.attention import Tile, _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
@@ -111,14 +111,6 @@ def with_tiles(fn, tiles):
         finally:
             attn.TILES = saved
     return call
-
-
-def load_attention(path):
-    """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours)."""
-    spec = importlib.util.spec_from_file_location("attention_previous", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.attention
 
 
 def bench(fn, q, k, v, bias, rotary, backward, graphed=False):
@@ -241,8 +233,9 @@ def sweep(log, jobs):
 
     keys = sorted({(dtype, mode) for _, dtype, mode in SHAPES}, key=str)
     with ProcessPoolExecutor(min(jobs, len(keys)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(compile_one, *zip(*keys)))  # N = 256 and 1024 share the compiled kernels
-    log(f"compiled the candidates of {len(keys)} (dtype, mode) pairs in {jobs} processes")
+        failed = sum(pool.map(compile_one, *zip(*keys)))  # N = 256 and 1024 share the compiled kernels
+    log(f"compiled the candidates of {len(keys)} (dtype, mode) pairs in {jobs} processes ({failed} failed)")
+    attn.TILES = {}  # the table holds what this sweep measured, nothing from an earlier one
     results = []
     for N, dtype, mode in SHAPES:
         q, k, v, bias = make_inputs(N, dtype, mode)
@@ -252,8 +245,10 @@ def sweep(log, jobs):
         leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
         if bias is not None:
             leaves.append(bias.detach().clone().requires_grad_())
+        tf32, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False  # true fp32
         want_out = attention_reference(*leaves[:3], leaves[3] if bias is not None else None, rotary)
         want = dict(zip(["dq", "dk", "dv", "dbias"], torch.autograd.grad(want_out, leaves, do.float())), out=want_out.detach())
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         dt = str(dtype).removeprefix("torch.")
         for kernel, run in runs.items():
             times = {}

@@ -14,7 +14,7 @@ Layout, top to bottom as in the Triton fused-attention tutorial:
   dk/dv) -> tile table -> torch.autograd.Function -> public `attention` -> readouts -> reference.
 
 Launches per call: forward = rotate q and k once (one launch, skipped without rotary) + the
-attention kernel; backward = dq + dk/dv (+ a memset and one small sum for the bias gradient).
+attention kernel; backward = dq + dk/dv (+ a memset and a few small torch ops for the bias gradient).
 The backward kernels work on the rotated q, k saved by the forward and rotate dq, dk back once,
 when they store them (the transpose rotation, angle -theta).
 
@@ -29,7 +29,6 @@ GPU (`python bench/bench_attention.py --sweep`; README). Every tl.dot tile is >=
 dimension (d in {16, 32, 64, 128}, blocks >= 16), so code that passes in the interpreter
 (TRITON_INTERPRET=1, the CPU tests) also compiles for a GPU.
 """
-import functools
 import json
 import math
 import os
@@ -54,13 +53,23 @@ def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return angle.cos(), angle.sin()
 
 
-@functools.lru_cache(maxsize=32)
+_TABLES: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernels' (N, d) tables, one entry per column so that tiles load contiguously: cos at
-    both columns of a pair, and -sin, +sin at its first and second column. Cached: building them
-    is ten small launches, more than the rotation itself."""
-    cos, sin = rotary_tables(N, d, device)
-    return cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
+    both columns of a pair, and -sin, +sin at its first and second column. Cached (building them
+    is ten small launches, more than the rotation itself), never evicted (a captured CUDA graph may
+    read them), and not cached when first built inside a capture (they would hold nothing until the
+    graph's first replay)."""
+    key = (N, d, device)
+    if key not in _TABLES:
+        cos, sin = rotary_tables(N, d, device)
+        tables = cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return tables
+        _TABLES[key] = tables
+    return _TABLES[key]
 
 
 if triton is not None:
@@ -101,8 +110,7 @@ if triton is not None:
     @triton.jit
     def _rotate_rows(X, XR, idx, swapped, mask, cos, sin):
         """XR = x * cos + x_swapped * (-+sin) in fp32, with x_swapped (each pair exchanged) loaded
-        through the column index c ^ 1 (Triton 3.6 cannot lay out a reshape/join tile as a dot
-        operand, so the kernels that rotate tiles for a dot avoid _swap_pairs)."""
+        through the column index c ^ 1: a second load from cache instead of a reshape/join shuffle."""
         x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
         x_swapped = tl.load(X + swapped, mask=mask, other=0.0).to(tl.float32)
         tl.store(XR + idx, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
@@ -229,7 +237,7 @@ if triton is not None:
         delta = tl.sum(do_raw.to(tl.float32) * o.to(tl.float32), 1)  # rowsum(dO * O) = rowsum(P * dP)
         tl.store(Delta + bh * N + offs_m, delta, mask=offs_m < N)
         do = _operand(do_raw, DT, UPCAST)
-        lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
+        lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
 
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
@@ -268,7 +276,7 @@ if triton is not None:
             offs_m = start_m + tl.arange(0, BLOCK_M)
             q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
             do = _load_rows(DO + offset, offs_m, N, D, DT, UPCAST)
-            lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=0.0)
+            lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
             delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
@@ -406,7 +414,8 @@ def _sum_slots(slots: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
 
 
 class _Attention(torch.autograd.Function):
-    """(out, lse) of the kernels; differentiable in q, k, v and bias (lse is not)."""
+    """(out, lse) of the kernels, and with rotary also the rotated q, k (saved for the backward);
+    differentiable in q, k, v and bias through out only."""
 
     @staticmethod
     def forward(q, k, v, bias, rotary):
@@ -427,9 +436,12 @@ class _Attention(torch.autograd.Function):
             ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.rotary = rotary
+        ctx.set_materialize_grads(False)  # no zero tensors for the gradients of lse and rotated q, k
 
     @staticmethod
     def backward(ctx, do, *_):
+        if do is None:  # only lse (or the rotated q, k) was used: nothing flows back
+            return None, None, None, None, None
         q, k, v, bias, out, lse = ctx.saved_tensors
         B, H, N, _ = q.shape
         do = do.contiguous()

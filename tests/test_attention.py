@@ -233,3 +233,44 @@ def test_tile_table_round_trip(monkeypatch, tmp_path):
     assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
     assert attn._tile("fwd", torch.float32, False, 513) == attn.Tile(128, 64, 8, 2)  # long: N > 512
     assert attn._tile("fwd", torch.float32, False, 512) == attn.DEFAULT_TILE
+
+
+def test_large_bias_gives_finite_gradients():
+    """Rows past N (the last block's padding) must get P = 0 whatever the scores: with a bias of 100
+    exp(score - lse) overflowed there when lse was read as 0, and inf * 0 made dk, dv, dbias NaN."""
+    q, k, v, _ = inputs(1, 1, 17, 16, False)
+    bias = torch.full((1, 17), 100.0, device=DEVICE).requires_grad_()
+    got = run(attn.attention, q, k, v, bias, True)
+    want = run(attn.attention_reference, q, k, v, bias, True)
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
+        assert_fp32_close(name, a, b)
+
+
+def test_rotary_tables_first_built_in_a_capture_are_not_cached(monkeypatch):
+    """Tables made inside a CUDA graph capture hold nothing until the replay: they must not be cached
+    for later eager calls (simulated on the CPU by reporting a capture)."""
+    monkeypatch.setattr(attn, "_TABLES", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    fake_cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(attn, "rotary_tables", lambda N, d, device: (torch.ones(N, d // 2), torch.zeros(N, d // 2)))
+    attn._kernel_rotary_tables(8, 16, fake_cuda)
+    assert attn._TABLES == {}
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    attn._kernel_rotary_tables(8, 16, fake_cuda)
+    assert list(attn._TABLES) == [(8, 16, fake_cuda)]
+
+
+def test_backward_gets_no_zero_gradients_for_the_extra_outputs(monkeypatch):
+    """lse and the rotated q, k are outputs without gradients: autograd must not build zero tensors
+    of their shapes on every backward (two of them are as large as q and k)."""
+    seen = []
+    backward = attn._Attention.backward
+
+    def spy(ctx, *grads):
+        seen.append(grads)
+        return backward(ctx, *grads)
+
+    monkeypatch.setattr(attn._Attention, "backward", staticmethod(spy))
+    q, k, v, bias = inputs(1, 1, 17, 16, True)
+    run(attn.attention, q, k, v, bias, True)
+    assert len(seen) == 1 and seen[0][0] is not None and all(g is None for g in seen[0][1:])
