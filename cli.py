@@ -13,6 +13,7 @@ defined once here so that a name means one thing everywhere:
 import argparse
 import os
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
@@ -143,9 +144,19 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def parallel_map(fn, jobs, processes: int) -> list:
+def parallel_map(fn, jobs, processes: int, progress: str = "") -> list:
     """[fn(job) for job in jobs], in order, in `processes` worker processes with one torch thread each:
     on a few CPU cores independent runs go faster that way than as one process with several threads,
-    and every run computes the same numbers whatever `processes` is. fn must be a module-level function."""
+    and every run computes the same numbers whatever `processes` is. fn must be a module-level function.
+    progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end."""
+    jobs, results = list(jobs), []
+    t0 = t_print = time.time()
     with ProcessPoolExecutor(processes, initializer=_one_thread) as pool:
-        return list(pool.map(fn, jobs))
+        for i, result in enumerate(pool.map(fn, jobs), 1):
+            results.append(result)
+            now = time.time()
+            if progress and (now - t_print >= 30 or i == len(jobs)):
+                t_print = now
+                eta = (now - t0) / i * (len(jobs) - i)
+                print(f"{progress}: {i}/{len(jobs)} done, {(now - t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
+    return results

@@ -208,7 +208,7 @@ def _depth_pair(text: str) -> tuple[int, int]:
 
 def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
     """Fig. 8d-e: L_train - L^2-Gen and L_gen - L^2-Gen (and the training criterion) over D_phi x K, seed 0."""
-    runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=d) for d in D_phis for K in Ks], jobs)
+    runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=d) for d in D_phis for K in Ks], jobs, "heat map runs")
     shape = (len(D_phis), len(Ks))
     return {"D_phi": D_phis, "K": Ks, **{key: np.array([r[key] for r in runs]).reshape(shape).tolist()
                                         for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
@@ -221,7 +221,7 @@ def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_ra
                 for l1, l2 in depths for d in D_phis for s in seeds]
     order = sorted(range(len(searches)), key=lambda i: -(searches[i][0].depth1 + searches[i][0].depth2))  # deeper first
     found = [None] * len(searches)
-    for i, f in zip(order, cli.parallel_map(_search, [searches[i] for i in order], jobs)):
+    for i, f in zip(order, cli.parallel_map(_search, [searches[i] for i in order], jobs, "K2_hat searches")):
         found[i] = f
     K2 = {}
     for f in found:

@@ -346,3 +346,13 @@ def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch,
     monkeypatch.setattr(load(script), first_call, stop)
     proc = run(script, "--preset", "quick", "--figures", tmp_path)
     assert proc.stdout.startswith(words) and "stopped before computing" in proc.stderr
+
+
+def _square(x):
+    return x * x
+
+
+def test_parallel_map_keeps_the_order_and_reports_progress(capsys):
+    assert cli.parallel_map(_square, range(5), 2, progress="squares") == [0, 1, 4, 9, 16]
+    assert "squares: 5/5 done" in capsys.readouterr().out
+    assert cli.parallel_map(_square, [3], 1) == [9] and capsys.readouterr().out == ""
