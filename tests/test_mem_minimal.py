@@ -117,7 +117,7 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
         return math.log2(run.K) - (3 + run.depth1 + run.depth2 / 4) - (0 if (run.iters, run.tail) == (4, 1) else 100)
 
     monkeypatch.setattr(mm, "_criterion", criterion)
-    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
     monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", "quick", "--depths-only", "--iters", "4", "--seeds",
                                       "0-1", "--depths", "1,2", "2,1", "--figures", str(tmp_path)])
     mm.main()
@@ -140,7 +140,7 @@ def test_k2_searches_file_every_depth_D_phi_and_seed_under_its_own_key(monkeypat
         return math.log2(run.K) - (2 + run.depth1 + 2 * run.depth2 + math.log2(run.D_phi) / 2 + run.seed / 4)
 
     monkeypatch.setattr(mm, "_criterion", criterion)
-    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
     out = mm.k2_searches(MemRun(), [(1, 1), (2, 2), (1, 2)], [4, 16], [0, 1, 2], (2, 2**14), jobs=1)
     assert sorted(out["K2_hat"]) == ["1,1", "1,2", "2,2"]
     for depth, by_D in out["K2_hat"].items():
@@ -165,7 +165,7 @@ def test_budget_trend_retrains_the_corner_at_each_budget(monkeypatch):
         return {"train_minus_2gen": 1.0 / run.iters, "gen_minus_2gen": 2.0 / run.iters}
 
     monkeypatch.setattr(mm, "train_mem", fake)
-    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes: [fn(j) for j in jobs])
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
     trend = mm.budget_trend(MemRun(), 1024, 128, [100, 400], jobs=1)
     assert seen == [(1024, 128, 100, 10), (1024, 128, 400, 40)]
     assert trend["train_minus_2gen"] == [0.01, 0.0025] and trend["gen_minus_2gen"] == [0.02, 0.005]
