@@ -65,20 +65,27 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, str]:
-    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
-    tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]  # members of different K
+def setup(E: int, graph: bool, N: int, B: int, device):
+    """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build,
+    and a function drawing every member's batch from its own generator, as train.py does each step."""
+    tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
     adamw = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3, capturable=graph)
     trainer = Ensemble(models, **adamw) if E > 1 else Single(models[0], **adamw)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
 
     def sample():
         return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]  # seqs, chains
 
+    return trainer, sample
+
+
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, str]:
+    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
+    trainer, sample = setup(E, graph, N, B, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
     batch = sample()
     fixed = timed(lambda: step(*batch), device, repeats)
     sampled = timed(lambda: step(*sample()), device, repeats)
@@ -91,11 +98,8 @@ def profile(E: int, N: int, B: int, device):
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    tasks = [TaskSet.create(64, device=device) for _ in range(E)]
-    gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
-    models = [Transformer(max_len=N).to(device) for _ in range(E)]
-    trainer = Ensemble(models, lr=1e-3) if E > 1 else Single(models[0], lr=1e-3)
-    seqs, chains = [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]
+    trainer, sample = setup(E, False, N, B, device)
+    seqs, chains = sample()
     for _ in range(2):
         trainer.step(seqs, chains)
     sync(device)
