@@ -137,21 +137,37 @@ def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain
 
 def _sample_from(Tb: torch.Tensor, p: torch.Tensor, length: int, generator=None) -> torch.Tensor:
     """Sequences (n, length) from the validated chains Tb (n, C, C) with stationary distributions p (n, C)."""
-    n, C, device = Tb.shape[0], Tb.shape[-1], Tb.device
-    u0 = torch.rand(n, 1, generator=generator, device=device, dtype=p.dtype)
-    s0 = _inverse_cdf(p.cumsum(-1), u0)  # (n, 1)
-    if length == 1:
-        return s0
+    return _states(Tb, p, *_uniforms(Tb.shape[0], length, generator, p.dtype, Tb.device), length)
 
-    # Positions 1..length-1 are laid out as (block, nb): position k * block + j + 1 sits at [j, k].
-    # step[j, k, b, mu] is the state there when the previous position holds mu: the inverse
-    # CDF of column mu at one uniform u[j, k, b] (= the number of cdf entries <= u).
+
+def _scan_layout(length: int) -> tuple[int, int]:
+    """Positions 1..length-1 laid out as (block, nb) for the scan of `_compose`: block ~ sqrt(length)."""
     block = max(1, round((length - 1) ** 0.5))
-    nb = -(-(length - 1) // block)
+    return block, -(-(length - 1) // block)
+
+
+def _uniforms(n: int, length: int, generator, dtype, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random numbers of n sequences, in the order they are drawn: u0 (n, 1) for the first states,
+    then u (block, nb, n, 1), one per later position (None when length = 1)."""
+    u0 = torch.rand(n, 1, generator=generator, device=device, dtype=dtype)
+    if length == 1:
+        return u0, None
+    return u0, torch.rand(*_scan_layout(length), n, 1, generator=generator, device=device, dtype=dtype)
+
+
+def _states(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int) -> torch.Tensor:
+    """The sequences (n, length) that the uniforms of `_uniforms` pick from the chains Tb (n, C, C), p (n, C)."""
+    n, C = Tb.shape[0], Tb.shape[-1]
+    s0 = _inverse_cdf(p.cumsum(-1), u0)  # (n, 1)
+    if u is None:
+        return s0
+    # Position k * block + j + 1 sits at [j, k]. step[j, k, b, mu] is the state there when the previous
+    # position holds mu: the inverse CDF of column mu at one uniform u[j, k, b] (= the number of cdf
+    # entries <= u).
+    block, nb = u.shape[:2]
     cdf = Tb.cumsum(1).transpose(0, 1).contiguous()  # (C_tau, n, C_mu)
-    u = torch.rand(block, nb, n, 1, generator=generator, device=device, dtype=cdf.dtype)
     u = u.expand(block, nb, n, C).contiguous()  # compares that broadcast only the leading axes run faster
-    step = torch.zeros(block, nb, n, C, dtype=torch.uint8, device=device)
+    step = torch.zeros(block, nb, n, C, dtype=torch.uint8, device=Tb.device)
     for tau in range(C - 1):  # cheaper than one broadcast compare summed over a short last axis
         step += (cdf[tau] <= u).view(torch.uint8)
     return _compose(s0[:, 0], step)[:, :length]
@@ -284,3 +300,30 @@ def task_source(K: int | float, C: int = 10, alpha: float = 1.0, seed: int = 0, 
     if K == math.inf:
         return FreshChains(C, alpha, device)
     return TaskSet.create(K, C, alpha, seed, device)
+
+
+def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch from each of E task sources at once: (seqs (E, n, length), chain_idx (E, n)), member e's being
+    exactly sources[e].batch(n, length, generators[e]). Each member's random numbers are drawn from its own
+    generator in the order batch() draws them; only the work after the draws (chain lookup, inverse CDFs,
+    the scan) is batched over the members, one launch per operation instead of E. This is how an ensemble
+    samples its step (train.py), where E separate batch() calls cost more than the step itself.
+    K = inf sources draw their chains by rejection, so a list with one goes member by member."""
+    if not all(isinstance(t, TaskSet) for t in sources):
+        return tuple(torch.stack(x) for x in zip(*(t.batch(n, length, g) for t, g in zip(sources, generators))))
+    check_int("n", n, 1)
+    check_int("length", length, 1)
+    if len({(t.C, t.T.device) for t in sources}) != 1:
+        raise ValueError("batches() needs task sets with one number of states C on one device")
+    chain_idx, u0, u = [], [], []
+    for t, g in zip(sources, generators):
+        chain_idx.append(torch.randint(t.K, (n,), generator=g, device=t.T.device))
+        first, later = _uniforms(n, length, g, t.p.dtype, t.T.device)
+        u0.append(first)
+        u.append(later)
+    chain_idx = torch.stack(chain_idx)  # (E, n)
+    first_chain = torch.tensor([0] + [t.K for t in sources[:-1]]).cumsum(0).to(chain_idx.device)
+    rows = (chain_idx + first_chain[:, None]).flatten()  # into all members' chains, concatenated
+    T, p = torch.cat([t.T for t in sources])[rows], torch.cat([t.p for t in sources])[rows]
+    u = torch.cat(u, 2) if length > 1 else None  # (block, nb, E n, 1): sequence e n + b, as T and p
+    return _states(T, p, torch.cat(u0), u, length).view(len(sources), n, length), chain_idx

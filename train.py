@@ -55,7 +55,7 @@ from matplotlib.colors import LogNorm
 import cli
 from bayes import COLORS, LABELS, PREDICTORS, kl_div, nll, predict
 from ensemble import Ensemble, GraphedStep, Single
-from markov import FreshChains, TaskSet, check_int, sample_chains, sample_sequences, task_source
+from markov import FreshChains, TaskSet, batches, check_int, sample_chains, sample_sequences, task_source
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
 
@@ -465,7 +465,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
             t_print = time.time()
         if step == c0.iters:
             break
-        seqs, chains = (torch.stack(x) for x in zip(*(t.batch(c0.batch, c0.N + 1, g) for t, g in zip(tasks, gens))))
+        seqs, chains = batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
         loss = step_fn(seqs, chains)  # seqs (E, B, N + 1), their chains (E, B)
     for e, cfg in enumerate(cfgs):
         if ensemble:  # each finished member looks like a finished single run

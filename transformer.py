@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from bayes import kl_div
 from kernels import attention as kernel
+from kernels import layer_norm as ln_kernel
 
 # ----------------------------------------------------------------------------- attention switch point
 
@@ -58,7 +59,10 @@ def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0
 
 
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
-    """LN(x) = (x - mu) / sqrt(sigma^2 + eps), no affine parameters (eq. layernorm)."""
+    """LN(x) = (x - mu) / sqrt(sigma^2 + eps), no affine parameters (eq. layernorm). On CUDA the Triton
+    kernel (kernels/layer_norm.py: torch's is slow on rows of D = 64), elsewhere torch's; the same function."""
+    if x.is_cuda and ln_kernel.triton is not None:
+        return ln_kernel.layer_norm(x, eps=1e-5)
     return F.layer_norm(x, x.shape[-1:], eps=1e-5)
 
 

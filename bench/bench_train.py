@@ -7,7 +7,9 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
     python bench/bench_train.py --previous OLD.py          # CUDA: also with an earlier kernel file
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
-step as train.py does (the rate a run gets).
+step as train.py does (the rate a run gets). On CUDA, variants put one earlier piece back in the same
+run (torch's layer norm, per-member sampling, an earlier attention kernel), so that each row's ratio
+says what that piece bought.
 """
 import importlib.util
 import os
@@ -16,11 +18,12 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
-from markov import TaskSet, check_int  # noqa: E402
+from markov import TaskSet, batches, check_int  # noqa: E402
 from train import PRESETS  # noqa: E402
 import transformer  # noqa: E402
 from transformer import Transformer  # noqa: E402
@@ -40,6 +43,11 @@ def load_attention(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.attention
+
+
+def torch_layer_norm(x: torch.Tensor) -> torch.Tensor:
+    """The model's layer norm as torch computes it (the variant "torch LN")."""
+    return F.layer_norm(x, x.shape[-1:], eps=1e-5)
 
 
 def sync(device):
@@ -65,9 +73,10 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def setup(E: int, graph: bool, N: int, B: int, device):
+def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False):
     """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build,
-    and a function drawing every member's batch from its own generator, as train.py does each step."""
+    and a function drawing every member's batch from its own generator, as train.py does each step
+    (markov.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
@@ -75,14 +84,16 @@ def setup(E: int, graph: bool, N: int, B: int, device):
     trainer = Ensemble(models, **adamw) if E > 1 else Single(models[0], **adamw)
 
     def sample():
-        return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]  # seqs, chains
+        if loop_sampling:
+            return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]
+        return batches(tasks, B, N + 1, gens)  # seqs, chains
 
     return trainer, sample
 
 
-def bench(E: int, graph: bool, N: int, B: int, device, repeats: int) -> tuple[float, float, str]:
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False) -> tuple[float, float, str]:
     """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
-    trainer, sample = setup(E, graph, N, B, device)
+    trainer, sample = setup(E, graph, N, B, device, loop_sampling)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
@@ -144,25 +155,33 @@ def main():
     repeats = args.repeats or (30 if cuda else 5)
     if args.previous and not (cuda and os.path.isfile(args.previous)):
         raise ValueError(f"--previous needs CUDA and a kernel file, got {args.previous!r}")
-    cases = [(1, False, None)] + [(1, True, None)] * cuda + [(E, cuda, None) for E in sizes]
+    # (models, graphed, variant): "this" is the code as it is; each other variant puts one earlier piece back,
+    # for the single graphed run and the largest ensemble, to show what that piece bought
+    E_max = max(sizes)
+    cases = [(1, False, "this")] + [(1, True, "this")] * cuda + [(E, cuda, "this") for E in sizes]
+    if cuda:
+        cases += [(1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
     if args.previous:
-        cases += [(1, True, args.previous), (max(sizes), True, args.previous)]
+        cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
-    print(f"{'models':>6} {'graph':>5} {'kernel':>8} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+    print("variants: torch LN = F.layer_norm instead of kernels/layer_norm.py; loop sampling = one TaskSet.batch "
+          "call per member instead of markov.batches; previous kernel = attention from --previous")
+    print(f"{'models':>6} {'graph':>5} {'variant':>15} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
-    this_kernel = transformer.kernel.attention
-    for E, graph, previous in cases:
-        # the model calls kernel.attention at run time: swap in the other version for its rows
-        transformer.kernel.attention = load_attention(previous) if previous else this_kernel
-        fixed, sampled, mem = bench(E, graph, N, B, device, repeats)
+    this_attention, this_layer_norm = transformer.kernel.attention, transformer.layer_norm
+    for E, graph, variant in cases:
+        # the model looks both up at run time: swap in the earlier version for a variant's rows
+        transformer.kernel.attention = load_attention(args.previous) if variant == "previous kernel" else this_attention
+        transformer.layer_norm = torch_layer_norm if variant == "torch LN" else this_layer_norm
+        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling")
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
-        print(f"{E:>6} {'yes' if graph else 'no':>5} {'previous' if previous else 'this':>8} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
+        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>15} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
-    transformer.kernel.attention = this_kernel
+    transformer.kernel.attention, transformer.layer_norm = this_attention, this_layer_norm
     if args.profile and cuda:
         profile(max(sizes), N, B, device)
 

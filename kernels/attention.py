@@ -452,23 +452,27 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, bias, rotary):
-        """torch.func.vmap over a leading model axis E (an ensemble, ensemble.py): the heads of E
-        models are E * H independent heads, so the axis folds into the head axis, (E, B, H, N, d)
-        -> (B, E * H, N, d) and bias (E, H, N) -> (E * H, N), and the kernels run unchanged."""
+        """torch.func.vmap over a leading model axis E (an ensemble, ensemble.py): E models of B sequences
+        are E * B sequences, (E, B, H, N, d) -> (E * B, H, N, d), a view when the member axis leads (as
+        the model's projections leave it), and the kernels run unchanged. A bias differs per model, and
+        the kernels index it by head, so with a bias the member axis folds into the head axis instead:
+        (B, E * H, N, d) and bias (E, H, N) -> (E * H, N), at the price of a copy of q, k, v and of the
+        outputs' layout."""
         E = info.batch_size
-
-        def fold(x, dim):  # member axis at `dim` (None: shared by all members) -> (B, E * H, N, d)
-            x = x.movedim(dim, 1) if dim is not None else x.unsqueeze(1).expand(-1, E, -1, -1, -1)
-            return x.flatten(1, 2).contiguous()
-
         q_dim, k_dim, v_dim, bias_dim, _ = in_dims
+        axis = 1 if bias is not None else 0  # the kernels' axis that takes the members: heads or sequences
+
+        def fold(x, dim):  # member axis at `dim` (None: shared by all members) -> merged into `axis`
+            x = x.movedim(dim, 0) if dim is not None else x.expand(E, *x.shape)
+            return x.movedim(0, axis).flatten(axis, axis + 1).contiguous()
+
         if bias is not None:
             bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(E, -1, -1)
             bias = bias.flatten(0, 1).contiguous()  # (E * H, N)
         outputs = _Attention.apply(fold(q, q_dim), fold(k, k_dim), fold(v, v_dim), bias, rotary)
 
-        def unfold(x):  # (B, E * H, ...) -> (E, B, H, ...)
-            return x.unflatten(1, (E, -1)).movedim(1, 0)
+        def unfold(x):  # the merged axis -> (E, B, H, ...)
+            return x.unflatten(axis, (E, -1)).movedim(axis, 0)
 
         return tuple(unfold(x) for x in outputs), (0,) * len(outputs)
 

@@ -148,22 +148,34 @@ def test_grid_on_the_command_line(tmp_path):
 
 
 @pytest.mark.skipif(attn.triton is None, reason="needs triton")
-def test_kernel_vmap_rule_folds_members_into_heads():
-    """vmap over the kernel (the ensemble's path on CUDA) = the reference per member, values and gradients."""
+@pytest.mark.parametrize("use_bias, dims", [(True, (0, 0, 0)), (False, (0, 0, 0)), (False, (1, 0, None)), (True, (2, None, 0))])
+def test_kernel_vmap_rule(use_bias, dims):
+    """vmap over the kernel (the ensemble's path on CUDA) = the reference per member, values and gradients:
+    members folded into the sequences (no bias) or into the heads (bias), from any member axis, and inputs
+    shared by all members (None)."""
     g = torch.Generator().manual_seed(0)
     E, B, H, N, d = 3, 2, 2, 17, 16  # H = 2: a fold that mixes up members and heads shows
-    q, k, v = (torch.randn(E, B, H, N, d, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
-    bias = (0.5 * torch.randn(E, H, N, generator=g)).to(DEVICE).requires_grad_()
-    out = torch.func.vmap(attn.attention, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)
-    ref = torch.stack([attn.attention_reference(q[e], k[e], v[e], bias[e], True) for e in range(E)])
+
+    def member_input(dim):  # (E, B, H, N, d) with the member axis at `dim`, or one (B, H, N, d) for all
+        x = torch.randn(E, B, H, N, d, generator=g) if dim is not None else torch.randn(B, H, N, d, generator=g)
+        return (x.movedim(0, dim) if dim is not None else x).to(DEVICE).requires_grad_()
+
+    q, k, v = (member_input(dim) for dim in dims)
+    bias = (0.5 * torch.randn(E, H, N, generator=g)).to(DEVICE).requires_grad_() if use_bias else None
+    in_dims = (*dims, 0 if use_bias else None, None)
+    out = torch.func.vmap(attn.attention, in_dims=in_dims)(q, k, v, bias, True)
+    member = lambda x, dim, e: x.select(dim, e) if dim is not None else x  # noqa: E731
+    ref = torch.stack([attn.attention_reference(*(member(x, dim, e) for x, dim in zip((q, k, v), dims)),
+                                                bias[e] if use_bias else None, True) for e in range(E)])
     do = torch.randn(out.shape, generator=g).to(DEVICE)
-    got = [out, *torch.autograd.grad(out, (q, k, v, bias), do)]
-    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, [ref, *torch.autograd.grad(ref, (q, k, v, bias), do)]):
+    leaves = (q, k, v) + ((bias,) if use_bias else ())
+    got = [out, *torch.autograd.grad(out, leaves, do)]
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, [ref, *torch.autograd.grad(ref, leaves, do)]):
         if DEVICE == "cpu":
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         else:  # TF32 dots: judged as a whole, as in test_attention.assert_fp32_close (dbias sums B N terms)
             assert (a - b).norm() <= 5e-3 * b.norm(), name
-    lse = torch.func.vmap(attn.attention_forward, in_dims=(0, 0, 0, 0, None))(q, k, v, bias, True)[1]
+    lse = torch.func.vmap(attn.attention_forward, in_dims=in_dims)(q, k, v, bias, True)[1]
     assert lse.shape == (E, B, H, N)
 
 

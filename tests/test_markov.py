@@ -148,3 +148,28 @@ def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError) as err:
         call()
     assert name in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("length", [1, 2, 17, 65])
+def test_batches_of_many_task_sets_are_their_own_batches(length):
+    """markov.batches (an ensemble's sampling) = each task set's batch() from its own generator, exactly,
+    and leaves every generator where batch() leaves it; task sets of different K (one beyond a block of
+    64 chains), and a K = inf source, which goes member by member."""
+    def gens():
+        return [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+
+    sources = [TaskSet.create(K, seed=s) for K, s in ((3, 0), (70, 1), (9, 2))]
+    for group in (sources, sources[:2] + [markov.FreshChains()]):
+        got_g, want_g = gens(), gens()
+        seqs, chains = markov.batches(group, 6, length, got_g)
+        want = [t.batch(6, length, g) for t, g in zip(group, want_g)]
+        assert seqs.shape == (3, 6, length) and chains.shape == (3, 6)
+        for e, (s, c) in enumerate(want):
+            assert torch.equal(seqs[e], s) and torch.equal(chains[e], c), e
+        for a, b in zip(got_g, want_g):
+            assert torch.equal(a.get_state(), b.get_state())
+
+
+def test_batches_refuse_mixed_state_counts():
+    with pytest.raises(ValueError, match="one number of states"):
+        markov.batches([TaskSet.create(3), TaskSet.create(3, C=4)], 2, 5, [torch.Generator(), torch.Generator()])

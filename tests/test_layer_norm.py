@@ -1,0 +1,65 @@
+"""The Triton layer norm against torch's: forward and gradient, rows and widths that are not multiples of
+the tile, and under torch.func.vmap (the ensemble's path). On the CPU through Triton's interpreter
+(conftest.py), on CUDA compiled."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import vmap
+
+from kernels import layer_norm as ln
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def reference(x):
+    return F.layer_norm(x.float(), x.shape[-1:], eps=1e-5).to(x.dtype)
+
+
+def value_and_grad(fn, x, seed=1):
+    x = x.detach().requires_grad_()
+    y = fn(x)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed)).to(y)
+    return y, torch.autograd.grad(y, x, dy)[0]
+
+
+def data(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (3 * torch.randn(*shape, generator=g) + 2).to(DEVICE, dtype)  # mean and scale far from 0 and 1
+
+
+# (rows of a 64-row tile: 1, 67 = one tile and three rows; D = 100 and 10 pad to 128 and 16; D = 1: y = 0)
+@pytest.mark.parametrize("shape", [(1, 64), (67, 64), (2, 3, 100), (5, 10), (4, 1), (3, 2, 7, 64)])
+def test_matches_torch_fp32(shape):
+    x = data(*shape)
+    got, want = value_and_grad(ln.layer_norm, x), value_and_grad(reference, x)
+    for name, a, b in zip(("y", "dx"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_matches_torch_bf16():
+    x = data(67, 64, dtype=torch.bfloat16)
+    for name, a, b in zip(("y", "dx"), value_and_grad(ln.layer_norm, x), value_and_grad(reference, x)):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+def test_non_contiguous_input():
+    x = data(64, 67).T  # rows of 64, strided
+    for a, b in zip(value_and_grad(ln.layer_norm, x), value_and_grad(reference, x)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("in_dim", [0, 1, 2])
+def test_vmap_equals_a_loop(in_dim):
+    """Every member axis position, including the last physical axis (which the rule must move away from
+    the normalized one): the value and the gradient of each slice are those of the slice alone."""
+    x = data(3, 5, 64) if in_dim < 2 else data(5, 64, 3)
+    got = value_and_grad(lambda t: vmap(ln.layer_norm, in_dims=in_dim)(t), x)
+    want = value_and_grad(lambda t: torch.stack([reference(s) for s in t.unbind(in_dim)]), x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="non-empty last axis"):
+        ln.layer_norm(torch.zeros(3, 0, device=DEVICE))
