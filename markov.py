@@ -315,15 +315,16 @@ def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch
     check_int("length", length, 1)
     if len({(t.C, t.T.device) for t in sources}) != 1:
         raise ValueError("batches() needs task sets with one number of states C on one device")
-    chain_idx, u0, u = [], [], []
+    chain_idx, rows, u0, u = [], [], [], []
+    first_chain = 0  # member e's chains start here in all members' chains, concatenated
     for t, g in zip(sources, generators):
         chain_idx.append(torch.randint(t.K, (n,), generator=g, device=t.T.device))
+        rows.append(chain_idx[-1] + first_chain)  # a Python int: no host-to-device copy, which would wait for the GPU
+        first_chain += t.K
         first, later = _uniforms(n, length, g, t.p.dtype, t.T.device)
         u0.append(first)
         u.append(later)
-    chain_idx = torch.stack(chain_idx)  # (E, n)
-    first_chain = torch.tensor([0] + [t.K for t in sources[:-1]]).cumsum(0).to(chain_idx.device)
-    rows = (chain_idx + first_chain[:, None]).flatten()  # into all members' chains, concatenated
+    rows = torch.cat(rows)
     T, p = torch.cat([t.T for t in sources])[rows], torch.cat([t.p for t in sources])[rows]
     u = torch.cat(u, 2) if length > 1 else None  # (block, nb, E n, 1): sequence e n + b, as T and p
-    return _states(T, p, torch.cat(u0), u, length).view(len(sources), n, length), chain_idx
+    return _states(T, p, torch.cat(u0), u, length).view(len(sources), n, length), torch.stack(chain_idx)
