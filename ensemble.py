@@ -15,8 +15,9 @@ weights and the same batches (its own task set and generator), and AdamW is elem
 stacked AdamW state is exactly member e's own state (same hyper-parameters, same step count). The only
 difference is floating-point rounding: batched matmuls may sum in another order than single ones.
 
-On CUDA the attention goes through the Triton kernel, whose autograd.Function has a vmap rule that folds
-the member axis into the head axis (kernels/attention.py, _Attention.vmap): no kernel change.
+On CUDA the attention and the layer norm go through Triton kernels whose autograd.Functions have vmap
+rules: the members' sequences become more sequences (or, with a position bias, their heads more heads;
+kernels/attention.py, _Attention.vmap) and their rows more rows (kernels/layer_norm.py): no kernel change.
 """
 import copy
 

@@ -305,26 +305,25 @@ def task_source(K: int | float, C: int = 10, alpha: float = 1.0, seed: int = 0, 
 def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch from each of E task sources at once: (seqs (E, n, length), chain_idx (E, n)), member e's being
     exactly sources[e].batch(n, length, generators[e]). Each member's random numbers are drawn from its own
-    generator in the order batch() draws them; only the work after the draws (chain lookup, inverse CDFs,
-    the scan) is batched over the members, one launch per operation instead of E. This is how an ensemble
+    generator in the order batch() draws them, its chains looked up in its own task set; the work after
+    that (inverse CDFs, the scan) is batched over the members, one launch per operation instead of E. This is how an ensemble
     samples its step (train.py), where E separate batch() calls cost more than the step itself.
     K = inf sources draw their chains by rejection, so a list with one goes member by member."""
+    if len(generators) != len(sources):
+        raise ValueError(f"batches() needs one generator per source, got {len(generators)} for {len(sources)}")
     if not all(isinstance(t, TaskSet) for t in sources):
         return tuple(torch.stack(x) for x in zip(*(t.batch(n, length, g) for t, g in zip(sources, generators))))
     check_int("n", n, 1)
     check_int("length", length, 1)
-    if len({(t.C, t.T.device) for t in sources}) != 1:
-        raise ValueError("batches() needs task sets with one number of states C on one device")
-    chain_idx, rows, u0, u = [], [], [], []
-    first_chain = 0  # member e's chains start here in all members' chains, concatenated
+    if len({(t.C, t.T.device, t.p.dtype) for t in sources}) != 1:
+        raise ValueError("batches() needs task sets with one number of states C, one device and one dtype")
+    chain_idx, T, p, u0, u = [], [], [], [], []
     for t, g in zip(sources, generators):
         chain_idx.append(torch.randint(t.K, (n,), generator=g, device=t.T.device))
-        rows.append(chain_idx[-1] + first_chain)  # a Python int: no host-to-device copy, which would wait for the GPU
-        first_chain += t.K
+        T.append(t.T[chain_idx[-1]])  # per member: concatenating all members' chains would copy them every step
+        p.append(t.p[chain_idx[-1]])
         first, later = _uniforms(n, length, g, t.p.dtype, t.T.device)
         u0.append(first)
         u.append(later)
-    rows = torch.cat(rows)
-    T, p = torch.cat([t.T for t in sources])[rows], torch.cat([t.p for t in sources])[rows]
     u = torch.cat(u, 2) if length > 1 else None  # (block, nb, E n, 1): sequence e n + b, as T and p
-    return _states(T, p, torch.cat(u0), u, length).view(len(sources), n, length), torch.stack(chain_idx)
+    return _states(torch.cat(T), torch.cat(p), torch.cat(u0), u, length).view(len(sources), n, length), torch.stack(chain_idx)

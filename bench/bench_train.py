@@ -11,6 +11,7 @@ step as train.py does (the rate a run gets). On CUDA, variants put one earlier p
 run (torch's layer norm, per-member sampling, an earlier attention kernel), so that each row's ratio
 says what that piece bought.
 """
+import gc
 import importlib.util
 import os
 import platform
@@ -38,10 +39,14 @@ def cpu_name() -> str:
 
 
 def load_attention(path):
-    """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours)."""
+    """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours). A version
+    with a tile table looks for tiles.json beside its own file; it gets this one's, so that the comparison is
+    of the code, not of the tiles."""
     spec = importlib.util.spec_from_file_location("attention_previous", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if hasattr(module, "TILES"):
+        module.TILES = transformer.kernel.TILES
     return module.attention
 
 
@@ -92,15 +97,20 @@ def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = Fal
 
 
 def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False) -> tuple[float, float, str]:
-    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models."""
-    trainer, sample = setup(E, graph, N, B, device, loop_sampling)
+    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models;
+    the peak counts what this case allocates (weights, optimizer, graph, activations), not earlier cases' leftovers."""
     if device.type == "cuda":
+        gc.collect()  # the previous case's trainer and graph may sit in reference cycles
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    trainer, sample = setup(E, graph, N, B, device, loop_sampling)
     step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
     batch = sample()
     fixed = timed(lambda: step(*batch), device, repeats)
     sampled = timed(lambda: step(*sample()), device, repeats)
-    peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}" if device.type == "cuda" else "-"
+    peak = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}" if device.type == "cuda" else "-"
     return fixed, sampled, peak
 
 
@@ -160,7 +170,7 @@ def main():
     E_max = max(sizes)
     cases = [(1, False, "this")] + [(1, True, "this")] * cuda + [(E, cuda, "this") for E in sizes]
     if cuda:
-        cases += [(1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
+        cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
     if args.previous:
         cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
     flops = step_flops(B, N, 10, 64)

@@ -11,7 +11,8 @@ program normalizes a (ROWS, D) tile: one read and one write per element, at memo
 Backward, with y the forward's output and g = dL/dy (one row):
     dL/dx = rstd * (g - mean(g) - y * mean(g * y)),   rstd = 1 / sqrt(sigma^2 + eps)
 so the backward needs y (which the next linear layer keeps anyway) and one float per row, not x.
-All arithmetic is in fp32; y and dx take the input's dtype.
+All arithmetic is in fp32; y and dx take the input's dtype (fp32, bf16 or fp16). In bf16 the backward
+reads y as stored, rounded to bf16, where torch recomputes it from x: dx differs from torch's by ~1e-2.
 Works under torch.func.vmap (ensemble.py): the rows of all members are just more rows.
 """
 import torch
@@ -23,6 +24,7 @@ except ImportError:  # the model falls back to torch's layer norm; the kernel ne
     triton = None
 
 ELEMENTS = 4096  # elements per program: 64 rows of D = 64
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _tile(D: int) -> tuple[int, int]:
@@ -98,15 +100,16 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, x, eps):
         """A vmapped axis is one more row axis: move it to the front, normalize, say it is there."""
-        x_dim, _ = in_dims
-        x = x.movedim(x_dim, 0) if x_dim is not None else x
-        return _LayerNorm.apply(x, eps), (0 if x_dim is not None else None,) * 2
+        x_dim, _ = in_dims  # eps is a float, so x is the batched input
+        return _LayerNorm.apply(x.movedim(x_dim, 0), eps), (0, 0)
 
 
 def layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """LN(x) over the last axis, no affine parameters; differentiable in x. x: fp32 or bf16, any shape."""
+    """LN(x) over the last axis, no affine parameters; differentiable in x. x: fp32, bf16 or fp16, any shape."""
     if triton is None:
         raise RuntimeError("the layer norm kernel needs triton")
     if x.dim() == 0 or x.shape[-1] == 0 or x.numel() == 0:
         raise ValueError(f"layer_norm needs a non-empty last axis, got shape {tuple(x.shape)}")
+    if x.dtype not in DTYPES:
+        raise ValueError(f"layer_norm computes in fp32 and stores fp32, bf16 or fp16, got {x.dtype}")
     return _LayerNorm.apply(x, float(eps))[0]

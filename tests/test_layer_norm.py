@@ -63,3 +63,5 @@ def test_vmap_equals_a_loop(in_dim):
 def test_bad_input():
     with pytest.raises(ValueError, match="non-empty last axis"):
         ln.layer_norm(torch.zeros(3, 0, device=DEVICE))
+    with pytest.raises(ValueError, match="got torch.float64"):
+        ln.layer_norm(torch.zeros(3, 4, device=DEVICE, dtype=torch.float64))

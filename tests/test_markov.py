@@ -150,16 +150,21 @@ def test_bad_input_names_the_argument(call, name):
     assert name in str(err.value) and "\n" not in str(err.value)
 
 
+DEVICES = ["cpu"] + ["cuda"] * torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("length", [1, 2, 17, 65])
-def test_batches_of_many_task_sets_are_their_own_batches(length):
+def test_batches_of_many_task_sets_are_their_own_batches(length, device):
     """markov.batches (an ensemble's sampling) = each task set's batch() from its own generator, exactly,
     and leaves every generator where batch() leaves it; task sets of different K (one beyond a block of
-    64 chains), and a K = inf source, which goes member by member."""
+    64 chains), and a K = inf source, which goes member by member. On CUDA too: batched kernels see more
+    rows than one member's, which must not change a member's numbers."""
     def gens():
-        return [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+        return [torch.Generator(device).manual_seed(s) for s in (5, 6, 7)]
 
-    sources = [TaskSet.create(K, seed=s) for K, s in ((3, 0), (70, 1), (9, 2))]
-    for group in (sources, sources[:2] + [markov.FreshChains()]):
+    sources = [TaskSet.create(K, seed=s, device=device) for K, s in ((3, 0), (70, 1), (9, 2))]
+    for group in (sources, sources[:2] + [markov.FreshChains(device=device)]):
         got_g, want_g = gens(), gens()
         seqs, chains = markov.batches(group, 6, length, got_g)
         want = [t.batch(6, length, g) for t, g in zip(group, want_g)]
@@ -170,9 +175,11 @@ def test_batches_of_many_task_sets_are_their_own_batches(length):
             assert torch.equal(a.get_state(), b.get_state())
 
 
-def test_batches_refuse_mixed_state_counts():
+def test_batches_refuse_mixed_state_counts_and_missing_generators():
     with pytest.raises(ValueError, match="one number of states"):
         markov.batches([TaskSet.create(3), TaskSet.create(3, C=4)], 2, 5, [torch.Generator(), torch.Generator()])
+    with pytest.raises(ValueError, match="one generator per source"):
+        markov.batches([TaskSet.create(3), TaskSet.create(4)], 2, 5, [torch.Generator()])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
