@@ -214,20 +214,37 @@ def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
                                         for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
 
 
-def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple, jobs: int) -> dict:
+def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple, jobs: int,
+                done: list[dict] = ()) -> dict:
     """Fig. 8f: K2_hat for every (l1, l2), D_phi and seed. Returns {"K2_hat": {"l1,l2": {"D_phi": [per seed]}},
-    "searches": [...]}."""
+    "searches": [...]}. `done`: searches found earlier (their "run" configurations and K2_hat), reused
+    instead of retrained, and kept in the result with the new ones (each search is deterministic)."""
+    known = {json.dumps(f["run"], sort_keys=True): f for f in done}
     searches = [(replace(base, D_phi=d, depth1=l1, depth2=l2, seed=s), *K_range)
                 for l1, l2 in depths for d in D_phis for s in seeds]
-    order = sorted(range(len(searches)), key=lambda i: -(searches[i][0].depth1 + searches[i][0].depth2))  # deeper first
-    found = [None] * len(searches)
-    for i, f in zip(order, cli.parallel_map(_search, [searches[i] for i in order], jobs, "K2_hat searches")):
-        found[i] = f
+    todo = [a for a in searches if json.dumps(asdict(a[0]), sort_keys=True) not in known]
+    todo.sort(key=lambda a: -(a[0].depth1 + a[0].depth2))  # deeper first: the longest searches start early
+    for f in cli.parallel_map(_search, todo, jobs, "K2_hat searches"):
+        known[json.dumps(f["run"], sort_keys=True)] = f
+    found = sorted(known.values(), key=lambda f: tuple(f["run"][k] for k in ("depth1", "depth2", "D_phi", "seed")))
     K2 = {}
     for f in found:
         r = f["run"]
         K2.setdefault(f"{r['depth1']},{r['depth2']}", {}).setdefault(str(r["D_phi"]), []).append(f["K2_hat"])
     return {"K2_hat": K2, "searches": found}
+
+
+def earlier_searches(path: str, base: MemRun) -> list[dict]:
+    """The searches of an earlier --depths-only call in `path` with the same budget and model (all but depth,
+    D_phi and seed equal), to reuse; none if the file is absent or was written for another configuration."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return []
+    if not isinstance(earlier, dict) or earlier.get("config") != asdict(base):
+        return []
+    return earlier.get("searches", [])
 
 
 def budget_trend(base: MemRun, K: int, D_phi: int, iters: list, jobs: int) -> dict:
@@ -258,29 +275,48 @@ def plot_heatmaps(result: dict, path: str):
         ax.set_xlabel("K")
         ax.set_ylabel("D_phi")
         ax.set_title(f"{title} (blue: beats 2-Gen)")
-    for k, (depth, by_D) in enumerate(sorted(result["K2_hat"].items())):
+    plot_k2_hat(axes[2], result["K2_hat"])
+    fig.suptitle(f"Minimal task-recognition head ({budget_note(result['preset'], result['iters'])})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig
+
+
+def budget_note(preset: str, iters: int) -> str:
+    return (f"quick preset: {iters} iterations - how fast memorization happens, not the asymptotic capacity"
+            if preset == "quick" else f"{iters} iterations")
+
+
+def plot_k2_hat(ax, K2: dict):
+    """Fig. 8f: K2_hat against D_phi for every (l1, l2): geometric mean over seeds, error bars one standard
+    deviation of log2 K2_hat; gray dots: the seeds."""
+    for k, (depth, by_D) in enumerate(sorted(K2.items())):
         D = sorted(by_D, key=int)
         stats = [geometric_stats(by_D[d]) for d in D]
         x = np.array([int(d) for d in D]) * 1.06 ** (k - 1.5)  # small offsets keep the error bars apart
         mean = np.array([m for m, _ in stats])
         sd = np.array([s for _, s in stats])
-        line, = axes[2].plot(x, mean, "o-", label=f"({depth})")
-        axes[2].errorbar(x, mean, yerr=[mean * (1 - 2.0**-sd), mean * (2.0**sd - 1)], fmt="none", capsize=3, color=line.get_color())
+        line, = ax.plot(x, mean, "o-", label=f"({depth})")
+        ax.errorbar(x, mean, yerr=[mean * (1 - 2.0**-sd), mean * (2.0**sd - 1)], fmt="none", capsize=3, color=line.get_color())
         for xi, d in zip(x, D):
-            axes[2].plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
-    axes[2].set_xscale("log", base=2)
-    axes[2].set_yscale("log", base=2)
-    axes[2].set_xlabel("D_phi")
-    axes[2].set_ylabel("K2_hat")
-    axes[2].legend(title="(l1, l2)", fontsize=8)
-    axes[2].set_title("K2_hat (geometric mean over seeds, +-1 sd of log2)", fontsize=9)
-    note = (f"quick preset: {result['iters']} iterations - how fast memorization happens, not the asymptotic capacity"
-            if result["preset"] == "quick" else f"{result['iters']} iterations")
-    fig.suptitle(f"Minimal task-recognition head ({note})", fontsize=10)
+            ax.plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("D_phi")
+    ax.set_ylabel("K2_hat")
+    ax.legend(title="(l1, l2)", fontsize=8)
+    ax.set_title("K2_hat (geometric mean over seeds, +-1 sd of log2)", fontsize=9)
+
+
+def plot_depths(result: dict, path: str):
+    """Fig. 8f alone, for a --depths-only call (its budget in the title)."""
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    plot_k2_hat(ax, result["K2_hat"])
+    fig.suptitle(f"Minimal task-recognition head ({budget_note(result['preset'], result['config']['iters'])})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return fig
 
 
 def plot_trend(trend: dict, path: str):
@@ -329,7 +365,8 @@ def main():
     parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/mem_minimal.json")
     parser.add_argument("--depths-only", action="store_true",
                         help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
-                             "studies with --iters; writes FIGURES/mem_depths_<iters>.json")
+                             "studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, reusing the searches "
+                             "an earlier call with the same budget left there")
     parser.add_argument("--D-phis", type=int, nargs="+", default=None,
                         help="D_phi values of the K2_hat searches (default: quick 2 8 32 128, paper 4..128)")
     parser.add_argument("--trend", action="store_true", help="only the heat map's large-K, large-D_phi corner at the "
@@ -368,13 +405,18 @@ def main():
         plot_trend(trend, os.path.join(args.figures, "mem_trend.png"))
         print(json.dumps(trend))
         return
-    found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs)
+    depths_path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
+    done = earlier_searches(depths_path, base) if args.depths_only else []
+    if done:
+        print(f"reusing the {len(done)} searches already in {depths_path}", flush=True)
+    found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs, done)
     print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
     if args.depths_only:
-        path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
-        with open(path, "w") as f:
-            json.dump({"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1)}, f, indent=1)
-        print(f"K2_hat at D_phi = {D_phis}, {base.iters} iterations; wrote {path} in {(time.time() - t0) / 60:.1f} min")
+        result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1)}
+        with open(depths_path, "w") as f:
+            json.dump(result, f, indent=1)
+        plot_depths(result, depths_path.replace(".json", ".png"))
+        print(f"K2_hat at D_phi = {D_phis}, {base.iters} iterations; wrote {depths_path} and .png in {(time.time() - t0) / 60:.1f} min")
         return
     result = {"preset": preset, "iters": base.iters, "config": asdict(base),
               "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}

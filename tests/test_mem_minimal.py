@@ -132,6 +132,37 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
     assert out.startswith(f"preset quick: 4 steps per run, seeds [0, 1], 2 processes; writing {tmp_path}/mem_depths_4.json")
 
 
+def test_depths_only_reuses_the_searches_of_an_earlier_call(tmp_path, monkeypatch):
+    """A second --depths-only call with the same budget trains only the searches the file lacks and keeps
+    the earlier ones (the full Fig. 8f at 6000 steps was made in three calls); another model reuses nothing."""
+    trained = []
+
+    def criterion(run):
+        trained.append((run.D_phi, run.iters))
+        return math.log2(run.K) - (3 + run.depth1 + math.log2(run.D_phi) / 2)
+
+    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
+
+    def call(preset, iters, *D_phis):
+        monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", preset, "--depths-only", "--iters", str(iters),
+                                          "--seeds", "0", "--depths", "1,1", "--D-phis", *map(str, D_phis), "--figures", str(tmp_path)])
+        trained.clear()
+        mm.main()
+        with open(tmp_path / f"mem_depths_{iters}.json") as f:
+            return json.load(f), {d for d, _ in trained}
+
+    first, trained_first = call("quick", 4, 8)
+    second, trained_second = call("quick", 4, 2, 8)
+    assert trained_first == {8} and trained_second == {2}
+    assert second["K2_hat"]["1,1"]["8"] == first["K2_hat"]["1,1"]["8"]
+    assert second["K2_hat"]["1,1"]["2"] == pytest.approx([2 ** 4.5])
+    assert (tmp_path / "mem_depths_4.png").exists()
+    other, trained_other = call("paper", 4, 2, 8)  # same file name, another model (width, N): all retrained,
+    assert trained_other == {2, 8}
+    assert all(f["run"]["width"] == mm.PRESETS["paper"]["base"].width for f in other["searches"])  # none of quick's kept
+
+
 def test_k2_searches_file_every_depth_D_phi_and_seed_under_its_own_key(monkeypatch, tmp_path):
     """Fig. 8f: with a criterion whose crossing is known, log2 K2_hat = 2 + l1 + 2 l2 + log2(D_phi) / 2 + seed / 4,
     every (l1, l2) x D_phi x seed lands in K2_hat["l1,l2"]["D_phi"][seed], and the figure draws, for each
