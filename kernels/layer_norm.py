@@ -36,11 +36,16 @@ def _tile(D: int) -> tuple[int, int]:
 if triton is not None:
 
     @triton.jit
-    def _forward_kernel(X, Y, RSTD, M, D, eps, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    def _tile_of_rows(M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+        """This program's rows (ROWS,), the mask of its (ROWS, BLOCK_D) tile and the tile's offsets."""
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK_D)
         mask = (rows[:, None] < M) & (cols[None, :] < D)
-        offsets = rows[:, None].to(tl.int64) * D + cols[None, :]
+        return rows, mask, rows[:, None].to(tl.int64) * D + cols[None, :]
+
+    @triton.jit
+    def _forward_kernel(X, Y, RSTD, M, D, eps, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+        rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
         x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(x, 1) / D
         xc = tl.where(mask, x - mean[:, None], 0.0)  # padding columns must not enter the variance
@@ -50,10 +55,7 @@ if triton is not None:
 
     @triton.jit
     def _backward_kernel(Y, DY, RSTD, DX, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK_D)
-        mask = (rows[:, None] < M) & (cols[None, :] < D)
-        offsets = rows[:, None].to(tl.int64) * D + cols[None, :]
+        rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
         y = tl.load(Y + offsets, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=rows < M, other=0.0)
