@@ -313,7 +313,7 @@ def plot_depths(result: dict, path: str):
     """Fig. 8f alone, for a --depths-only call (its budget in the title)."""
     fig, ax = plt.subplots(figsize=(6, 4.2))
     plot_k2_hat(ax, result["K2_hat"])
-    fig.suptitle(f"Minimal task-recognition head ({budget_note(result['preset'], result['config']['iters'])})", fontsize=9)
+    fig.suptitle(f"Minimal task-recognition head\n({budget_note(result['preset'], result['config']['iters'])})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -412,7 +412,8 @@ def main():
     found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs, done)
     print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
     if args.depths_only:
-        result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1)}
+        result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1),
+                  "reused": len(done)}  # seconds: this call's, which trained only the searches it did not reuse
         with open(depths_path, "w") as f:
             json.dump(result, f, indent=1)
         plot_depths(result, depths_path.replace(".json", ".png"))
