@@ -219,13 +219,16 @@ def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_ra
     """Fig. 8f: K2_hat for every (l1, l2), D_phi and seed. Returns {"K2_hat": {"l1,l2": {"D_phi": [per seed]}},
     "searches": [...]}. `done`: searches found earlier (their "run" configurations and K2_hat), reused
     instead of retrained, and kept in the result with the new ones (each search is deterministic)."""
-    known = {json.dumps(f["run"], sort_keys=True): f for f in done}
+    def key(run: dict) -> str:  # a search is known by its whole run configuration
+        return json.dumps(run, sort_keys=True)
+
+    known = {key(f["run"]): f for f in done}
     searches = [(replace(base, D_phi=d, depth1=l1, depth2=l2, seed=s), *K_range)
                 for l1, l2 in depths for d in D_phis for s in seeds]
-    todo = [a for a in searches if json.dumps(asdict(a[0]), sort_keys=True) not in known]
+    todo = [a for a in searches if key(asdict(a[0])) not in known]
     todo.sort(key=lambda a: -(a[0].depth1 + a[0].depth2))  # deeper first: the longest searches start early
     for f in cli.parallel_map(_search, todo, jobs, "K2_hat searches"):
-        known[json.dumps(f["run"], sort_keys=True)] = f
+        known[key(f["run"])] = f
     found = sorted(known.values(), key=lambda f: tuple(f["run"][k] for k in ("depth1", "depth2", "D_phi", "seed")))
     K2 = {}
     for f in found:
