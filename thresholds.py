@@ -502,11 +502,12 @@ def epsilon_calibration(scores: list[list[float]]) -> dict:
 
 K2_PRESETS = {
     # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3, K1* ~ 32) run to
-    # 2000 steps, where single runs left 2-Gen at K = 64, 96, 128 after Delta tau ~ 450, 1200, 1600 steps; K
-    # spaced by 8 up to 80 and 96, where half the seeds are still in 2-Gen at the end (K = 112: all of them)
-    "quick": dict(N=64, batch=64, lr=3e-3, iters=2000, eval_every=50, eval_dense=256, evals=16, eval_train=256,
-                  eval_gen=256, per_chain=64, per_chain_tasks=128, Ks=[48, 56, 64, 72, 80, 96], seeds=4,
-                  inf_seeds=2, inf_iters=2000),
+    # 4000 steps. At 2000 steps Delta tau grew exponentially in K up to the censoring at ~1400 (K = 96) and the
+    # fit found no finite K2*; single 4000-step runs (seed 0) left 2-Gen after 500, 1600, 3100 steps at K = 64,
+    # 128, 160 and not at all at K = 224, so the grid spans 64..224 in steps of 32
+    "quick": dict(N=64, batch=64, lr=3e-3, iters=4000, eval_every=50, eval_dense=256, evals=16, eval_train=256,
+                  eval_gen=256, per_chain=64, per_chain_tasks=128, Ks=[64, 96, 128, 160, 192, 224], seeds=4,
+                  inf_seeds=2, inf_iters=4000),
     # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
     # on 10^4 fixed chains
     "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
@@ -695,7 +696,7 @@ def main():
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
     p = sub.add_parser("k2", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)")
-    cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, 2000 steps, K = 48..112; "
+    cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, 4000 steps, K = 64..224; "
                                   "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
     cli.add_device(p)
