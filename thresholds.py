@@ -13,8 +13,16 @@ which phi_beta(2) first exceeds phi_beta*, is bimodal near K1* (Fig. 7b). Two pe
 changing the kinetics of one of the competing circuits (Fig. 7c): gradient reweighting of layer 1's
 previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injection (faster 1-Mem).
 
+K2* (Appendix "Transience and Partial Memorization", Fig. 8a-b, A10): above K1* a run enters 2-Gen and leaves
+it for memorization after Delta tau_K steps, which diverges at K2*; the fraction of memorized chains has an
+asymptote that falls with K (the section "K2*" below).
+
     python thresholds.py k1                    # quick preset on the CPU: figures/k1.png and .json
     python thresholds.py k1 --print-commands   # the paper preset's runs, one command line each
+    python thresholds.py k2                    # quick preset on the CPU: figures/k2.png and .json
+
+This file trains and reads the runs and draws the figures; the estimators (the binary search, the divergence
+and sigmoid fits, epsilon) are in estimators.py.
 """
 import argparse
 import json
@@ -24,22 +32,21 @@ import shlex
 import statistics
 import sys
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 
 import matplotlib.pyplot as plt
 import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit  # least squares with bounds (the sigmoids of Fig. 8b, A10)
 
 import cli
 import train
+from estimators import (Search, censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
+                        fit_sigmoid, median_ci)
 from markov import check_int
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
 
-# ----------------------------------------------------------------------------- the rule and the search
+# ----------------------------------------------------------------------------- the rule
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -53,65 +60,6 @@ def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
 def tau_2gen(rows: list[dict], phi_star: float = PHI_STAR) -> int | None:
     """tau_2gen: the first evaluation step at which phi_beta(2) > phi_star (None: never within the run)."""
     return next((r["step"] for r in sorted(rows, key=lambda r: r["step"]) if r["phi_beta_2"] > phi_star), None)
-
-
-@dataclass
-class Search:
-    """Binary search over integers for K1* = the largest K in [lo, hi] whose run does not generalize,
-    assuming that the outcome is monotone in K (no 2-Gen up to K1*, 2-Gen above).
-
-    Driven from outside so that the searches of many seeds advance in lockstep, each round's runs
-    trained together: `pending()` is what to run next (lo and hi first, then one midpoint a round),
-    `record(K, generalizes)` takes an outcome, `result()` the answer."""
-
-    lo: int
-    hi: int
-    ratio: float = 1.0  # stop once above / below <= ratio (1: down to neighbouring integers, the paper's search)
-    probes: dict = field(default_factory=dict)  # K -> generalizes
-
-    def __post_init__(self):
-        if not 1 <= self.lo < self.hi:
-            raise ValueError(f"the search needs 1 <= lo < hi, got lo = {self.lo}, hi = {self.hi}")
-        if not self.ratio >= 1:
-            raise ValueError(f"the search's stopping ratio must be >= 1, got {self.ratio}")
-
-    def pending(self) -> list[int]:
-        ends = [K for K in (self.lo, self.hi) if K not in self.probes]
-        if ends:
-            return ends
-        if self.probes[self.lo] or not self.probes[self.hi]:
-            return []  # K1* is outside [lo, hi]
-        below = max(K for K, up in self.probes.items() if not up)
-        above = min(K for K, up in self.probes.items() if up)
-        if above - below <= 1 or above <= self.ratio * below:
-            return []
-        return [min(max(round(math.sqrt(below * above)), below + 1), above - 1)]  # bisect in log K
-
-    def record(self, K: int, generalizes: bool):
-        self.probes[K] = bool(generalizes)
-
-    def result(self) -> dict:
-        """{"K1_star": the largest K that did not generalize, "above": the smallest that did, "bound", "probes":
-        {K: bool}}; bound is None, or "below" when the run at lo already generalizes (K1* < lo), "above" when
-        the run at hi does not (K1* >= hi), and then K1_star and above are None."""
-        if self.pending():
-            raise ValueError("the search is not finished")
-        probes = dict(sorted(self.probes.items()))
-        if probes[self.lo]:
-            return {"K1_star": None, "above": None, "bound": "below", "probes": probes}
-        if not probes[self.hi]:
-            return {"K1_star": None, "above": None, "bound": "above", "probes": probes}
-        below = max(K for K, up in probes.items() if not up)
-        return {"K1_star": below, "above": min(K for K, up in probes.items() if up), "bound": None, "probes": probes}
-
-
-def search_threshold(generalizes: Callable[[int], bool], lo: int, hi: int, ratio: float = 1.0) -> dict:
-    """One search run to the end with a function K -> generalizes (tests, and a single seed)."""
-    search = Search(lo, hi, ratio)
-    while todo := search.pending():
-        for K in todo:
-            search.record(K, generalizes(K))
-    return search.result()
 
 
 # ----------------------------------------------------------------------------- probes: one training run per (condition, K, seed)
@@ -397,107 +345,10 @@ def delta_tau(rows: list[dict]) -> tuple[int | None, str]:
     return t_mem - t_gen, "ok"
 
 
-def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
-    """(median, lo, hi) over seeds, None meaning "longer than the run" (+inf: a censored value still counts
-    in the median's rank), and a bootstrap percentile interval of the median; inf where it is beyond the run."""
-    x = np.array([math.inf if v is None else v for v in values], dtype=float)
-    rng = np.random.default_rng(seed)
-    boot = np.median(rng.choice(x, size=(resamples, len(x))), axis=1)
-    q = (1 - level) / 2
-    return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
-
-
-def divergence(K, log_a, K2_star, gamma):
-    """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a)."""
-    return np.exp(log_a - gamma * np.log(K2_star - np.asarray(K, float)))
-
-
-def fit_divergence(K: list[float], dtau: list[list[float | None]], resamples: int = 1000, seed: int = 0) -> dict:
-    """Fit `divergence` to the median Delta tau over seeds at each K (None: a seed still in 2-Gen at the
-    end, counted as longer than the run; a K whose median is beyond the run is left out).
-
-    For a given K2*, log Delta tau = log a - gamma log(K2* - K) is a straight line, so the least-squares fit
-    in log Delta tau (relative errors: Delta tau spans decades) is a line fit for every K2* on a log grid
-    from just above the largest K to 1000 times it, and the K2* of least squared error. 95 % intervals:
-    bootstrap over seeds (resample the seeds at every K, refit the medians). The paper adds an offset to the
-    divergence; with a handful of K its four parameters are not identifiable (gamma runs to any bound), so
-    this fit has three."""
-    K = np.asarray(K, float)
-    grid = K.max() * np.logspace(1e-3, 3, 3000)  # K2* candidates, 0.23 % apart
-
-    def fit(medians: np.ndarray) -> tuple[float, float, float] | None:
-        keep = np.isfinite(medians)
-        if keep.sum() < 4:
-            return None
-        x = np.log(grid[:, None] - K[keep][None])  # (G, n)
-        y = np.log(np.maximum(medians[keep], 1.0))  # Delta tau of 0 (both in one evaluation interval): 1 step
-        xc, yc = x - x.mean(1, keepdims=True), y - y.mean()
-        slope = (xc * yc).sum(1) / (xc**2).sum(1)
-        sse = ((yc - slope[:, None] * xc) ** 2).sum(1)
-        sse[slope >= 0] = np.inf  # gamma > 0: a divergence, not a decay
-        i = int(np.argmin(sse))
-        if not np.isfinite(sse[i]):
-            return None
-        return float(y.mean() - slope[i] * x[i].mean()), float(grid[i]), float(-slope[i])
-
-    seeds = [np.array([math.inf if v is None else v for v in values], float) for values in dtau]
-    params = fit(np.array([np.median(x) for x in seeds]))
-    if params is None:
-        raise ValueError(f"the fit needs a finite, growing median Delta tau at >= 4 K "
-                         f"(finite at {sum(np.isfinite(np.median(x)) for x in seeds)})")
-    rng = np.random.default_rng(seed)
-    boot = [p for p in (fit(np.array([np.median(rng.choice(x, len(x))) for x in seeds])) for _ in range(resamples))
-            if p is not None]
-    lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
-    log_a, K2, gamma = params
-
-    def finite(K2_value: float) -> float | None:  # the grid's last K2*: no finite divergence (None = unbounded)
-        return None if K2_value >= grid[-1] else float(K2_value)
-
-    out = {"K2_star": finite(K2), "gamma": gamma, "log_a": log_a, "K2_star_ci": [float(lo[1]), finite(hi[1])],
-           "gamma_ci": [float(lo[2]), float(hi[2])], "resamples_fitted": len(boot)}
-    if out["K2_star"] is None:  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
-        out.update(gamma=None, why="no finite divergence: the least squares prefer K2* -> inf (log Delta tau linear in K)",
-                   exponential_rate=gamma / K2)
-    return out
-
-
 def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
     """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
     rows = sorted(chain_rows, key=lambda r: r["step"])
     return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < epsilon)) for r in rows]
-
-
-def sigmoid(t, A, log_t0, width):
-    """A sigmoid in log time, rising to its asymptote A (the memorized fraction at convergence)."""
-    return A / (1 + np.exp(-(np.log(t) - log_t0) / width))
-
-
-def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
-    """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]."""
-    t, f = np.asarray(steps, float), np.asarray(fraction, float)
-    t, f = t[t > 0], f[t > 0]
-    if f.max() == 0:
-        return {"A": 0.0, "log_t0": None, "width": None}  # nothing memorized: no sigmoid to place
-    half = t[np.argmax(f >= f.max() / 2)]
-    with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used
-        warnings.simplefilter("ignore", OptimizeWarning)
-        params, _ = curve_fit(sigmoid, t, f, p0=[f.max(), math.log(half), 0.5],
-                              bounds=([0, math.log(t.min()) - 5, 0.01], [1, math.log(t.max()) + 10, 10]), maxfev=20_000)
-    return {"A": float(params[0]), "log_t0": float(params[1]), "width": float(params[2])}
-
-
-def epsilon_calibration(scores: list[list[float]]) -> dict:
-    """epsilon from the per-chain scores of models trained at K = inf (which cannot memorize), scored at the
-    end of training on fixed fresh chains: their mean and spread, and the threshold
-    epsilon = mean - 2 std: a chain counts as memorized when the model beats 2-Gen on it by more than a model
-    that cannot memorize does on 97.7 % of chains. (The paper, whose K = inf models have mean and std ~ 10^-3,
-    sets epsilon = 10^-3, the scale of those fluctuations.)"""
-    x = np.concatenate([np.asarray(v, float) for v in scores])
-    per_model = [{"mean": float(np.mean(v)), "std": float(np.std(v))} for v in scores]
-    mean, std = float(x.mean()), float(x.std())
-    return {"mean": mean, "std": std, "value": mean - 2 * std, "per_model": per_model, "chains": len(scores[0]),
-            "scores": [round(float(v), 5) for v in x]}
 
 
 K2_PRESETS = {
@@ -531,10 +382,12 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
     finite = [c for c in cfgs if c.K != math.inf]
     eps = epsilon_calibration([train.read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     Ks = sorted({c.K for c in finite})
-    runs, dtau, asymptote, curves = [], {}, {}, {}
+    runs, dtau, bound, asymptote, curves = [], {}, {}, {}, {}
     for c in finite:
         dense = train.read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
+        # still in 2-Gen at the end: Delta tau is longer than the steps spent there
+        bound.setdefault(c.K, []).append(max(r["step"] for r in dense) - tau_2gen(dense) if status == "censored" else None)
         steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
         A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
@@ -544,24 +397,14 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
         curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction})
     medians = {K: median_ci(dtau[K]) for K in Ks}
     try:
-        fit = fit_divergence(Ks, [dtau[K] for K in Ks])
+        fit = fit_divergence(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
     except ValueError as e:  # too few finite medians, or no convergence: say so in the JSON
         fit = {"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)}
     mean_A = [float(np.mean(asymptote[K])) for K in Ks]
-    return {"K": Ks, "delta_tau": dtau, "median": {K: medians[K] for K in Ks}, "fit": fit, "epsilon": eps,
+    return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
+            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in Ks}, "fit": fit, "epsilon": eps,
             "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
             "memorized_curves": curves, "runs": runs}
-
-
-def extrapolate_zero(Ks: list[float], fraction: list[float]) -> float | None:
-    """Fig. 8b's extrapolation: the K at which a line through the mean memorized asymptotes against log K,
-    from the largest asymptote on, reaches zero (None: fewer than two points, or not falling)."""
-    top = int(np.argmax(fraction))
-    x, y = np.log(np.asarray(Ks[top:], float)), np.asarray(fraction[top:], float)
-    if len(x) < 2:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    return float(math.exp(-intercept / slope)) if slope < 0 else None
 
 
 def plot_k2(result: dict, path: str):
@@ -577,6 +420,9 @@ def plot_k2(result: dict, path: str):
         med, lo, hi = result["median"][K]
         if math.isfinite(med):
             axes[0].errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
+        else:  # the median is longer than the run: an arrow up from its lower bound (what the fit uses)
+            axes[0].annotate("", (K, 2 * result["median_lower_bound"][K]), (K, result["median_lower_bound"][K]),
+                             arrowprops=dict(arrowstyle="->", color="k"))
         censored = sum(v is None for v in result["delta_tau"][K])
         if censored:  # still in 2-Gen at the end: Delta tau longer than the run
             axes[0].annotate(f"{censored} in 2-Gen at the end", (K, 0.02), xycoords=("data", "axes fraction"),

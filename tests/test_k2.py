@@ -1,5 +1,5 @@
 """K2*: K = inf training, the per-chain memorization scores, tau_2mem / Delta tau, the divergence and sigmoid
-fits, epsilon, and `thresholds.py k2` end to end on a tiny preset."""
+fits (estimators.py), epsilon, and `thresholds.py k2` end to end on a tiny preset."""
 import argparse
 import json
 import math
@@ -7,14 +7,16 @@ import os
 
 import numpy as np
 import pytest
+import scipy.optimize
 import torch
 
 import thresholds
 import train
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
-from thresholds import (delta_tau, divergence, epsilon_calibration, extrapolate_zero, fit_divergence, fit_sigmoid,
-                        median_ci, memorized_fraction, sigmoid, tau_2mem)
+from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence, fit_sigmoid,
+                        median_ci, sigmoid)
+from thresholds import delta_tau, memorized_fraction, tau_2mem
 
 
 def tiny(out, **kw) -> train.Config:
@@ -168,6 +170,52 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
     assert growth["exponential_rate"] == pytest.approx(0.04, rel=0.05)
     with pytest.raises(ValueError, match="growing"):  # shorter and shorter: no divergence to fit
         fit_divergence(list(K), [[v] for v in reversed(true)], resamples=10)
+
+
+def test_censored_medians_are_lower_bounds():
+    assert censored_median([100, 200, None], [None, None, 900]) == (200, False)  # a finite median: the value
+    assert censored_median([100, 200, None, None], [None, None, 500, 700]) == (350, True)  # beyond the run: >= 350
+    assert censored_median([None, None], [None, None]) == (0, True)  # no bound known: at least 0
+
+
+def test_the_divergence_fit_uses_censored_K_below_and_above_K2_star():
+    # K2* = 200 inside the grid: K = 192 stays in 2-Gen past the budget (3300 steps), K = 224 forever
+    K2, gamma, budget = 200.0, 2.0, 3300.0
+    K = [64, 96, 128, 160, 192, 224]
+    covered, estimates = 0, []
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        dtau, bounds = [], []
+        for k in K:
+            v = [float(divergence(k, math.log(1500 * 40**2), K2, gamma)) * math.exp(rng.normal(0, 0.2)) if k < K2
+                 else math.inf for _ in range(4)]
+            dtau.append([x if x < budget else None for x in v])
+            bounds.append([None if x < budget else budget for x in v])
+        fit = fit_divergence(K, dtau, bounds, resamples=200)
+        covered += fit["K2_star_ci"][0] <= K2 <= (fit["K2_star_ci"][1] or math.inf)  # None: unbounded above
+        estimates.append(fit["K2_star"])
+    assert covered >= 5 and np.median(estimates) == pytest.approx(K2, rel=0.1)
+    # Delta tau exponential in K over K = 48..80 has no finite K2* - unless a larger K stays in 2-Gen far longer
+    # than the exponential reaches: then only a divergence below it explains the data
+    Ks = [48, 56, 64, 72, 80, 96]
+    growth = [[100 * math.exp(0.04 * k)] for k in Ks[:-1]]
+    for bound, finite in ((1000, False), (50_000, True)):  # exp(0.04 * 96) * 100 = 4650 steps
+        fit = fit_divergence(Ks, growth + [[None]], [[None]] * 5 + [[bound]], resamples=10)
+        assert (fit["K2_star"] is not None) == finite
+    # a censored K just past the finite ones, 3x above their trend: the least squares trade the trend against the
+    # bound (the hinge is active at the optimum); no (K2*, a, gamma) near the fit's does better, up to the K2* grid
+    Ks = [48, 56, 64, 72, 80, 88, 96]
+    y = np.log([100 * math.exp(0.04 * k) for k in Ks[:-1]] + [3 * 100 * math.exp(0.04 * 96)])
+
+    def cost(params):
+        K2, log_a, gamma = params
+        pred = log_a - gamma * np.log(np.maximum(K2 - np.array(Ks, float), 1e-12))
+        return ((y - pred)[:-1] ** 2).sum() + (max(y[-1] - pred[-1], 0.0) ** 2 if K2 > Ks[-1] else 0.0)
+
+    fit = fit_divergence(Ks, [[math.exp(v)] for v in y[:-1]] + [[None]], [[None]] * 6 + [[math.exp(y[-1])]], resamples=10)
+    params = [fit["K2_star"], fit["log_a"], fit["gamma"]]
+    best = scipy.optimize.minimize(cost, params, method="Nelder-Mead", options=dict(xatol=1e-10, fatol=1e-14, maxiter=20000))
+    assert 96 < fit["K2_star"] < 110 and cost(params) <= 1.005 * best.fun  # without the active sets: x 1.02
 
 
 def test_sigmoid_asymptote_and_memorized_fraction():

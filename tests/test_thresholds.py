@@ -1,11 +1,12 @@
-"""thresholds.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
+"""thresholds.py and estimators.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
 import json
 import os
 
 import pytest
 
 import thresholds
-from thresholds import PHI_STAR, Search, max_phi_beta, search_threshold, tau_2gen
+from estimators import Search, search_threshold
+from thresholds import PHI_STAR, max_phi_beta, tau_2gen
 
 
 @pytest.mark.parametrize("true_K1", [16, 17, 40, 93, 94, 127])

@@ -1,0 +1,227 @@
+"""The estimators of thresholds.py, pure numpy/scipy and tested on synthetic data (tests/test_thresholds.py,
+tests/test_k2.py): what turns the runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
+
+    Search, search_threshold   the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
+                               competition": K > K1* iff max_t phi_beta(2) > phi_beta*)
+    median_ci, censored_median medians of Delta tau_K over seeds, seeds still in 2-Gen at the end included
+    divergence, fit_divergence Fig. 8a: Delta tau_K = a (K2* - K)^(-gamma), censored K used as bounds
+    sigmoid, fit_sigmoid       Fig. A10: the memorized fraction's rise in log time and its asymptote
+    extrapolate_zero           Fig. 8b: where the asymptotes, linear in log K, reach zero
+    epsilon_calibration        epsilon from the per-chain scores of K = inf models
+(Appendix "Transience and Partial Memorization" for the last five.)
+"""
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import OptimizeWarning, curve_fit  # least squares with bounds (the sigmoids of Fig. 8b, A10)
+
+# ----------------------------------------------------------------------------- K1*: the binary search
+
+
+@dataclass
+class Search:
+    """Binary search over integers for K1* = the largest K in [lo, hi] whose run does not generalize,
+    assuming that the outcome is monotone in K (no 2-Gen up to K1*, 2-Gen above).
+
+    Driven from outside so that the searches of many seeds advance in lockstep, each round's runs
+    trained together: `pending()` is what to run next (lo and hi first, then one midpoint a round),
+    `record(K, generalizes)` takes an outcome, `result()` the answer."""
+
+    lo: int
+    hi: int
+    ratio: float = 1.0  # stop once above / below <= ratio (1: down to neighbouring integers, the paper's search)
+    probes: dict = field(default_factory=dict)  # K -> generalizes
+
+    def __post_init__(self):
+        if not 1 <= self.lo < self.hi:
+            raise ValueError(f"the search needs 1 <= lo < hi, got lo = {self.lo}, hi = {self.hi}")
+        if not self.ratio >= 1:
+            raise ValueError(f"the search's stopping ratio must be >= 1, got {self.ratio}")
+
+    def pending(self) -> list[int]:
+        ends = [K for K in (self.lo, self.hi) if K not in self.probes]
+        if ends:
+            return ends
+        if self.probes[self.lo] or not self.probes[self.hi]:
+            return []  # K1* is outside [lo, hi]
+        below = max(K for K, up in self.probes.items() if not up)
+        above = min(K for K, up in self.probes.items() if up)
+        if above - below <= 1 or above <= self.ratio * below:
+            return []
+        return [min(max(round(math.sqrt(below * above)), below + 1), above - 1)]  # bisect in log K
+
+    def record(self, K: int, generalizes: bool):
+        self.probes[K] = bool(generalizes)
+
+    def result(self) -> dict:
+        """{"K1_star": the largest K that did not generalize, "above": the smallest that did, "bound", "probes":
+        {K: bool}}; bound is None, or "below" when the run at lo already generalizes (K1* < lo), "above" when
+        the run at hi does not (K1* >= hi), and then K1_star and above are None."""
+        if self.pending():
+            raise ValueError("the search is not finished")
+        probes = dict(sorted(self.probes.items()))
+        if probes[self.lo]:
+            return {"K1_star": None, "above": None, "bound": "below", "probes": probes}
+        if not probes[self.hi]:
+            return {"K1_star": None, "above": None, "bound": "above", "probes": probes}
+        below = max(K for K, up in probes.items() if not up)
+        return {"K1_star": below, "above": min(K for K, up in probes.items() if up), "bound": None, "probes": probes}
+
+
+def search_threshold(generalizes: Callable[[int], bool], lo: int, hi: int, ratio: float = 1.0) -> dict:
+    """One search run to the end with a function K -> generalizes (tests, and a single seed)."""
+    search = Search(lo, hi, ratio)
+    while todo := search.pending():
+        for K in todo:
+            search.record(K, generalizes(K))
+    return search.result()
+
+
+# ----------------------------------------------------------------------------- K2*: Delta tau's divergence
+
+
+def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
+    """(median, lo, hi) over seeds, None meaning "longer than the run" (+inf: a censored value still counts
+    in the median's rank), and a bootstrap percentile interval of the median; inf where it is beyond the run."""
+    x = np.array([math.inf if v is None else v for v in values], dtype=float)
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(x, size=(resamples, len(x))), axis=1)
+    q = (1 - level) / 2
+    return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
+
+
+def divergence(K, log_a, K2_star, gamma):
+    """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a)."""
+    return np.exp(log_a - gamma * np.log(K2_star - np.asarray(K, float)))
+
+
+def censored_median(values: list[float | None], bounds: list[float | None]) -> tuple[float, bool]:
+    """(median, censored) over seeds: a seed still in 2-Gen at the end (None) is longer than the run; when
+    that makes the median itself longer than the run, the median of the values with each such seed at its
+    bound (the steps it had spent in 2-Gen) is a lower bound on it, returned with censored = True."""
+    x = np.array([math.inf if v is None else v for v in values], float)
+    if np.isfinite(np.median(x)):
+        return float(np.median(x)), False
+    return float(np.median([(b or 0.0) if v is None else v for v, b in zip(values, bounds)])), True
+
+
+def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[list[float | None]] | None = None,
+                   resamples: int = 1000, seed: int = 0) -> dict:
+    """Fit `divergence` to the median Delta tau over seeds at each K. None: a seed still in 2-Gen at the end,
+    longer than the run; bounds[i][j] says by how much (the steps it had spent in 2-Gen), default 0.
+
+    For a given K2*, log Delta tau = log a - gamma log(K2* - K) is a straight line, so the least-squares fit
+    in log Delta tau (relative errors: Delta tau spans decades) is a line fit for every K2* on a log grid
+    from just above the largest K with a finite median to 1000 times it, and the K2* of least squared error.
+    A K whose median is beyond the run is censored data (a Tobit-like fit): no cost when K >= K2* (never
+    memorizing is what a divergence predicts there), else the squared shortfall of the line below the
+    median's lower bound (censored_median) - so a run that stays in 2-Gen far longer than the finite K's
+    trend predicts is evidence for a divergence below it, and the fit uses it. The line with those hinge
+    terms is solved by active sets: censored points below the line are dropped, those above it fitted as
+    data, until the set is stable. 95 % intervals: bootstrap over seeds (resample the seeds at every K, refit
+    the medians). The paper adds an offset to the divergence; with a handful of K its four parameters are
+    not identifiable (gamma runs to any bound), so this fit has three."""
+    K = np.asarray(K, float)
+    bounds = bounds or [[None] * len(v) for v in dtau]
+
+    def fit(points: list[tuple[float, bool]]) -> tuple[float, float, float, float] | None:  # log a, K2*, gamma, rate
+        y = np.log(np.maximum([m for m, _ in points], 1.0))  # Delta tau of 0 (in one evaluation interval): 1 step
+        finite = ~np.array([c for _, c in points])
+        if finite.sum() < 4:
+            return None
+        grid = K[finite].max() * np.logspace(1e-3, 3, 3000)[:, None]  # K2* candidates, 0.23 % apart
+        below = grid > K[None]  # (G, n): censored points at K >= K2* cost nothing
+        x = np.log(np.where(below, grid - K[None], 1.0))
+        active = np.broadcast_to(finite, below.shape)
+        for _ in range(20):  # active sets: finite points, and censored ones the line passes under
+            w = active.astype(float)
+            n = w.sum(1, keepdims=True)
+            xm, ym = (w * x).sum(1, keepdims=True) / n, (w * y).sum(1, keepdims=True) / n
+            slope = (w * (x - xm) * (y - ym)).sum(1) / np.maximum((w * (x - xm) ** 2).sum(1), 1e-300)
+            pred = ym + slope[:, None] * (x - xm)
+            update = finite | (below & (pred < y))
+            if (update == active).all():
+                break
+            active = update
+        shortfall = np.where(finite, y - pred, np.where(below, np.maximum(y - pred, 0.0), 0.0))
+        sse = (shortfall**2).sum(1)
+        sse[slope >= 0] = np.inf  # gamma > 0: a divergence, not a decay
+        i = int(np.argmin(sse))
+        if not np.isfinite(sse[i]):
+            return None
+        edge = i == len(grid) - 1  # the grid's last K2*: no finite divergence
+        return (float(ym[i, 0] - slope[i] * xm[i, 0]), math.inf if edge else float(grid[i, 0]),
+                math.inf if edge else float(-slope[i]), float(-slope[i] / grid[i, 0]))
+
+    def medians(picks: list[np.ndarray]) -> list[tuple[float, bool]]:  # one (median, censored) per K
+        return [censored_median([vs[j] for j in pick], [bs[j] for j in pick]) for vs, bs, pick in zip(dtau, bounds, picks)]
+
+    all_seeds = [np.arange(len(vs)) for vs in dtau]
+    params = fit(medians(all_seeds))
+    if params is None:
+        raise ValueError(f"the fit needs a finite, growing median Delta tau at >= 4 K "
+                         f"(finite at {sum(not c for _, c in medians(all_seeds))})")
+    rng = np.random.default_rng(seed)
+    boot = np.array([p for p in (fit(medians([rng.integers(0, len(vs), len(vs)) for vs in dtau]))
+                                 for _ in range(resamples)) if p is not None])
+    lo, hi = np.quantile(boot, 0.025, axis=0, method="lower"), np.quantile(boot, 0.975, axis=0, method="higher")
+    log_a, K2, gamma, rate = params
+
+    def finite(value: float) -> float | None:  # None: unbounded, no finite divergence
+        return float(value) if math.isfinite(value) else None
+
+    out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": log_a, "K2_star_ci": [finite(lo[1]), finite(hi[1])],
+           "gamma_ci": [finite(lo[2]), finite(hi[2])], "resamples_fitted": len(boot)}
+    if not math.isfinite(K2):  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
+        out.update(exponential_rate=rate,
+                   why="no finite divergence: the least squares prefer K2* -> inf (log Delta tau linear in K)")
+    return out
+
+
+# ----------------------------------------------------------------------------- partial memorization
+
+
+def sigmoid(t, A, log_t0, width):
+    """A sigmoid in log time, rising to its asymptote A (the memorized fraction at convergence)."""
+    return A / (1 + np.exp(-(np.log(t) - log_t0) / width))
+
+
+def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
+    """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]."""
+    t, f = np.asarray(steps, float), np.asarray(fraction, float)
+    t, f = t[t > 0], f[t > 0]
+    if f.max() == 0:
+        return {"A": 0.0, "log_t0": None, "width": None}  # nothing memorized: no sigmoid to place
+    half = t[np.argmax(f >= f.max() / 2)]
+    with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used
+        warnings.simplefilter("ignore", OptimizeWarning)
+        params, _ = curve_fit(sigmoid, t, f, p0=[f.max(), math.log(half), 0.5],
+                              bounds=([0, math.log(t.min()) - 5, 0.01], [1, math.log(t.max()) + 10, 10]), maxfev=20_000)
+    return {"A": float(params[0]), "log_t0": float(params[1]), "width": float(params[2])}
+
+
+def epsilon_calibration(scores: list[list[float]]) -> dict:
+    """epsilon from the per-chain scores of models trained at K = inf (which cannot memorize), scored at the
+    end of training on fixed fresh chains: their mean and spread, and the threshold
+    epsilon = mean - 2 std: a chain counts as memorized when the model beats 2-Gen on it by more than a model
+    that cannot memorize does on 97.7 % of chains. (The paper, whose K = inf models have mean and std ~ 10^-3,
+    sets epsilon = 10^-3, the scale of those fluctuations.)"""
+    x = np.concatenate([np.asarray(v, float) for v in scores])
+    per_model = [{"mean": float(np.mean(v)), "std": float(np.std(v))} for v in scores]
+    mean, std = float(x.mean()), float(x.std())
+    return {"mean": mean, "std": std, "value": mean - 2 * std, "per_model": per_model, "chains": len(scores[0]),
+            "scores": [round(float(v), 5) for v in x]}
+
+
+def extrapolate_zero(Ks: list[float], fraction: list[float]) -> float | None:
+    """Fig. 8b's extrapolation: the K at which a line through the mean memorized asymptotes against log K,
+    from the largest asymptote on, reaches zero (None: fewer than two points, or not falling)."""
+    top = int(np.argmax(fraction))
+    x, y = np.log(np.asarray(Ks[top:], float)), np.asarray(fraction[top:], float)
+    if len(x) < 2:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(math.exp(-intercept / slope)) if slope < 0 else None
