@@ -345,6 +345,14 @@ def delta_tau(rows: list[dict]) -> tuple[int | None, str]:
     return t_mem - t_gen, "ok"
 
 
+def censored_after(rows: list[dict]) -> int | None:
+    """A run still in 2-Gen at its end: the steps it spent there, a lower bound on its Delta tau_K (None for
+    any other status)."""
+    if delta_tau(rows)[1] != "censored":
+        return None
+    return max(r["step"] for r in rows) - tau_2gen(rows)
+
+
 def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
     """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
     rows = sorted(chain_rows, key=lambda r: r["step"])
@@ -386,8 +394,7 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
     for c in finite:
         dense = train.read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
-        # still in 2-Gen at the end: Delta tau is longer than the steps spent there
-        bound.setdefault(c.K, []).append(max(r["step"] for r in dense) - tau_2gen(dense) if status == "censored" else None)
+        bound.setdefault(c.K, []).append(censored_after(dense))
         steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
         A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),

@@ -16,7 +16,7 @@ from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
 from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence, fit_sigmoid,
                         median_ci, sigmoid)
-from thresholds import delta_tau, memorized_fraction, tau_2mem
+from thresholds import censored_after, delta_tau, memorized_fraction, tau_2mem
 
 
 def tiny(out, **kw) -> train.Config:
@@ -129,6 +129,7 @@ def test_tau_2mem_and_delta_tau_on_synthetic_rows():
     assert tau_2mem(list(reversed(ok))) == 40  # row order does not matter
     equal = rows_of([2.3, 2.2, 2.0, 2.0, 2.0, 2.0], phis)  # touching the level is not beating it
     assert tau_2mem(equal) is None and delta_tau(equal) == (None, "censored")
+    assert censored_after(equal) == 30 and censored_after(ok) is None  # in 2-Gen from step 20 to the last, 50
     assert delta_tau(rows_of([2.3, 2.2, 1.9, 1.9, 1.9, 1.9], [0.1] * 6)) == (None, "no 2-gen")
     assert delta_tau(rows_of([2.3, 1.9, 1.9, 1.9, 1.9, 1.9], phis)) == (None, "mem first")
 
