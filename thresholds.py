@@ -320,7 +320,7 @@ def k1(args):
 #     Delta tau_K = tau_2mem - tau_2gen  ~  (K2* - K)^(-gamma)          (Fig. 8a: K2* ~ 7000, gamma ~ 2)
 #
 # diverges at K2*, beyond which the model never memorizes. Independently, a chain k counts as memorized when
-# the model beats 2-Gen on it, Delta^k < epsilon (train.per_chain_scores), and the fraction of memorized
+# the model beats 2-Gen on it, Delta^k < epsilon (evaluation.per_chain_scores), and the fraction of memorized
 # chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
 
 

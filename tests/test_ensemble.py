@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import ensemble
+import evaluation
 import train
 from kernels import attention as attn
 from markov import TaskSet
@@ -67,8 +68,8 @@ def test_dense_readouts_agree_with_the_full_evaluation(tmp_path):
     """On the same sequences, --eval-every's cheap readouts are the full evaluation's numbers."""
     cfg = tiny(tmp_path)
     model = Transformer(cfg.C, cfg.D, max_len=cfg.N).to(DEVICE)
-    data = train.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
-    full = train.evaluate(model, data)
+    data = evaluation.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
+    full = evaluation.evaluate(model, data)
     with torch.no_grad():
         dense = ensemble.readouts(model, data["train"], data["gen"])
     for k, v in dense.items():
@@ -186,7 +187,7 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
     model = train.build_model(cfg)
     model.reset_parameters(torch.Generator().manual_seed(0))  # a CPU generator, as train.fit does
     model.to(DEVICE)
-    train_seqs, gen_seqs, chains = train.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
+    train_seqs, gen_seqs, chains = evaluation.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     with torch.no_grad():
         whole = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=10)
         parts = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=3)

@@ -1,4 +1,4 @@
-"""The values of Fig. 2's numbers (train.make_eval_data, train.evaluate, train.eval_steps), not only
+"""The values of Fig. 2's numbers (evaluation.make_eval_data, evaluation.evaluate, train.eval_steps), not only
 their keys: a stub model whose logits are one Bayes predictor's log-probabilities must sit at that
 predictor, at every position."""
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-import train
+import evaluation
 from bayes import PREDICTORS, nll, predict
 from markov import TaskSet
 from train import Config, eval_steps
@@ -31,7 +31,7 @@ class PredictorModel(torch.nn.Module):
 def setup(K=5, N=12, eval_train=24, eval_gen=20):
     cfg = Config(K=K, N=N, eval_train=eval_train, eval_gen=eval_gen)
     tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed)
-    return cfg, tasks, train.make_eval_data(cfg, tasks)
+    return cfg, tasks, evaluation.make_eval_data(cfg, tasks)
 
 
 @pytest.mark.parametrize("name", PREDICTORS)
@@ -54,7 +54,7 @@ def test_stored_predictions_are_the_predictor_at_every_position(name):
 @pytest.mark.parametrize("name", PREDICTORS)
 def test_a_model_that_is_a_predictor_has_zero_divergence_to_it_and_its_losses(name):
     cfg, tasks, data = setup()
-    m = train.evaluate(PredictorModel(name, tasks.T), data, chunk=7)  # ragged chunks
+    m = evaluation.evaluate(PredictorModel(name, tasks.T), data, chunk=7)  # ragged chunks
     assert m[f"kl_{name}"] == pytest.approx(0.0, abs=1e-5)
     for other in PREDICTORS:
         if other != name:
@@ -74,7 +74,7 @@ def test_divergence_is_the_mean_of_the_two_splits():
     """D(pi_hat, pi_theta) = 1/2 <KL>_S + 1/2 <KL>_{D_T}, each averaged over positions and sequences:
     a model that is 2-Gen on every sequence is checked against the KL written out by hand."""
     cfg, tasks, data = setup(eval_train=6, eval_gen=4)
-    m = train.evaluate(PredictorModel("2gen", tasks.T), data, chunk=5)
+    m = evaluation.evaluate(PredictorModel("2gen", tasks.T), data, chunk=5)
     halves = []
     for split in ("train", "gen"):
         p, q = data[f"{split}_1gen"], data[f"{split}_2gen"]

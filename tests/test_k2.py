@@ -11,6 +11,7 @@ import scipy.optimize
 import torch
 
 import thresholds
+import evaluation
 import train
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
@@ -89,8 +90,8 @@ def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
     model.reset_parameters(torch.Generator().manual_seed(3))
     with torch.no_grad():
         model.task_embedding.weight.normal_(0, 1, generator=torch.Generator().manual_seed(4))
-    data = train.make_per_chain_data(cfg, tasks)
-    scores = train.per_chain_scores(model.eval(), data, chunk=7)
+    data = evaluation.make_per_chain_data(cfg, tasks)
+    scores = evaluation.per_chain_scores(model.eval(), data, chunk=7)
     assert data["seqs"].shape == (cfg.K * cfg.per_chain, cfg.N + 1)
     for k in range(cfg.K):
         diffs = []
@@ -100,7 +101,7 @@ def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
             diffs.append(nll(logq, seq[None]).mean() - nll(two_gen(seq[None], 10)[:, :-1], seq[None]).mean())
         assert scores[k].item() == pytest.approx(torch.stack(diffs).mean().item(), abs=1e-5)
     # the sequences of chain k come from chain k: on long sequences its own chain explains them best
-    long = train.make_per_chain_data(tiny(tmp_path, K=5, per_chain=4, N=300), tasks)
+    long = evaluation.make_per_chain_data(tiny(tmp_path, K=5, per_chain=4, N=300), tasks)
     seqs = long["seqs"]
     nll_per_chain = torch.stack([-torch.log(tasks.T[j][seqs[:, 1:], seqs[:, :-1]]).sum(1) for j in range(cfg.K)], 1)
     assert torch.equal(nll_per_chain.argmin(1), long["chain"])
@@ -109,7 +110,7 @@ def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
 def test_dense_rows_carry_the_2gen_level_of_their_sequences(tmp_path):
     cfg = tiny(tmp_path, eval_dense=6)
     rows = [r for r in train.train(cfg, quiet=True) if r.get("dense")]
-    seqs = train.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))[0]
+    seqs = evaluation.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))[0]
     level = nll(two_gen(seqs, 10)[:, :-1], seqs).mean().item()
     assert all(r["train_loss_2gen"] == pytest.approx(level, abs=1e-6) for r in rows)
 

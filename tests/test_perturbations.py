@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import ensemble
+import evaluation
 import train
 from train import Config
-from transformer import Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,14 +97,14 @@ def test_evaluation_gives_held_out_S_sequences_their_chains(tmp_path):
     with torch.no_grad():
         model.task_embedding.weight.mul_(10)  # make the chain matter
     tasks = train.TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed)
-    data = train.make_eval_data(cfg, tasks)
-    metrics = train.evaluate(model, data)
+    data = evaluation.make_eval_data(cfg, tasks)
+    metrics = evaluation.evaluate(model, data)
     with torch.no_grad():
         for split, task in (("train", data["train_task"]), ("gen", None)):
             seqs = data[split]
             logq = torch.log_softmax(model(seqs[:, :-1], task=task), -1)
             assert metrics[f"{split}_loss"] == pytest.approx(train.nll(logq, seqs).mean().item(), rel=1e-5)
-        seqs, _, chains = train.make_dense_data(cfg, tasks)
+        seqs, _, chains = evaluation.make_dense_data(cfg, tasks)
         dense = ensemble.readouts(model, seqs, seqs, chains)
         assert dense["train_loss"].item() == pytest.approx(
             ensemble.lm_loss(model, seqs, chains).item(), rel=1e-5)
