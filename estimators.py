@@ -122,8 +122,10 @@ def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[
     trend predicts is evidence for a divergence below it, and the fit uses it. The line with those hinge
     terms is solved by active sets: censored points below the line are dropped, those above it fitted as
     data, until the set is stable. 95 % intervals: bootstrap over seeds (resample the seeds at every K, refit
-    the medians). The paper adds an offset to the divergence; with a handful of K its four parameters are
-    not identifiable (gamma runs to any bound), so this fit has three."""
+    the medians); a resample with fewer than 4 finite medians cannot be fitted and is left out (their number is
+    "resamples_fitted"; such resamples lean to a smaller K2*, so the interval sits too high when many are
+    lost). The paper adds a linear offset to the divergence; with a handful of K its parameters
+    are not identifiable (gamma runs to any bound), so this fit has three."""
     K = np.asarray(K, float)
     bounds = bounds or [[None] * len(v) for v in dtau]
 
@@ -166,15 +168,17 @@ def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[
                          f"(finite at {sum(not c for _, c in medians(all_seeds))})")
     rng = np.random.default_rng(seed)
     boot = np.array([p for p in (fit(medians([rng.integers(0, len(vs), len(vs)) for vs in dtau]))
-                                 for _ in range(resamples)) if p is not None])
-    lo, hi = np.quantile(boot, 0.025, axis=0, method="lower"), np.quantile(boot, 0.975, axis=0, method="higher")
+                                 for _ in range(resamples)) if p is not None]).reshape(-1, 4)
+    lo, hi = ((np.quantile(boot, 0.025, axis=0, method="lower"), np.quantile(boot, 0.975, axis=0, method="higher"))
+              if len(boot) else (np.full(4, math.nan),) * 2)
     log_a, K2, gamma, rate = params
 
-    def finite(value: float) -> float | None:  # None: unbounded, no finite divergence
+    def finite(value: float) -> float | None:  # None: unbounded (no finite divergence), or no resample fitted
         return float(value) if math.isfinite(value) else None
 
-    out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": log_a, "K2_star_ci": [finite(lo[1]), finite(hi[1])],
-           "gamma_ci": [finite(lo[2]), finite(hi[2])], "resamples_fitted": len(boot)}
+    out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": log_a if math.isfinite(K2) else None,
+           "K2_star_ci": [finite(lo[1]), finite(hi[1])], "gamma_ci": [finite(lo[2]), finite(hi[2])],
+           "resamples_fitted": len(boot)}
     if not math.isfinite(K2):  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
         out.update(exponential_rate=rate,
                    why="no finite divergence: the least squares prefer K2* -> inf (log Delta tau linear in K)")

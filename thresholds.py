@@ -388,30 +388,34 @@ def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None)
 
 def analyze_k2(cfgs: list[train.Config]) -> dict:
     """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs,
-    and the memorized fractions with their sigmoid asymptotes, from the runs' metrics."""
+    and the memorized fractions with their sigmoid asymptotes, from the runs' metrics. delta_tau[K] holds the
+    seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps it spent there); a
+    seed that never formed the induction head or memorized first is left out of it (its status is in runs)."""
     finite = [c for c in cfgs if c.K != math.inf]
     eps = epsilon_calibration([train.read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     Ks = sorted({c.K for c in finite})
-    runs, dtau, bound, asymptote, curves = [], {}, {}, {}, {}
+    runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
     for c in finite:
         dense = train.read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
-        bound.setdefault(c.K, []).append(censored_after(dense))
+        if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
+            dtau[c.K].append(value)
+            bound[c.K].append(censored_after(dense))
         steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
         A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A})
-        dtau.setdefault(c.K, []).append(value)
         asymptote.setdefault(c.K, []).append(A)
         curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction})
-    medians = {K: median_ci(dtau[K]) for K in Ks}
+    measured = [K for K in Ks if dtau[K]]
+    medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
     try:
-        fit = fit_divergence(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
+        fit = fit_divergence(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
     except ValueError as e:  # too few finite medians, or no convergence: say so in the JSON
         fit = {"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)}
     mean_A = [float(np.mean(asymptote[K])) for K in Ks]
     return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
-            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in Ks}, "fit": fit, "epsilon": eps,
+            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit, "epsilon": eps,
             "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
             "memorized_curves": curves, "runs": runs}
 
@@ -429,7 +433,7 @@ def plot_k2(result: dict, path: str):
         med, lo, hi = result["median"][K]
         if math.isfinite(med):
             axes[0].errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
-        else:  # the median is longer than the run: an arrow up from its lower bound (what the fit uses)
+        elif K in result["median_lower_bound"]:  # longer than the run: an arrow up from its lower bound (what the fit uses)
             axes[0].annotate("", (K, 2 * result["median_lower_bound"][K]), (K, result["median_lower_bound"][K]),
                              arrowprops=dict(arrowstyle="->", color="k"))
         censored = sum(v is None for v in result["delta_tau"][K])
@@ -453,6 +457,7 @@ def plot_k2(result: dict, path: str):
         axes[1].loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1, label=f"slope -gamma = {-fit['gamma']:.2f}")
         axes[1].legend(fontsize=8)
     axes[0].set_xscale("log", base=2)
+    axes[0].set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
     if any(v for K in Ks for v in result["delta_tau"][K]):
         axes[0].set_yscale("log")
     axes[0].set_xlabel("K")

@@ -163,6 +163,7 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
     K2_hat, gamma_hat = np.median(estimates, axis=0)
     assert K2_hat == pytest.approx(K2, rel=0.05) and gamma_hat == pytest.approx(gamma, abs=0.3)
     exact = fit_divergence(list(K), [[v] for v in true], resamples=10)
+    assert fit_divergence(list(K), [[v] for v in true], resamples=0)["K2_star_ci"] == [None, None]  # no resamples: no interval
     assert exact["K2_star"] == pytest.approx(K2, rel=0.003) and exact["gamma"] == pytest.approx(gamma, abs=0.02)
     with pytest.raises(ValueError, match=">= 4 K"):  # three parameters: four medians at least
         fit_divergence(list(K), [[1.0], [2.0], [None], [None], [3.0], [None]])
@@ -275,6 +276,11 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     stamp = os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl")
     thresholds.k2(args)  # everything finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl") == stamp
+    # a run that memorized before it formed the induction head has no Delta tau: left out, not "longer than the run"
+    monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
+                        else (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
+    result = thresholds.analyze_k2(thresholds.k2_runs("quick", str(tmp_path / "runs"), [0]))
+    assert result["delta_tau"][2] == [] and result["delta_tau"][3] != [] and [r["status"] for r in result["runs"]][0] == "mem first"
 
 
 def _with_K(read_metrics):
