@@ -444,7 +444,7 @@ def plot_k2(result: dict, path: str):
     if "exponential_rate" in fit:
         title += f"\nno finite K2*: Delta tau ~ exp({fit['exponential_rate']:.3f} K)"
     elif fit["K2_star"] is None:
-        title += "\nno fit: " + fit["why"][:60]
+        title += "\nno fit: " + fit["why"].split(" (")[0][:70]
     axes[0].set_title(title, fontsize=9)
     if fit["K2_star"] is not None:
         grid = np.linspace(min(Ks), fit["K2_star"] * 0.999, 200)
@@ -458,6 +458,8 @@ def plot_k2(result: dict, path: str):
         axes[1].legend(fontsize=8)
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
+    if result["median_lower_bound"]:
+        axes[0].set_ylim(top=max(axes[0].get_ylim()[1], 2.5 * max(result["median_lower_bound"].values())))
     if any(v for K in Ks for v in result["delta_tau"][K]):
         axes[0].set_yscale("log")
     axes[0].set_xlabel("K")
