@@ -363,7 +363,8 @@ K2_PRESETS = {
     # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3, K1* ~ 32) run to
     # 4000 steps. At 2000 steps Delta tau grew exponentially in K up to the censoring at ~1400 (K = 96) and the
     # fit found no finite K2*; single 4000-step runs (seed 0) left 2-Gen after 500, 1600, 3100 steps at K = 64,
-    # 128, 160 and not at all at K = 224, so the grid spans 64..224 in steps of 32. The per-chain scores on 32
+    # 128, 160 and not at all at K = 224, so the grid spans 64..224 in steps of 32 (the full call: medians 650,
+    # 1700, 2300 at K = 64, 96, 128, beyond the run from 160 - still no finite K2*, README). The per-chain scores on 32
     # sequences per chain (the paper: 64) and dense readouts every 100 steps keep the 26 runs within an hour on 2
     # cores (with 64 and 50 the estimate was ~70 min; the training itself, 104k steps, is ~40 min of it)
     "quick": dict(N=64, batch=64, lr=3e-3, iters=4000, eval_every=100, eval_dense=256, evals=16, eval_train=256,
@@ -417,6 +418,8 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
     return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
             "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit, "epsilon": eps,
             "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
+            # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
+            "memorized_zero_median": extrapolate_zero(Ks, [float(np.median(asymptote[K])) for K in Ks]),
             "memorized_curves": curves, "runs": runs}
 
 
