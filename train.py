@@ -71,6 +71,7 @@ class Config:
     beta2: float = 0.95  # AdamW
     weight_decay: float = 1e-3  # AdamW
     D: int = 64  # embedding dimension
+    mlp_width: int = 0  # hidden units of both MLPs (0: the paper's 4 D); fewer store fewer chains (Fig. 8d-f's D_phi)
     C: int = 10  # Markov states
     seed: int = 0  # model initialization and training batches
     task_seed: int = 0  # the chains of S (nested across K)
@@ -122,6 +123,7 @@ def make_config(args: argparse.Namespace) -> Config:
         raise ValueError("task injection learns a vector per chain of S; with K = inf there is no S")
     check_int("N", cfg.N, 2)
     check_int("D", cfg.D, 1)
+    check_int("mlp_width", cfg.mlp_width, 0)
     check_int("C", cfg.C, 2)
     check_int("seed", cfg.seed, 0)
     check_int("task_seed", cfg.task_seed, 0)
@@ -245,7 +247,7 @@ def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, qui
                    graph: bool = True, overwrite: bool = False) -> list[list[dict]]:
     """Train the runs `cfgs` together as one ensemble (ensemble.py), each model the same as its single run
     and writing its own run directory; the resumable state of all of them is the one file ckpt_path."""
-    step_shape = ("N", "batch", "D", "C")  # the shapes of a batched step
+    step_shape = ("N", "batch", "D", "C", "mlp_width")  # the shapes of a batched step
     common = [f.name for f in fields(Config) if f.name not in ("K", "seed", "out", "eval_train")]
     for cfg in cfgs[1:]:
         differ = [k for k in common if getattr(cfg, k) != getattr(cfgs[0], k)]
@@ -264,7 +266,7 @@ def train_ensemble(cfgs: list[Config], ckpt_path: str, resume: bool = False, qui
 def build_model(cfg: Config) -> Transformer:
     """The run's transformer, with the perturbations its config asks for (weights still to be set)."""
     return Transformer(cfg.C, cfg.D, max_len=cfg.N, prev_weight=cfg.prev_weight,
-                       n_tasks=cfg.K if cfg.task_injection else 0)
+                       n_tasks=cfg.K if cfg.task_injection else 0, mlp_width=cfg.mlp_width)
 
 
 def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet: bool, graph: bool,

@@ -15,6 +15,8 @@ parameters.
 Options used by later experiments (all off by default):
   position="bias"   learned additive relative-position bias P_{i-j} instead of rotary (Fig. 6c)
   mlp1=False        no MLP1 (Fig. 6c bottom)
+  mlp_width=W       W hidden units in both MLPs instead of 4D: the width D_phi that sets how many chains the
+                    minimal memorization model of Fig. 8d-f can store (mem_minimal.py), here in the full model
   n_tasks=K         task injection: a learned D-vector per chain added to MLP1's input (Sec. "Task Injection")
   prev_weight=w     gradient reweighting of layer-1 previous-token attention (Sec. "Gradient Reweighting"):
                     A_{i,i-1} = w A' + (1 - w) detach(A'), forward unchanged
@@ -88,12 +90,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """MLP(y) = W_out GELU(W_in LN(y)), D -> 4D -> D, no biases."""
+    """MLP(y) = W_out GELU(W_in LN(y)), D -> width (the paper: 4D) -> D, no biases."""
 
-    def __init__(self, D: int):
+    def __init__(self, D: int, width: int):
         super().__init__()
-        self.W_in = nn.Linear(D, 4 * D, bias=False)
-        self.W_out = nn.Linear(4 * D, D, bias=False)
+        self.W_in = nn.Linear(D, width, bias=False)
+        self.W_out = nn.Linear(width, D, bias=False)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         return self.W_out(F.gelu(self.W_in(layer_norm(y))))
@@ -112,7 +114,7 @@ class Transformer(nn.Module):
     embeddings, the one input that carries no chain identity and stays on the scale seen in training."""
 
     def __init__(self, C: int = 10, D: int = 64, position: str = "rotary", mlp1: bool = True,
-                 n_tasks: int = 0, prev_weight: float = 1.0, max_len: int = 1024):
+                 n_tasks: int = 0, prev_weight: float = 1.0, max_len: int = 1024, mlp_width: int = 0):
         super().__init__()
         if position not in ("rotary", "bias"):
             raise ValueError(f"position must be 'rotary' or 'bias', got {position!r}")
@@ -121,9 +123,12 @@ class Transformer(nn.Module):
         self.C, self.D, self.max_len = C, D, max_len
         self.W_E = nn.Embedding(C, D)
         self.att1 = Attention(D, position, max_len, prev_weight)
-        self.mlp1 = MLP(D) if mlp1 else None
+        width = mlp_width or 4 * D
+        if width < 1:
+            raise ValueError(f"mlp_width must be >= 1 (0: 4 D), got {mlp_width}")
+        self.mlp1 = MLP(D, width) if mlp1 else None
         self.att2 = Attention(D, position, max_len)
-        self.mlp2 = MLP(D)
+        self.mlp2 = MLP(D, width)
         self.W_U = nn.Linear(D, C, bias=False)
         self.task_embedding = nn.Embedding(n_tasks, D) if n_tasks > 0 else None
         self.reset_parameters()

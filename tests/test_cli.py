@@ -78,6 +78,7 @@ def test_as_processes_bad_input_is_one_line_and_help_starts_nothing(tmp_path):
 
 @pytest.mark.parametrize("flags, words", [
     (["--D", "0"], ["D must be"]),
+    (["--mlp-width", "-1"], ["mlp_width must be"]),
     (["--C", "1"], ["C must be"]),
     (["--device", "meta"], ["--device"]),
     (["--device", "foo"], ["--device"]),
@@ -90,7 +91,7 @@ def test_as_processes_bad_input_is_one_line_and_help_starts_nothing(tmp_path):
     (["--task-seed", "-1"], ["task_seed"]),
     (["--resume", "--overwrite"], ["exclude each other"]),
     (["--resume"], ["no checkpoint"]),
-], ids=["D0", "C1", "meta", "foo", "lr-inf", "lr-nan", "beta2", "K-huge", "K-bound", "seed-neg", "task-seed-neg", "resume-overwrite",
+], ids=["D0", "mlp-width-neg", "C1", "meta", "foo", "lr-inf", "lr-nan", "beta2", "K-huge", "K-bound", "seed-neg", "task-seed-neg", "resume-overwrite",
         "resume-nothing"])
 def test_train_bad_input_creates_nothing(tmp_path, flags, words, run):
     out = tmp_path / "run"

@@ -121,6 +121,9 @@ def test_load_run_returns_the_saved_model_and_task_set(tmp_path):
         train.load_run(str(tmp_path), 7)
     with pytest.raises(ValueError, match="not a run directory"):
         train.load_run(str(tmp_path / "missing"))
+    narrow = tiny(tmp_path / "narrow", mlp_width=8)  # an option of the model is rebuilt from config.json
+    train.train(narrow, quiet=True)
+    assert train.load_run(narrow.out)[2].mlp2.W_in.weight.shape == (8, narrow.D)
 
 
 def test_tf32_is_recorded_and_set(tmp_path):

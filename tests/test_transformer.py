@@ -75,6 +75,16 @@ def test_options():
     with pytest.raises(ValueError):
         Transformer(position="alibi")
 
+    narrow = Transformer(D=16, mlp_width=8)  # both MLPs D -> 8 -> D; 0 is the paper's 4 D
+    assert narrow.mlp1.W_in.weight.shape == (8, 16) and narrow.mlp2.W_out.weight.shape == (16, 8)
+    assert sum(p.numel() for p in base.parameters()) - sum(p.numel() for p in narrow.parameters()) == 2 * 2 * 16 * (64 - 8)
+    torch.manual_seed(0)
+    default = Transformer(D=16)
+    torch.manual_seed(0)
+    torch.testing.assert_close(Transformer(D=16, mlp_width=64)(s), default(s))  # 4 D explicitly: the same model
+    with pytest.raises(ValueError, match="mlp_width"):
+        Transformer(mlp_width=-1)
+
 
 def test_gradient_reweighting_keeps_the_forward_and_scales_the_previous_token_gradient():
     s = seqs(N=12)
