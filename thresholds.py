@@ -364,7 +364,8 @@ K2_PRESETS = {
     # 32 wide instead of 256. At full width the 4000-step runs (K = 64..224) crept towards 2-Gen at every K and left it
     # when the budget allowed, so Delta tau had three finite medians and no divergence (README). With 32 hidden units
     # single 3000-step runs sit on a flat plateau above 2-Gen from K = 96 (gap +0.009, K = inf +0.0165) and left
-    # 2-Gen after 900 and 2000 steps at K = 48 and 64: a capacity-limited K2* near 80-96, inside a CPU budget
+    # 2-Gen after 900 and 2000 steps at K = 48 and 64: a capacity-limited K2* near 80-96, inside a CPU budget. The
+    # full call (README): medians 550..2100 at K = 40..64, censored from 72, still no finite K2* from Delta tau
     "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=32, iters=3000, eval_every=100, eval_dense=256, evals=16,
                   eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[40, 48, 56, 64, 72, 80], seeds=4,
                   inf_seeds=2, inf_iters=3000),
@@ -502,8 +503,9 @@ def plot_k2(result: dict, path: str):
     axes[4].set_ylabel("chains")
     axes[4].set_title(f"epsilon: {len(eps['per_model'])} models at K = inf, mean {eps['mean']:.3g}, std {eps['std']:.3g}")
     axes[4].legend(fontsize=8)
+    width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
     fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
-                 f"{result['iters']} steps)", fontsize=10)
+                 f"{width}, {result['iters']} steps)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -530,7 +532,8 @@ def k2(args):
                  f"{args.figures}/k2.png and .json")
     t0 = time.time()
     run_probes(cfgs, jobs)
-    result = {"preset": preset, "N": p["N"], "iters": p["iters"], "seeds": seeds, **analyze_k2(cfgs),
+    result = {"preset": preset, "N": p["N"], "mlp_width": p.get("mlp_width", 0), "iters": p["iters"], "seeds": seeds,
+              **analyze_k2(cfgs),
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
     plot_k2(result, os.path.join(args.figures, "k2.png"))
     with open(os.path.join(args.figures, "k2.json"), "w") as f:
