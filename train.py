@@ -54,8 +54,8 @@ from matplotlib.colors import LogNorm
 import cli
 from bayes import COLORS, LABELS, PREDICTORS, nll, predict
 from ensemble import Ensemble, GraphedStep, Single
-from markov import FreshChains, TaskSet, batches, check_int, task_source
 from evaluation import evaluate, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
+from markov import FreshChains, TaskSet, batches, check_int, task_source
 from transformer import Transformer
 
 
