@@ -47,7 +47,7 @@ except ImportError:
 B, H, D = 128, 1, 64
 SHAPES = [(N, dtype, mode) for N in (256, 1024) for dtype in (torch.float32, torch.bfloat16) for mode in ("rotary", "bias")]
 
-# sweep candidates per kernel: Tile(block_m, block_n, warps, stages[, gather])
+# sweep candidates per kernel: Tile(block_m, block_n, warps, stages[, diagonal])
 CANDIDATES = {
     "fwd": [Tile(64, 64, 4, 2), Tile(64, 32, 4, 2), Tile(128, 64, 8, 2), Tile(128, 32, 4, 2), Tile(64, 64, 4, 3),
             Tile(128, 64, 4, 3), Tile(32, 32, 4, 2), Tile(32, 64, 4, 2), Tile(64, 32, 4, 3), Tile(128, 32, 8, 3)],
@@ -56,9 +56,13 @@ CANDIDATES = {
              Tile(64, 32, 4, 2)],
     "dq": [Tile(64, 64, 4, 2), Tile(128, 64, 8, 2), Tile(128, 32, 4, 2), Tile(64, 32, 4, 2), Tile(64, 64, 4, 3),
            Tile(32, 32, 4, 2), Tile(64, 32, 4, 3), Tile(32, 64, 4, 2), Tile(128, 64, 8, 3)],
-    "dq bias": [Tile(16, 16, 4, 2, False), Tile(16, 16, 4, 2), Tile(32, 32, 4, 2), Tile(64, 64, 4, 2),
-                Tile(64, 64, 8, 2), Tile(32, 32, 4, 3), Tile(64, 64, 4, 3), Tile(32, 32, 2, 2), Tile(64, 64, 8, 3)],
+    "dq bias": [Tile(16, 16, 4, 2, "mask"), Tile(16, 16, 4, 2), Tile(32, 32, 4, 2), Tile(64, 64, 4, 2),
+                Tile(64, 64, 8, 2), Tile(32, 32, 4, 3), Tile(64, 64, 4, 3), Tile(32, 32, 2, 2), Tile(64, 64, 8, 3),
+                Tile(64, 64, 4, 2, "store"), Tile(128, 64, 8, 2, "store"), Tile(64, 32, 4, 2, "store"),
+                Tile(32, 64, 4, 2, "store"), Tile(128, 32, 4, 2, "store"), Tile(64, 64, 4, 3, "store"),
+                Tile(32, 32, 4, 2, "store")],
 }
+SWEEPS = ("fwd", "dkdv", "dq", "dq bias")  # what --sweep-kernels names
 
 
 def rotated(q, k):
@@ -185,7 +189,6 @@ def relative_error(got, want):
 def kernel_runs(q, k, v, bias, rotary):
     """{kernel: tile -> {name: tensor}}: each kernel launched alone with a given tile, on inputs
     (rotated q, k, out, lse, dO, delta) made once with the default tiles."""
-    N = q.shape[2]
     with torch.no_grad():
         qr, kr = attn._rotate(q, k) if rotary else (q, k)
         out, lse = attn._forward(qr, kr, v, bias, attn.DEFAULT_TILE)
@@ -196,8 +199,8 @@ def kernel_runs(q, k, v, bias, rotary):
         return {"out": attn._forward(qr, kr, v, bias, t)[0]}
 
     def dq(t):
-        grad, _, slots = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, t)
-        return {"dq": grad} | ({"dbias": attn._sum_slots(slots, q.shape[0], q.shape[1], N)} if bias is not None else {})
+        grad, _, dbias = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, t)
+        return {"dq": grad} | ({"dbias": dbias} if bias is not None else {})
 
     def dkdv(t):
         return dict(zip(["dk", "dv"], attn._backward_dkdv(qr, kr, v, bias, rotary, lse, delta, do, t)))
@@ -205,17 +208,21 @@ def kernel_runs(q, k, v, bias, rotary):
     return {"fwd": fwd, "dq": dq, "dkdv": dkdv}, do
 
 
+def sweep_name(kernel, has_bias):
+    return "dq bias" if kernel == "dq" and has_bias else kernel
+
+
 def candidates(kernel, has_bias):
-    return CANDIDATES["dq bias" if kernel == "dq" and has_bias else kernel]
+    return CANDIDATES[sweep_name(kernel, has_bias)]
 
 
-def compile_one(dtype, mode):
+def compile_one(dtype, mode, kernels=SWEEPS):
     """Compile every candidate of one (dtype, mode) into Triton's on-disk cache (a worker process)."""
     q, k, v, bias = make_inputs(256, dtype, mode, batch=1)
     runs, _ = kernel_runs(q, k, v, bias, mode == "rotary")
     failed = 0
     for kernel, run in runs.items():
-        for tile in candidates(kernel, bias is not None):
+        for tile in candidates(kernel, bias is not None) if sweep_name(kernel, bias is not None) in kernels else []:
             try:
                 with torch.no_grad():
                     run(tile)
@@ -224,20 +231,22 @@ def compile_one(dtype, mode):
     return failed
 
 
-def sweep(log, jobs):
+def sweep(log, jobs, kernels=SWEEPS, shapes=SHAPES):
     """Each kernel alone over CANDIDATES at every shape, timed as a CUDA graph (the GPU's time, as in a
     graphed training step); the fastest tile that computes the fp32 reference's numbers (to TOLERANCE)
-    per (kernel, dtype, bias, long) goes into attn.TILES. Returns the table of times."""
+    per (kernel, dtype, bias, long) goes into attn.TILES. Returns the table of times. `kernels` (names
+    of SWEEPS) and `shapes` (of SHAPES) limit the sweep; the table then keeps its other entries."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    keys = sorted({(dtype, mode) for _, dtype, mode in SHAPES}, key=str)
+    keys = sorted({(dtype, mode) for _, dtype, mode in shapes}, key=str)
     with ProcessPoolExecutor(min(jobs, len(keys)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        failed = sum(pool.map(compile_one, *zip(*keys)))  # N = 256 and 1024 share the compiled kernels
+        failed = sum(pool.map(compile_one, *zip(*keys), [kernels] * len(keys)))  # N = 256 and 1024 share the compiled kernels
     log(f"compiled the candidates of {len(keys)} (dtype, mode) pairs in {jobs} processes ({failed} failed)")
-    attn.TILES = {}  # the table holds what this sweep measured, nothing from an earlier one
+    if set(kernels) == set(SWEEPS) and shapes == SHAPES:
+        attn.TILES = {}  # the table holds what this sweep measured, nothing from an earlier one
     results = []
-    for N, dtype, mode in SHAPES:
+    for N, dtype, mode in shapes:
         q, k, v, bias = make_inputs(N, dtype, mode)
         rotary = mode == "rotary"
         runs, do = kernel_runs(q, k, v, bias, rotary)
@@ -251,6 +260,8 @@ def sweep(log, jobs):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         dt = str(dtype).removeprefix("torch.")
         for kernel, run in runs.items():
+            if sweep_name(kernel, bias is not None) not in kernels:
+                continue
             times = {}
             for tile in candidates(kernel, bias is not None):
                 try:
@@ -279,13 +290,26 @@ def sweep(log, jobs):
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--sweep", action="store_true", help="tune the tiles first (see above)")
+    parser.add_argument("--sweep-kernels", default=",".join(SWEEPS),
+                        help=f"--sweep: only these of {', '.join(SWEEPS)} (comma-separated); the others keep their tiles")
     parser.add_argument("--compile-jobs", type=int, default=8, help="--sweep: processes that compile the candidates")
     parser.add_argument("--write-tiles", default=None, help="--sweep: write the winning table here (kernels/tiles.json is the one the kernel reads)")
     parser.add_argument("--json", default=None, help="write every number (sweep and comparison) to this file")
     parser.add_argument("--previous", default=None, help="another kernels/attention.py to time in the same run")
     parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone")
+    parser.add_argument("--N", default="256,1024", help="the sequence lengths of the sweep and the comparison")
     args = parser.parse_args()
     jobs = check_int("--compile-jobs", args.compile_jobs, 1)
+    kernels = args.sweep_kernels.split(",")
+    try:
+        lengths = {int(n) for n in args.N.split(",")}
+    except ValueError:
+        raise ValueError(f"--N: comma-separated lengths, got {args.N!r}") from None
+    if not lengths <= {N for N, _, _ in SHAPES}:
+        raise ValueError(f"--N: lengths among {sorted({N for N, _, _ in SHAPES})}, got {args.N!r}")
+    shapes = [shape for shape in SHAPES if shape[0] in lengths]
+    if not set(kernels) <= set(SWEEPS):
+        raise ValueError(f"--sweep-kernels: names among {', '.join(SWEEPS)}, got {args.sweep_kernels!r}")
     if args.previous and not os.path.isfile(args.previous):
         raise ValueError(f"--previous: no file {args.previous}")
     if not torch.cuda.is_available():
@@ -298,7 +322,7 @@ def main():
     launch_floor(log)
     if args.sweep:
         try:
-            record["sweep"] = sweep(log, jobs)
+            record["sweep"] = sweep(log, jobs, kernels, shapes)
         except Exception:  # on a lease, a broken sweep should still leave the comparison with the defaults
             traceback.print_exc()
             attn.TILES = {}
@@ -309,7 +333,7 @@ def main():
     record["tiles"] = {repr(k): list(v) for k, v in tuned.items()}
     log(f"{'shape':>28} {'mode':>7} {'method':>14} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
     rows = []
-    for N, dtype, mode in SHAPES:
+    for N, dtype, mode in shapes:
         q, k, v, bias = make_inputs(N, dtype, mode)
         rotary = mode == "rotary"
         methods = {"kernel": attention}

@@ -18,11 +18,15 @@ attention kernel; backward = dq + dk/dv (+ a memset and a few small torch ops fo
 The backward kernels work on the rotated q, k saved by the forward and rotate dq, dk back once,
 when they store them (the transpose rotation, angle -theta).
 
-The bias gradient dbias[h, r] = sum_{b, i - j = r} dS[b, h, i, j] is a reduction along diagonals.
-The dq kernel skews each square (BLOCK, BLOCK) tile of dS with one in-register gather, so that its
-diagonals become columns, and writes the column sums to a private slot per (batch, head, query
-block, block lag); one fixed-order torch sum adds the slots. Deterministic, no atomics, and the
-tiles stay full size (the first version reduced with a BLOCK^3 mask and needed 16-row tiles).
+The bias gradient dbias[h, r] = sum_{b, i - j = r} dS[b, h, i, j] is a reduction along diagonals,
+deterministic (no atomics), by one of three methods (the tile's `diagonal`, chosen by the sweep):
+  "gather"  the dq kernel skews each square (BLOCK, BLOCK) tile of dS with one in-register gather,
+            so that its diagonals become columns, and writes the column sums to a private slot per
+            (batch, head, query block, block lag); one fixed-order torch sum adds the slots
+  "mask"    the same slots from a (BLOCK, BLOCK, BLOCK) mask (the first version; 16-row tiles only)
+  "store"   the dq kernel writes dS itself (B, H, N, N), at and below the diagonal; torch sums it
+            over the batch and then along the diagonals of the (H, N, N) sum through a strided view.
+            More memory traffic, but no in-register work and tiles of any shape
 
 Tile sizes, warps and pipeline stages come from `TILES`, a table written from a sweep measured on a
 GPU (`python bench/bench_attention.py --sweep`; README). Every tl.dot tile is >= 16 in each
@@ -214,14 +218,15 @@ if triton is not None:
     @triton.jit
     def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, Out, DO, Lse, Delta, DQ, DBias, N, H, scale,
                        HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GATHER: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
         """One program per query block: delta = rowsum(dO * O) (stored for the dk/dv kernel),
-        dQ = dS K / sqrt(d) rotated back, and with a bias the diagonal sums of every dS tile.
+        dQ = dS K / sqrt(d) rotated back, and with a bias what the bias gradient needs of every dS tile.
 
-        With a bias the tiles are square (BLOCK_M = BLOCK_N = BLOCK). Tile (m, n) at block lag
-        L = m - n holds i - j = L BLOCK + (a - c): its lower sums go to r = L BLOCK + t, its upper
-        sums to r = (L - 1) BLOCK + t. Both land in DBias[bh, m, L, 0:2, :], a slot no other program
-        writes (_sum_slots adds them)."""
+        DIAGONAL "store": the tile itself, into DBias[bh] (N, N) at its rows and columns. Otherwise
+        the tiles are square (BLOCK_M = BLOCK_N = BLOCK) and tile (m, n) at block lag L = m - n holds
+        i - j = L BLOCK + (a - c): its lower sums go to r = L BLOCK + t, its upper sums to
+        r = (L - 1) BLOCK + t. Both land in DBias[bh, m, L, 0:2, :], a slot no other program writes
+        (_sum_slots adds them)."""
         pid_m = tl.program_id(0)
         start_m = pid_m * BLOCK_M
         bh = tl.program_id(1)
@@ -246,8 +251,11 @@ if triton is not None:
             v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(_operand(ds, DT, UPCAST), k)
-            if HAS_BIAS:
-                lower, upper = _diagonal_sums(ds, BLOCK_M, GATHER)
+            if HAS_BIAS and DIAGONAL == "store":
+                tl.store(DBias + bh * N * N + offs_m[:, None] * N + offs_n[None, :], ds.to(DBias.dtype.element_ty),
+                         mask=row_mask & (offs_n[None, :] < N))
+            elif HAS_BIAS:
+                lower, upper = _diagonal_sums(ds, BLOCK_M, DIAGONAL == "gather")
                 n_blocks = tl.cdiv(N, BLOCK_M)
                 slot = DBias + ((bh * n_blocks + pid_m) * n_blocks + pid_m - start_n // BLOCK_N) * (2 * BLOCK_M)
                 t = tl.arange(0, BLOCK_M)
@@ -291,14 +299,17 @@ if triton is not None:
 # ----------------------------------------------------------------------------- tiles
 
 
+DIAGONALS = ("gather", "mask", "store")  # the bias gradient's methods (module docstring)
+
+
 class Tile(NamedTuple):
     """One kernel's launch shape: query rows and key rows per tile, warps, software-pipelining
-    stages, and (dq with a bias only) whether the diagonal sums skew with a gather."""
+    stages, and (dq with a bias only) the bias gradient's method, one of DIAGONALS."""
     block_m: int
     block_n: int
     warps: int = 4
     stages: int = 2
-    gather: bool = True
+    diagonal: str = "gather"
 
 
 TILES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiles.json")
@@ -373,22 +384,32 @@ def _forward(q, k, v, bias, tile=None):
 
 
 def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None):
-    """(dq, delta, slots): dq rotated back, delta = rowsum(dO * O), and with a bias the per-tile
-    diagonal sums (B * H, m, lag, 2, BLOCK) that _sum_slots turns into dbias."""
+    """(dq, delta, dbias): dq rotated back, delta = rowsum(dO * O), and with a bias its gradient (H, N)
+    in fp32 (else None), from the kernel's slots (_sum_slots) or its stored dS (_sum_stored)."""
     B, H, N, d = q.shape
     tile = tile or _tile("dq", q.dtype, bias is not None, N)
-    if bias is not None and tile.block_m != tile.block_n:
-        raise ValueError(f"the bias gradient needs square dq tiles, got {tile}")
+    store = tile.diagonal == "store"
+    if tile.diagonal not in DIAGONALS:
+        raise ValueError(f"a tile's diagonal method must be one of {DIAGONALS}, got {tile.diagonal!r}")
+    if bias is not None and not store and tile.block_m != tile.block_n:
+        raise ValueError(f"the bias gradient by {tile.diagonal!r} needs square dq tiles, got {tile}")
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
     n_blocks = triton.cdiv(N, tile.block_m)
-    slots = (torch.zeros(B * H, n_blocks, n_blocks, 2, tile.block_m, device=q.device) if bias is not None else q)
+    if bias is None:
+        partial = q  # a dummy, never touched
+    elif store:  # the kernel writes dS at and below the diagonal; the rest is never read
+        partial = torch.empty(B * H, N, N, device=q.device, dtype=q.dtype)
+    else:
+        partial = torch.zeros(B * H, n_blocks, n_blocks, 2, tile.block_m, device=q.device)
     dq = torch.empty_like(q)
     delta = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _bwd_dq_kernel[(n_blocks, B * H)](
-        q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, slots, N, H, 1.0 / math.sqrt(d),
+        q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, partial, N, H, 1.0 / math.sqrt(d),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
-        BLOCK_N=tile.block_n, GATHER=tile.gather, num_warps=tile.warps, num_stages=tile.stages)
-    return dq, delta, slots
+        BLOCK_N=tile.block_n, DIAGONAL=tile.diagonal, num_warps=tile.warps, num_stages=tile.stages)
+    if bias is None:
+        return dq, delta, None
+    return dq, delta, (_sum_stored if store else _sum_slots)(partial, B, H, N)
 
 
 def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
@@ -401,6 +422,17 @@ def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
     return dk, dv
+
+
+def _sum_stored(ds: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
+    """dbias (H, N) from dS (B * H, N, N) as the dq kernel stored it: valid at and below the diagonal,
+    never written above it. Summed over the batch first (elementwise, so whatever sits above the
+    diagonal stays there), then along diagonals: in the (H, N, N) sum padded with N * N zeros, the
+    view (h, r, j) -> offset r N + j (N + 1) reads element (j + r, j), on diagonal r, while j + r < N,
+    and the zero padding after that; it never reads above the diagonal."""
+    total = ds.view(B, H, N, N).sum(0, dtype=torch.float32).view(H, N * N)
+    padded = torch.cat([total, total.new_zeros(H, N * N)], 1)  # (H, 2 N^2)
+    return padded.as_strided((H, N, N), (2 * N * N, N, N + 1)).sum(-1)
 
 
 def _sum_slots(slots: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
@@ -443,12 +475,10 @@ class _Attention(torch.autograd.Function):
         if do is None:  # only lse (or the rotated q, k) was used: nothing flows back
             return None, None, None, None, None
         q, k, v, bias, out, lse = ctx.saved_tensors
-        B, H, N, _ = q.shape
         do = do.contiguous()
-        dq, delta, slots = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do)
+        dq, delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do)
         dk, dv = _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do)
-        dbias = _sum_slots(slots, B, H, N).to(bias.dtype) if bias is not None else None
-        return dq, dk, dv, dbias, None
+        return dq, dk, dv, dbias.to(bias.dtype) if bias is not None else None, None
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, bias, rotary):

@@ -170,8 +170,10 @@ def test_bad_shapes(shape, bias_shape):
         attn.attention_reference(q, q, q, torch.zeros(bias_shape) if bias_shape else None)
 
 
-TILE_SETS = {  # kernel -> Tile: rectangular tiles both ways, small and large, both diagonal methods
-    "square 16, mask diagonals": {"fwd": attn.Tile(16, 16), "dq": attn.Tile(16, 16, gather=False), "dkdv": attn.Tile(16, 16)},
+TILE_SETS = {  # kernel -> Tile: rectangular tiles both ways, small and large, the three diagonal methods
+    "square 16, mask diagonals": {"fwd": attn.Tile(16, 16), "dq": attn.Tile(16, 16, diagonal="mask"), "dkdv": attn.Tile(16, 16)},
+    "rectangular, dS stored": {"fwd": attn.Tile(16, 32), "dq": attn.Tile(32, 16, diagonal="store"), "dkdv": attn.Tile(32, 16)},
+    "rectangular, other way, dS stored": {"fwd": attn.Tile(32, 16), "dq": attn.Tile(16, 64, diagonal="store"), "dkdv": attn.Tile(64, 16)},
     "square 32, gather": {"fwd": attn.Tile(32, 32), "dq": attn.Tile(32, 32), "dkdv": attn.Tile(32, 32)},
     "rectangular": {"fwd": attn.Tile(32, 16), "dq": attn.Tile(16, 16), "dkdv": attn.Tile(16, 32)},
     "rectangular, other way": {"fwd": attn.Tile(16, 32), "dq": attn.Tile(64, 64), "dkdv": attn.Tile(32, 16)},
@@ -192,12 +194,35 @@ def test_other_tiles(monkeypatch, tiles, use_bias):
 
 
 def test_rectangular_dq_tiles_with_bias_are_refused(monkeypatch):
-    """The skew of _diagonal_sums is only defined for square tiles."""
+    """The skew of _diagonal_sums is only defined for square tiles (storing dS takes any shape)."""
     monkeypatch.setattr(attn, "_tile", lambda kernel, *_: attn.Tile(32, 16))
     q, k, v, bias = inputs(1, 1, 20, 16, True)
     out = attn.attention(q, k, v, bias)
     with pytest.raises(ValueError, match="square"):
         out.sum().backward()
+
+
+def test_unknown_diagonal_method_is_refused(monkeypatch):
+    monkeypatch.setattr(attn, "_tile", lambda kernel, *_: attn.Tile(16, 16, diagonal="skew"))
+    q, k, v, bias = inputs(1, 1, 20, 16, True)
+    with pytest.raises(ValueError, match="diagonal method"):
+        attn.attention(q, k, v, bias).sum().backward()
+
+
+@pytest.mark.parametrize("N", [1, 17, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stored_ds_bias_gradient(monkeypatch, N, dtype):
+    """The "store" method (dS written by the dq kernel, summed along diagonals by torch) at N = 1, N not
+    a multiple of the block, and one full block, with rotary too: every gradient against the reference."""
+    monkeypatch.setattr(attn, "_tile", lambda kernel, *_: attn.Tile(32, 32, diagonal="store") if kernel == "dq" else attn.Tile(32, 32))
+    q, k, v, bias = inputs(2, 2, N, 16, True, dtype)
+    got = run(attn.attention, q, k, v, bias, True)
+    want = run(attn.attention_reference, *(x.detach().float().requires_grad_() for x in (q, k, v, bias)), True)
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
+        if dtype == torch.float32:
+            assert_fp32_close(name, a.float(), b)
+        else:  # bf16 operands and a bf16 dS: judged as a whole, like test_kernel_matches_reference_bf16
+            assert (a.float() - b).norm() <= 3e-2 * b.norm() + 1e-3, name
 
 
 def test_diagonal_sums_match_a_loop():
@@ -221,15 +246,29 @@ def test_diagonal_sums_match_a_loop():
     torch.testing.assert_close(attn._sum_slots(slots, B, H, N), want)
 
 
+def test_sum_of_stored_ds_matches_a_loop():
+    """_sum_stored against a loop over diagonals, with NaN above the diagonal (where the dq kernel
+    never writes): it must neither read those entries nor mix up the diagonals."""
+    B, H, N = 3, 2, 23
+    ds = torch.randn(B * H, N, N, generator=torch.Generator().manual_seed(6))
+    want = torch.zeros(H, N)
+    for h in range(H):
+        for r in range(N):
+            for i in range(r, N):
+                want[h, r] += sum(ds[b * H + h, i, i - r] for b in range(B))
+    above = torch.ones(N, N, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(attn._sum_stored(ds.masked_fill(above, float("nan")), B, H, N), want)
+
+
 def test_tile_table_round_trip(monkeypatch, tmp_path):
     """The table bench_attention.py --sweep writes is the table _tile reads on a GPU."""
-    tiles = {("dq", "bfloat16", True, False): attn.Tile(32, 32, 8, 3, False), ("fwd", "float32", False, True): attn.Tile(128, 64, 8, 2)}
+    tiles = {("dq", "bfloat16", True, False): attn.Tile(32, 32, 8, 3, "mask"), ("fwd", "float32", False, True): attn.Tile(128, 64, 8, 2)}
     path = str(tmp_path / "tiles.json")
     attn.save_tiles(tiles, path, device="test")
     assert attn.load_tiles(path) == tiles
     monkeypatch.setattr(attn, "INTERPRET", False)
     monkeypatch.setattr(attn, "TILES", attn.load_tiles(path))
-    assert attn._tile("dq", torch.bfloat16, True, 256) == attn.Tile(32, 32, 8, 3, False)
+    assert attn._tile("dq", torch.bfloat16, True, 256) == attn.Tile(32, 32, 8, 3, "mask")
     assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
     assert attn._tile("fwd", torch.float32, False, 513) == attn.Tile(128, 64, 8, 2)  # long: N > 512
     assert attn._tile("fwd", torch.float32, False, 512) == attn.DEFAULT_TILE
