@@ -3,7 +3,7 @@ K1* and K2* (Sec. "Transition between memorization and generalization", Fig. 7) 
 models, each too small to fill a GPU on its own.
 
 Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by
-train.py's loop:
+train.py's loop (both take bf16=True for mixed precision, train.py --bf16):
   Single    one Transformer and its AdamW: the plain path of a single run.
   Ensemble  E Transformers whose weights are stacked along a leading member axis
             (torch.func.stack_module_state); one call of the model per step through
@@ -65,6 +65,15 @@ def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task
     return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
 
 
+def mixed_precision(enabled: bool, device: torch.device):
+    """The forward of a training step under torch.autocast(bfloat16) when enabled (train.py --bf16): matmuls,
+    attention (the kernel's bf16 path) and the MLP's hidden activations in bf16; weights, gradients, AdamW
+    state, the residual stream (a sum with the fp32 embedding), layer norms and the loss stay fp32. bf16 has
+    fp32's exponent range, so no loss scaling. The cast cache is off: inside a CUDA graph capture a cached
+    cast of a weight would be replayed stale after AdamW changed the weight."""
+    return torch.autocast(device.type, torch.bfloat16, enabled=enabled, cache_enabled=False)
+
+
 # ----------------------------------------------------------------------------- trainers
 
 
@@ -72,15 +81,16 @@ class Single:
     """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
     not vmapped, so that a single run computes bit for bit what it did before ensembles existed."""
 
-    def __init__(self, model: Transformer, capturable: bool = False, **adamw):
-        self.module = model
+    def __init__(self, model: Transformer, capturable: bool = False, bf16: bool = False, **adamw):
+        self.module, self.bf16 = model, bf16
         self.opt = torch.optim.AdamW(model.parameters(), capturable=capturable, **adamw)
 
     def parameters(self) -> list[torch.Tensor]:
         return list(self.module.parameters())
 
     def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        loss = lm_loss(self.module, seqs[0], task[0])
+        with mixed_precision(self.bf16, seqs.device):
+            loss = lm_loss(self.module, seqs[0], task[0])
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
@@ -107,8 +117,8 @@ class Ensemble:
     Members may differ in anything that is not a shape of the step (K, seed, task set); N, batch, D
     and C are common (train.py checks)."""
 
-    def __init__(self, models: list[Transformer], capturable: bool = False, **adamw):
-        self.E = len(models)
+    def __init__(self, models: list[Transformer], capturable: bool = False, bf16: bool = False, **adamw):
+        self.E, self.bf16 = len(models), bf16
         self.template = copy.deepcopy(models[0]).to("meta")  # the architecture; weights come from self.params
         self.scratch = copy.deepcopy(models[0])  # one member's weights are copied here to evaluate or save it
         self.params, self.buffers = stack_module_state(models)  # name -> (E, ...) leaf tensors
@@ -123,7 +133,8 @@ class Ensemble:
 
     def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         """One AdamW step of every member on its own batch, seqs (E, B, N + 1), chains task (E, B) -> losses (E,)."""
-        losses = vmap(lambda p, b, s, t: lm_loss(self._member(p, b), s, t))(self.params, self.buffers, seqs, task)
+        with mixed_precision(self.bf16, seqs.device):
+            losses = vmap(lambda p, b, s, t: lm_loss(self._member(p, b), s, t))(self.params, self.buffers, seqs, task)
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no weights: each gets the gradient of its own loss
         self.opt.step()

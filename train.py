@@ -90,6 +90,7 @@ class Config:
     task_injection: bool = False  # a learned D-vector per chain of S added to MLP1's input
     device: str = "cpu"  # cpu, cuda or cuda:<i> (the command line's default: cuda if available)
     tf32: bool = False  # CUDA: the model's matmuls in TF32 (10-bit mantissa), as the attention kernel's dots already are
+    bf16: bool = False  # mixed precision: the training step's forward in bfloat16 (ensemble.mixed_precision); evaluations in fp32
     out: str = ""  # the run directory (default runs/K<K>_s<seed>); a grid's: OUT/K<K>_s<seed> (default OUT runs/sweep)
 
 
@@ -292,7 +293,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
         model.reset_parameters(torch.Generator().manual_seed(cfg.seed))  # on the CPU: same init on every device
         models.append(model.to(device))
     adamw = dict(lr=c0.lr, betas=(c0.beta1, c0.beta2), weight_decay=c0.weight_decay, capturable=graph)
-    trainer = Ensemble(models, **adamw) if ensemble else Single(models[0], **adamw)
+    trainer = Ensemble(models, bf16=c0.bf16, **adamw) if ensemble else Single(models[0], bf16=c0.bf16, **adamw)
     gens = [torch.Generator(device).manual_seed(cfg.seed) for cfg in cfgs]
     data = [make_eval_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
     if c0.eval_every:

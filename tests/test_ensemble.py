@@ -199,3 +199,36 @@ def test_the_last_step_has_a_dense_row(tmp_path):
     """A threshold search reads max phi_beta up to the last step, also when --eval-every does not divide it."""
     train.train(tiny(tmp_path, iters=23, eval_every=10), quiet=True)
     assert [r["step"] for r in train.read_metrics(str(tmp_path), dense=True)[1]] == [0, 10, 20, 23]
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_bf16_runs_the_forward_in_bfloat16_and_keeps_fp32_state(members):
+    """bf16=True (train.py --bf16): the step's matmuls give bf16 (a hook on an MLP's input projection sees it,
+    through vmap for an ensemble), the loss differs from the fp32 step's but not by much, and weights and AdamW
+    state stay fp32. An ensemble's member 0 takes the single run's bf16 step (to bf16 rounding)."""
+    seqs = torch.randint(0, 4, (members, 8, 13), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    task = torch.zeros(members, 8, dtype=torch.long, device=DEVICE)
+
+    def trainer(bf16: bool, E: int):
+        models = []
+        for e in range(E):
+            model = Transformer(C=4, D=16, max_len=12)
+            model.reset_parameters(torch.Generator().manual_seed(e))
+            models.append(model.to(DEVICE))
+        return ensemble.Ensemble(models, bf16=bf16, lr=1e-2) if E > 1 else ensemble.Single(models[0], bf16=bf16, lr=1e-2)
+
+    losses, seen = {}, []
+    for bf16 in (False, True):
+        t = trainer(bf16, members)
+        module = t.template if members > 1 else t.module
+        hook = module.mlp2.W_in.register_forward_hook(lambda mod, inputs, out: seen.append(out.dtype))
+        losses[bf16] = t.step(seqs, task)
+        hook.remove()
+        assert all(p.dtype == torch.float32 for p in t.parameters())
+        assert all(v.dtype == torch.float32 for s in t.opt.state.values() for k, v in s.items() if k != "step")
+    assert seen == [torch.float32, torch.bfloat16]
+    assert not torch.equal(losses[True], losses[False])
+    torch.testing.assert_close(losses[True], losses[False], rtol=2e-2, atol=2e-2)
+    if members > 1:
+        single = trainer(True, 1).step(seqs[:1], task[:1])
+        torch.testing.assert_close(losses[True][:1], single, rtol=1e-2, atol=1e-2)

@@ -136,3 +136,15 @@ def test_tf32_is_recorded_and_set(tmp_path):
         assert train.read_metrics(str(tmp_path))[0]["tf32"] is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_bf16_reaches_the_step_and_config(tmp_path):
+    """--bf16 trains in mixed precision (other losses than the fp32 run from the same seed, close to them) and is
+    recorded in config.json (a resumed run checks it)."""
+    losses = {}
+    for bf16 in (False, True):
+        cfg = Config(K=4, N=12, iters=5, batch=4, D=16, evals=2, eval_train=8, eval_gen=8, bf16=bf16, out=str(tmp_path / str(bf16)))
+        rows = train.train(cfg, quiet=True)
+        losses[bf16] = rows[-1]["train_loss"]
+        assert train.read_metrics(cfg.out)[0]["bf16"] is bf16
+    assert losses[True] != losses[False] and losses[True] == pytest.approx(losses[False], rel=2e-2)
