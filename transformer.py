@@ -150,12 +150,12 @@ class Transformer(nn.Module):
         x0 = self.W_E(seqs)
         att1, A1 = self.att1(x0, need_weights=cache)
         y1 = x0 + att1
-        mlp1 = torch.zeros_like(y1)
-        if self.mlp1 is not None:
-            inject = 0.0
-            if self.task_embedding is not None:  # a sequence of unknown chain (D_T) gets the mean over S
-                inject = (self.task_embedding(task).unsqueeze(1) if task is not None
-                          else self.task_embedding.weight.mean(0))
+        if self.mlp1 is None:
+            mlp1 = torch.zeros_like(y1)
+        elif self.task_embedding is None:
+            mlp1 = self.mlp1(y1)
+        else:  # a sequence of unknown chain (D_T) gets the mean over S
+            inject = self.task_embedding(task).unsqueeze(1) if task is not None else self.task_embedding.weight.mean(0)
             mlp1 = self.mlp1(y1 + inject)
         x1 = y1 + mlp1
         att2, A2 = self.att2(x1, need_weights=cache)
