@@ -40,13 +40,15 @@ def cpu_name() -> str:
 
 def load_attention(path):
     """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours). A version
-    with a tile table looks for tiles.json beside its own file; it gets this one's, so that the comparison is
-    of the code, not of the tiles."""
+    with a tile table reads the tiles.json beside its own file (put the table of its time there); where there
+    is none it gets this one's block sizes, warps and stages, so that the comparison is of the code, not of
+    the tiles (except where this table's bias gradient stores dS, a method earlier versions lack: there the
+    earlier version keeps its default tile)."""
     spec = importlib.util.spec_from_file_location("attention_previous", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    if hasattr(module, "TILES"):
-        module.TILES = transformer.kernel.TILES
+    if hasattr(module, "TILES") and not module.TILES:
+        module.TILES = {key: module.Tile(*tile[:4]) for key, tile in transformer.kernel.TILES.items() if tile.diagonal != "store"}
     return module.attention
 
 
@@ -78,15 +80,16 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False):
-    """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build,
+def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False, bf16: bool = False):
+    """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build
+    (bf16: in mixed precision, train.py --bf16),
     and a function drawing every member's batch from its own generator, as train.py does each step
     (markov.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
     adamw = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3, capturable=graph)
-    trainer = Ensemble(models, **adamw) if E > 1 else Single(models[0], **adamw)
+    trainer = Ensemble(models, bf16=bf16, **adamw) if E > 1 else Single(models[0], bf16=bf16, **adamw)
 
     def sample():
         if loop_sampling:
@@ -96,7 +99,8 @@ def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = Fal
     return trainer, sample
 
 
-def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False) -> tuple[float, float, str]:
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False,
+          bf16: bool = False) -> tuple[float, float, str]:
     """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models;
     the peak counts what this case allocates (weights, optimizer, graph, activations), not earlier cases' leftovers."""
     if device.type == "cuda":
@@ -105,7 +109,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampli
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    trainer, sample = setup(E, graph, N, B, device, loop_sampling)
+    trainer, sample = setup(E, graph, N, B, device, loop_sampling, bf16)
     step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
     batch = sample()
     fixed = timed(lambda: step(*batch), device, repeats)
@@ -114,12 +118,12 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampli
     return fixed, sampled, peak
 
 
-def profile(E: int, N: int, B: int, device):
+def profile(E: int, N: int, B: int, device, bf16: bool = False):
     """The GPU kernels that take most of one eager step of E models (after two warm-up steps)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    trainer, sample = setup(E, False, N, B, device)
+    trainer, sample = setup(E, False, N, B, device, bf16=bf16)
     seqs, chains = sample()
     for _ in range(2):
         trainer.step(seqs, chains)
@@ -139,7 +143,8 @@ def main():
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
     parser.add_argument("--profile", action="store_true",
-                        help="CUDA: also list the 15 GPU kernels that take most of an eager step of the largest ensemble")
+                        help="CUDA: also list the 15 GPU kernels that take most of an eager step of the largest ensemble "
+                        "(in this precision, then in bf16)")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
                         "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
     args = parser.parse_args()
@@ -171,12 +176,14 @@ def main():
     cases = [(1, False, "this")] + [(1, True, "this")] * cuda + [(E, cuda, "this") for E in sizes]
     if cuda:
         cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
+        cases += [(1, False, "bf16"), (1, True, "bf16")] + [(E, True, "bf16") for E in sizes]
     if args.previous:
         cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
     print("variants: torch LN = F.layer_norm instead of kernels/layer_norm.py; loop sampling = one TaskSet.batch "
-          "call per member instead of markov.batches; previous kernel = attention from --previous")
+          "call per member instead of markov.batches; previous kernel = attention from --previous; bf16 = mixed "
+          "precision (train.py --bf16)")
     print(f"{'models':>6} {'graph':>5} {'variant':>15} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
     this_attention, this_layer_norm = transformer.kernel.attention, transformer.layer_norm
@@ -184,7 +191,8 @@ def main():
         # the model looks both up at run time: swap in the earlier version for a variant's rows
         transformer.kernel.attention = load_attention(args.previous) if variant == "previous kernel" else this_attention
         transformer.layer_norm = torch_layer_norm if variant == "torch LN" else this_layer_norm
-        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling")
+        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling",
+                                    bf16=variant == "bf16")
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
         print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>15} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
@@ -193,7 +201,9 @@ def main():
             torch.cuda.empty_cache()
     transformer.kernel.attention, transformer.layer_norm = this_attention, this_layer_norm
     if args.profile and cuda:
-        profile(max(sizes), N, B, device)
+        for bf16 in (False, True):
+            print(f"one eager step of {max(sizes)} models{', bf16' if bf16 else ''}:")
+            profile(max(sizes), N, B, device, bf16)
 
 
 if __name__ == "__main__":

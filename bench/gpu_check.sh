@@ -1,31 +1,74 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, as one script for a short lease (about 4 min on an H100): the kernel,
-# layer norm, model and ensemble tests compiled on the GPU; the training benchmark (single eager / graphed,
-# ensembles of 8, 32, 64 graphed, peak memory, and the variants that put one earlier piece back: torch's
-# layer norm, per-member sampling, PREVIOUS's attention); the same with TF32 matmuls and a profile of the
-# largest ensemble's step; a graphed 4-model grid at the paper preset. SWEEP=1 also re-runs the kernel's
-# tile sweep (written to kernels/tiles.json, which the kernel reads; ~2.5 min) and its comparison with
-# eager, SDPA and FlexAttention. Logs go to $OUT (default: runs/gpu_check).
+# The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100):
+#   1. the kernel, layer norm, model, ensemble and sampler tests, compiled on the GPU (with the card's name)
+#   2. bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
+#      the variants (torch's layer norm, per-member sampling, bf16 mixed precision, PREVIOUS's attention)
+#      and a profile of the largest ensemble's eager step in both precisions
+#   3. bench_attention.py: the kernel against eager, SDPA and FlexAttention at ATTENTION_N (default 256,1024;
+#      ATTENTION=0 skips it); SWEEP=1 re-runs the tile sweep first (all kernels, ~2.5 min, or
+#      SWEEP_KERNELS="dq bias" for one) and writes kernels/tiles.json, which the kernel reads;
+#      PREVIOUS_ATTENTION=<file> times an earlier kernel beside it (with the tiles.json beside that file)
+#   4. a 4-model graphed grid at the paper preset (K = 94, seeds 0-3, 3000 steps), TF32 and then --bf16:
+#      wall time, and per member max phi_beta(2) and tau_2gen, so that bf16 is judged on the physics too
+# Logs go to $OUT (default: runs/gpu_check), at most 8 files (what the lease returns).
 #
 #     bash bench/gpu_check.sh
-#     git show <commit>:kernels/attention.py > /tmp/old.py; PREVIOUS=/tmp/old.py SWEEP=1 bash bench/gpu_check.sh
+#     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
+#     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu_check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 PREV=${PREVIOUS:+--previous $PREVIOUS}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
+PREV_ATTENTION=${PREVIOUS_ATTENTION:+--previous $PREVIOUS_ATTENTION}
+start=$SECONDS
+stage() { echo "== $1 (at ${SECONDS}s)"; }
+
+stage tests | tee "$OUT/tests.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/tests.log"
+$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee -a "$OUT/tests.log"
 # compiles dominate the tests: 8 processes when pytest-xdist is there
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
-timeout 150 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_transformer.py \
-    tests/test_ensemble.py tests/test_markov.py 2>&1 | tee "$OUT/tests.log"
-if [ "${SWEEP:-0}" = 1 ]; then
-    timeout 330 $PY bench/bench_attention.py --sweep --write-tiles kernels/tiles.json --json "$OUT/bench_attention.json" $PREV 2>&1 | tee "$OUT/bench_attention.log"
-    cp kernels/tiles.json "$OUT/tiles.json" 2>/dev/null
+timeout 120 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_transformer.py \
+    tests/test_ensemble.py tests/test_markov.py 2>&1 | tee -a "$OUT/tests.log"
+
+stage bench_train | tee "$OUT/bench_train.log"
+timeout 200 $PY bench/bench_train.py --tf32 --profile $PREV 2>&1 | tee -a "$OUT/bench_train.log"
+
+if [ "${ATTENTION:-1}" = 1 ]; then
+    stage bench_attention | tee "$OUT/bench_attention.log"
+    if [ "${SWEEP:-0}" = 1 ]; then
+        SWEEP_ARGS=(--sweep --sweep-kernels "${SWEEP_KERNELS:-fwd,dkdv,dq,dq bias}" --write-tiles kernels/tiles.json)
+    else
+        SWEEP_ARGS=()
+    fi
+    timeout ${ATTENTION_TIMEOUT:-330} $PY bench/bench_attention.py "${SWEEP_ARGS[@]}" --N "${ATTENTION_N:-256,1024}" --json "$OUT/bench_attention.json" $PREV_ATTENTION 2>&1 \
+        | tee -a "$OUT/bench_attention.log"
+    [ "${SWEEP:-0}" = 1 ] && cp kernels/tiles.json "$OUT/tiles.json"
 fi
-timeout 150 $PY bench/bench_train.py $PREV 2>&1 | tee "$OUT/bench_train.log"
-timeout 120 $PY bench/bench_train.py --tf32 --profile 2>&1 | tee "$OUT/bench_train_tf32.log"
-# a 4-model grid as one graphed ensemble, with dense readouts; its wall time is the real-use rate
-timeout 60 $PY train.py --K 64,94 --seeds 0-1 --preset paper --iters 500 --evals 3 --eval-every 100 --out /tmp/gpu_check_grid 2>&1 | tail -n 8 | tee "$OUT/train_grid.log"
+
+# the real-use rate, and bf16 against TF32 on the same 4 models
+stage grid | tee "$OUT/grid.log"
+for precision in "" "--bf16"; do
+    t0=$SECONDS
+    timeout 75 $PY train.py --K 94 --seeds 0-3 --preset paper --iters 3000 --evals 5 --eval-every 100 --tf32 $precision \
+        --overwrite --out "/tmp/gpu_check_grid$precision" 2>&1 | tail -n 6 | tee -a "$OUT/grid.log"
+    echo "grid ${precision:-tf32}: $((SECONDS - t0)) s wall" | tee -a "$OUT/grid.log"
+done
+$PY - "$OUT/grid.json" <<'EOF' 2>&1 | tee -a "$OUT/grid.log"
+import glob, json, os, sys
+import thresholds, train
+summary = {}
+for precision in ("", "--bf16"):
+    for run in sorted(glob.glob(f"/tmp/gpu_check_grid{precision}/K*_s*/")):
+        cfg, dense = train.read_metrics(run, dense=True)
+        last = dense[-1]
+        summary[f"{precision or 'tf32'} {os.path.basename(os.path.dirname(run))}"] = dict(
+            max_phi_beta_2=round(max(r["phi_beta_2"] for r in dense), 4), tau_2gen=thresholds.tau_2gen(dense),
+            train_loss=round(last["train_loss"], 4), gen_loss=round(last["gen_loss"], 4))
+for name, row in summary.items():
+    print(name, row)
+json.dump(summary, open(sys.argv[1], "w"), indent=1)
+EOF
+echo "gpu_check: ${SECONDS}s in all (from ${start}s)"
