@@ -62,9 +62,12 @@ def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0
 
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
     """LN(x) = (x - mu) / sqrt(sigma^2 + eps), no affine parameters (eq. layernorm). On CUDA the Triton
-    kernel (kernels/layer_norm.py: torch's is slow on rows of D = 64), elsewhere (and in fp64) torch's; the same function."""
+    kernel (kernels/layer_norm.py: torch's is slow on rows of D = 64), elsewhere (and in fp64) torch's; the same
+    function. Under CUDA autocast (train.py --bf16) the kernel stores LN(x) in the autocast dtype, which every
+    consumer (the projections, MLP's W_in) would cast it to anyway."""
     if x.is_cuda and ln_kernel.triton is not None and x.dtype in ln_kernel.DTYPES:
-        return ln_kernel.layer_norm(x, eps=1e-5)
+        out_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        return ln_kernel.layer_norm(x, eps=1e-5, out_dtype=out_dtype)
     return F.layer_norm(x, x.shape[-1:], eps=1e-5)
 
 

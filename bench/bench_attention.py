@@ -25,6 +25,7 @@ ratio of every method's time to the kernel's, measured in the same run.
 """
 import json
 import os
+import shlex
 import sys
 import traceback
 
@@ -328,7 +329,7 @@ def main():
             attn.TILES = {}
         if args.write_tiles and attn.TILES:
             attn.save_tiles(attn.TILES, args.write_tiles, device=record["device"], torch=torch.__version__,
-                            triton=triton.__version__, source="python bench/bench_attention.py --sweep")
+                            triton=triton.__version__, source="python " + shlex.join(["bench/bench_attention.py", *sys.argv[1:]]))
     tuned = dict(attn.TILES)
     record["tiles"] = {repr(k): list(v) for k, v in tuned.items()}
     log(f"{'shape':>28} {'mode':>7} {'method':>14} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")

@@ -7,9 +7,11 @@
 #   3. bench_attention.py: the kernel against eager, SDPA and FlexAttention at ATTENTION_N (default 256,1024;
 #      ATTENTION=0 skips it); SWEEP=1 re-runs the tile sweep first (all kernels, ~2.5 min, or
 #      SWEEP_KERNELS="dq bias" for one) and writes kernels/tiles.json, which the kernel reads;
-#      PREVIOUS_ATTENTION=<file> times an earlier kernel beside it (with the tiles.json beside that file)
+#      PREVIOUS_ATTENTION=<file> times an earlier kernel beside it (with the tiles.json beside that file);
+#      ATTENTION_ARGS: more flags (--only-kernel: the kernel alone, eager and graphed)
 #   4. a 4-model graphed grid at the paper preset (K = 94, seeds 0-3, 3000 steps), TF32 and then --bf16:
 #      wall time, and per member max phi_beta(2) and tau_2gen, so that bf16 is judged on the physics too
+#      (GRID=0 skips it)
 # Logs go to $OUT (default: runs/gpu_check), at most 8 files (what the lease returns).
 #
 #     bash bench/gpu_check.sh
@@ -43,11 +45,12 @@ if [ "${ATTENTION:-1}" = 1 ]; then
     else
         SWEEP_ARGS=()
     fi
-    timeout ${ATTENTION_TIMEOUT:-330} $PY bench/bench_attention.py "${SWEEP_ARGS[@]}" --N "${ATTENTION_N:-256,1024}" --json "$OUT/bench_attention.json" $PREV_ATTENTION 2>&1 \
+    timeout ${ATTENTION_TIMEOUT:-330} $PY bench/bench_attention.py "${SWEEP_ARGS[@]}" --N "${ATTENTION_N:-256,1024}" --json "$OUT/bench_attention.json" $PREV_ATTENTION ${ATTENTION_ARGS:-} 2>&1 \
         | tee -a "$OUT/bench_attention.log"
     [ "${SWEEP:-0}" = 1 ] && cp kernels/tiles.json "$OUT/tiles.json"
 fi
 
+[ "${GRID:-1}" = 1 ] || { echo "gpu_check: ${SECONDS}s in all"; exit 0; }
 # the real-use rate, and bf16 against TF32 on the same 4 models
 stage grid | tee "$OUT/grid.log"
 for precision in "" "--bf16"; do

@@ -120,16 +120,20 @@ if triton is not None:
         tl.store(XR + idx, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, rows, N, D: tl.constexpr, BLOCK: tl.constexpr):
-        """QR, KR = R_n q, R_n k for BLOCK rows of the flattened (B * H * N, D) tensors, n = row % N."""
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
+        """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences
+        of the (S, N, D) tensors: the angles are loaded once and serve all SEQS sequences."""
+        pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         offs_d = tl.arange(0, D)
-        mask = offs < rows
-        cos, sin = _load_angles(Cos, Sin, offs % N, mask, D)
-        idx = offs[:, None] * D + offs_d[None, :]
-        swapped = offs[:, None] * D + (offs_d ^ 1)[None, :]
-        _rotate_rows(Q, QR, idx, swapped, mask[:, None], cos, sin)
-        _rotate_rows(K, KR, idx, swapped, mask[:, None], cos, sin)
+        mask = pos < N
+        cos, sin = _load_angles(Cos, Sin, pos, mask, D)
+        idx = pos[:, None] * D + offs_d[None, :]
+        swapped = pos[:, None] * D + (offs_d ^ 1)[None, :]
+        first = tl.program_id(1) * SEQS
+        for seq in range(first, tl.minimum(first + SEQS, S)):
+            base = seq * N * D
+            _rotate_rows(Q + base, QR + base, idx, swapped, mask[:, None], cos, sin)
+            _rotate_rows(K + base, KR + base, idx, swapped, mask[:, None], cos, sin)
 
     @triton.jit
     def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
@@ -360,13 +364,16 @@ def _check(q, k, v, bias):
         raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
 
 
-def _rotate(q, k):
+ROTATE_BLOCK, ROTATE_SEQS = 64, 4  # positions and sequences per program of the rotary pre-pass
+
+
+def _rotate(q, k, seqs=ROTATE_SEQS):
     """(R q, R k) in the input dtype, one launch for both."""
     B, H, N, d = q.shape
     cos, sin = _kernel_rotary_tables(N, d, q.device)
     qr, kr = torch.empty_like(q), torch.empty_like(k)
-    rows, block = B * H * N, 64
-    _rotate_kernel[(triton.cdiv(rows, block),)](q, k, qr, kr, cos, sin, rows, N, D=d, BLOCK=block)
+    grid = (triton.cdiv(N, ROTATE_BLOCK), triton.cdiv(B * H, seqs))
+    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, D=d, BLOCK=ROTATE_BLOCK, SEQS=seqs)
     return qr, kr
 
 

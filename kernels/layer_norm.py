@@ -11,8 +11,10 @@ program normalizes a (ROWS, D) tile: one read and one write per element, at memo
 Backward, with y the forward's output and g = dL/dy (one row):
     dL/dx = rstd * (g - mean(g) - y * mean(g * y)),   rstd = 1 / sqrt(sigma^2 + eps)
 so the backward needs y (which the next linear layer keeps anyway) and one float per row, not x.
-All arithmetic is in fp32; y and dx take the input's dtype (fp32, bf16 or fp16). In bf16 the backward
-reads y as stored, rounded to bf16, where torch recomputes it from x: dx differs from torch's by ~1e-2.
+All arithmetic is in fp32; dx takes the input's dtype (fp32, bf16 or fp16), and so does y unless out_dtype
+asks for another: under autocast (train.py --bf16) an fp32 residual stream gives bf16 rows straight to the
+next matmuls, which would otherwise each cast them (and each cast their gradients back). In bf16 the
+backward reads y as stored, rounded to bf16, where torch recomputes it from x: dx differs from torch's by ~1e-2.
 Works under torch.func.vmap (ensemble.py): the rows of all members are just more rows.
 """
 import torch
@@ -69,11 +71,11 @@ class _LayerNorm(torch.autograd.Function):
     """y = LN(x) over the last axis; the rows are all other axes."""
 
     @staticmethod
-    def forward(x, eps):
+    def forward(x, eps, out_dtype):
         x = x.contiguous()
         D = x.shape[-1]
         M = x.numel() // D
-        y = torch.empty_like(x)
+        y = torch.empty_like(x, dtype=out_dtype)
         rstd = torch.empty(x.shape[:-1], device=x.device, dtype=torch.float32)
         rows, block_d = _tile(D)
         _forward_kernel[(triton.cdiv(M, rows),)](x, y, rstd, M, D, eps, ROWS=rows, BLOCK_D=block_d)
@@ -84,34 +86,37 @@ class _LayerNorm(torch.autograd.Function):
         y, rstd = output
         ctx.mark_non_differentiable(rstd)
         ctx.save_for_backward(y, rstd)
+        ctx.x_dtype = inputs[0].dtype
         ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx, dy, _):
         if dy is None:
-            return None, None
+            return None, None, None
         y, rstd = ctx.saved_tensors
         dy = dy.contiguous()
         D = y.shape[-1]
         M = y.numel() // D
-        dx = torch.empty_like(y)
+        dx = torch.empty_like(y, dtype=ctx.x_dtype)
         rows, block_d = _tile(D)
         _backward_kernel[(triton.cdiv(M, rows),)](y, dy, rstd, dx, M, D, ROWS=rows, BLOCK_D=block_d)
-        return dx, None
+        return dx, None, None
 
     @staticmethod
-    def vmap(info, in_dims, x, eps):
+    def vmap(info, in_dims, x, eps, out_dtype):
         """A vmapped axis is one more row axis: move it to the front, normalize, say it is there."""
-        x_dim, _ = in_dims  # eps is a float, so x is the batched input
-        return _LayerNorm.apply(x.movedim(x_dim, 0), eps), (0, 0)
+        x_dim = in_dims[0]  # eps and out_dtype are not tensors, so x is the batched input
+        return _LayerNorm.apply(x.movedim(x_dim, 0), eps, out_dtype), (0, 0)
 
 
-def layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """LN(x) over the last axis, no affine parameters; differentiable in x. x: fp32, bf16 or fp16, any shape."""
+def layer_norm(x: torch.Tensor, eps: float = 1e-5, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """LN(x) over the last axis, no affine parameters; differentiable in x. x: fp32, bf16 or fp16, any shape;
+    the result in out_dtype (one of the same; default x's)."""
     if triton is None:
         raise RuntimeError("the layer norm kernel needs triton")
     if x.dim() == 0 or x.shape[-1] == 0 or x.numel() == 0:
         raise ValueError(f"layer_norm needs a non-empty last axis, got shape {tuple(x.shape)}")
-    if x.dtype not in DTYPES:
-        raise ValueError(f"layer_norm computes in fp32 and stores fp32, bf16 or fp16, got {x.dtype}")
-    return _LayerNorm.apply(x, float(eps))[0]
+    out_dtype = out_dtype or x.dtype
+    if x.dtype not in DTYPES or out_dtype not in DTYPES:
+        raise ValueError(f"layer_norm computes in fp32 and stores fp32, bf16 or fp16, got {x.dtype} -> {out_dtype}")
+    return _LayerNorm.apply(x, float(eps), out_dtype)[0]

@@ -65,3 +65,28 @@ def test_bad_input():
         ln.layer_norm(torch.zeros(3, 0, device=DEVICE))
     with pytest.raises(ValueError, match="got torch.float64"):
         ln.layer_norm(torch.zeros(3, 4, device=DEVICE, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("in_dim", [None, 1])
+def test_bf16_output_of_an_fp32_input(in_dim):
+    """out_dtype, the model's path under autocast (train.py --bf16), also under vmap: y is torch's fp32 result
+    rounded to bf16, the gradient comes back in x's fp32."""
+    def fn(t):
+        return ln.layer_norm(t, out_dtype=torch.bfloat16)
+
+    x = data(5, 67, 64)
+    y, dx = value_and_grad(fn if in_dim is None else vmap(fn, in_dims=in_dim, out_dims=in_dim), x)
+    y_ref, dx_ref = value_and_grad(reference, x)
+    assert y.dtype == torch.bfloat16 and dx.dtype == torch.float32
+    torch.testing.assert_close(y, y_ref.to(torch.bfloat16))
+    torch.testing.assert_close(dx, dx_ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="the model's CUDA path (on a CPU it is torch's layer norm)")
+def test_the_models_layer_norm_stores_the_autocast_dtype():
+    import transformer
+
+    x = data(4, 64)
+    with torch.autocast("cuda", torch.bfloat16):
+        assert transformer.layer_norm(x).dtype == torch.bfloat16
+    assert transformer.layer_norm(x).dtype == torch.float32
