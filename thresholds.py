@@ -20,6 +20,7 @@ asymptote that falls with K (the section "K2*" below).
     python thresholds.py k1                    # quick preset on the CPU: figures/k1.png and .json
     python thresholds.py k1 --print-commands   # the paper preset's runs, one command line each
     python thresholds.py k2                    # quick preset on the CPU: figures/k2.png and .json
+    python thresholds.py dtau runs/k2_paper    # Delta tau of any K*_s* runs (a grid trained elsewhere)
 
 This file trains and reads the runs and draws the figures; the estimators (the binary search, the divergence
 and sigmoid fits, epsilon) are in estimators.py.
@@ -520,6 +521,56 @@ def finite_json(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def delta_tau_table(run_dirs: list[str]) -> dict:
+    """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
+    commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
+    tau (None: still in 2-Gen at the end) and their median with a 95 % interval; the divergence fit (>= 4 K with a
+    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0)."""
+    runs, dtau, bound = [], {}, {}
+    for run_dir in run_dirs:
+        cfg, dense = train.read_metrics(run_dir, dense=True)
+        if not dense:
+            raise ValueError(f"{run_dir} has no dense rows (train it with --eval-every)")
+        value, status = delta_tau(dense)
+        runs.append({"run": os.path.basename(os.path.normpath(run_dir)), "K": cfg["K"], "seed": cfg["seed"],
+                     "iters": cfg["iters"], "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
+                     "delta_tau": value, "status": status})
+        if status in ("ok", "censored") and cfg["K"] != math.inf:
+            dtau.setdefault(cfg["K"], []).append(value)
+            bound.setdefault(cfg["K"], []).append(censored_after(dense))
+    Ks = sorted(dtau)
+    try:
+        fit = fit_divergence(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
+    except ValueError as e:  # fewer than 4 finite medians
+        fit = {"why": str(e)}
+    finite = [(K, median_ci(dtau[K])[0]) for K in Ks if math.isfinite(median_ci(dtau[K])[0])]
+    line = None
+    if len(finite) >= 2:
+        slope, intercept = np.polyfit(*zip(*finite), 1)
+        line = {"slope": float(slope), "K_at_zero": float(-intercept / slope) if slope else None}
+    return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
+            "median_ci": {K: median_ci(dtau[K]) for K in Ks}, "fit": fit, "line": line}
+
+
+def dtau(args):
+    runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
+    run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
+    if not run_dirs:
+        raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
+    result = delta_tau_table(run_dirs)
+    for r in result["runs"]:
+        print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
+    for K in result["K"]:
+        m, lo, hi = result["median_ci"][K]
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}]")
+    print(f"fit: {result['fit']}")
+    print(f"line through the medians: {result['line']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(finite_json({"root": args.root, **result}), f, indent=1)
+        print(f"wrote {args.json}")
+
+
 def k2(args):
     preset, root, p, jobs, device, seeds = common_args(args, K2_PRESETS, "k2")
     cfgs = k2_runs(preset, root, seeds, device)
@@ -571,9 +622,12 @@ def main():
     cli.add_figures(p)
     cli.add_seeds(p, None, "seeds at every K (default: 0-3)")
     p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
+    p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
+    p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out")
+    p.add_argument("--json", default=None, help="also write everything to this JSON file")
     args = parser.parse_args()
-    cli.set_threads(args.threads)
-    {"k1": k1, "k2": k2}[args.command](args)
+    cli.set_threads(getattr(args, "threads", None))
+    {"k1": k1, "k2": k2, "dtau": dtau}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -160,10 +160,13 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("thresholds.py", ["k2", "--seeds", "3-1"], ["--seeds"]),
     ("thresholds.py", ["k2", "--jobs", "0"], ["--jobs"]),
     ("thresholds.py", ["k2", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
+    ("thresholds.py", ["dtau", "no-such-dir"], ["no run directories"]),
     ("trace.py", ["circuits", "--seed", "-1"], ["--seed"]),
     ("bench/bench_data.py", ["--threads", "0"], ["--threads"]),
     ("bench/bench_attention.py", ["--compile-jobs", "0"], ["--compile-jobs"]),
     ("bench/bench_attention.py", ["--previous", "missing.py"], ["--previous"]),
+    ("bench/bench_attention.py", ["--N", "300"], ["--N"]),
+    ("bench/bench_attention.py", ["--sweep-kernels", "dq,skew"], ["--sweep-kernels"]),
     ("sa_transformer.py", ["--jobs", "0"], ["--jobs"]),
 ])
 def test_other_scripts_bad_input(tmp_path, script, flags, words, run):

@@ -288,3 +288,37 @@ def _with_K(read_metrics):
         cfg, rows = read_metrics(run_dir, dense)
         return cfg, [{**r, "K": cfg["K"]} for r in rows]
     return read
+
+
+def test_delta_tau_table_of_run_directories(tmp_path, capsys):
+    """thresholds.py dtau ROOT: per run the definitions above, per K the seeds' Delta tau (a censored seed as None,
+    a seed that never formed the head left out), medians, and a line through them; on run directories as
+    train.py writes them (config.json, dense rows in metrics.jsonl)."""
+    phis = [0.1, 0.2, 0.5, 0.6, 0.6, 0.6, 0.6]
+    runs = {  # (K, seed): losses; level 2.0; tau_2gen = 20
+        (4, 0): [2.3, 2.2, 2.1, 1.9, 1.9, 1.9, 1.9],  # Delta tau 10
+        (8, 0): [2.3, 2.2, 2.1, 1.9, 1.9, 1.9, 1.9],  # Delta tau 10
+        (8, 1): [2.3, 2.2, 2.1, 2.1, 1.9, 1.9, 1.9],  # 20
+        (16, 0): [2.3, 2.2, 2.1, 2.1, 2.1, 1.9, 1.9],  # 30
+        (16, 1): [2.3, 2.2, 2.1, 2.1, 2.1, 2.1, 2.1],  # censored after 40
+    }
+    for (K, seed), losses in runs.items():
+        run = tmp_path / f"K{K}_s{seed}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({"K": K, "seed": seed, "iters": 60}))
+        (run / "metrics.jsonl").write_text("".join(json.dumps({**r, "dense": True}) + "\n" for r in rows_of(losses, phis)))
+    never = tmp_path / "K16_s2"  # never forms the induction head: not in Delta tau
+    never.mkdir()
+    (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 60}))
+    (never / "metrics.jsonl").write_text("".join(json.dumps({**r, "dense": True}) + "\n" for r in rows_of([2.3] * 7, [0.1] * 7)))
+    table = thresholds.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir()))
+    assert [(r["K"], r["seed"], r["delta_tau"], r["status"]) for r in table["runs"]] == [
+        (4, 0, 10, "ok"), (8, 0, 10, "ok"), (8, 1, 20, "ok"), (16, 0, 30, "ok"), (16, 1, None, "censored"), (16, 2, None, "no 2-gen")]
+    assert table["delta_tau"] == {4: [10], 8: [10, 20], 16: [30, None]}
+    assert table["median_ci"][8][0] == 15 and table["median_ci"][16][0] == math.inf
+    assert table["line"] == pytest.approx({"slope": 1.25, "K_at_zero": -4.0})  # through (4, 10) and (8, 15)
+    assert "needs" in table["fit"]["why"]  # two finite medians: no divergence fit
+    args = argparse.Namespace(root=str(tmp_path), json=str(tmp_path / "dtau.json"))
+    thresholds.dtau(args)
+    assert "K = 8: Delta tau [10, 20], median 15" in capsys.readouterr().out
+    assert json.load(open(tmp_path / "dtau.json"))["median_ci"]["16"][0] is None  # beyond the run: null
