@@ -525,10 +525,17 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
     """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
     commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
     tau (None: still in 2-Gen at the end) and their median with a 95 % interval; the divergence fit (>= 4 K with a
-    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0)."""
-    runs, dtau, bound = [], {}, {}
+    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0). The runs
+    must share their protocol (every setting but K, seed, the directory, the device and what follows from K):
+    seeds of different lengths or models pooled into one median would make it meaningless."""
+    runs, dtau, bound, first = [], {}, {}, None
+    own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
     for run_dir in run_dirs:
         cfg, dense = train.read_metrics(run_dir, dense=True)
+        first = first or (run_dir, cfg)
+        differ = sorted(k for k in set(cfg) | set(first[1]) if k not in own and cfg.get(k) != first[1].get(k))
+        if differ:
+            raise ValueError(f"{run_dir} and {first[0]} differ in {', '.join(differ)}: analyse runs of one protocol together")
         if not dense:
             raise ValueError(f"{run_dir} has no dense rows (train it with --eval-every)")
         value, status = delta_tau(dense)

@@ -48,7 +48,9 @@ def load_attention(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if hasattr(module, "TILES") and not module.TILES:
-        module.TILES = {key: module.Tile(*tile[:4]) for key, tile in transformer.kernel.TILES.items() if tile.diagonal != "store"}
+        gather = "gather" in module.Tile._fields  # its diagonal method, a bool then
+        module.TILES = {key: module.Tile(*tile[:4], *([tile.diagonal == "gather"] if gather else []))
+                        for key, tile in transformer.kernel.TILES.items() if tile.diagonal != "store"}
     return module.attention
 
 

@@ -57,7 +57,7 @@ for precision in "" "--bf16"; do
     t0=$SECONDS
     timeout 75 $PY train.py --K 94 --seeds 0-3 --preset paper --iters 3000 --evals 5 --eval-every 100 --tf32 $precision \
         --overwrite --out "/tmp/gpu_check_grid$precision" 2>&1 | tail -n 6 | tee -a "$OUT/grid.log"
-    echo "grid ${precision:-tf32}: $((SECONDS - t0)) s wall" | tee -a "$OUT/grid.log"
+    echo "grid ${precision:-tf32}: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s wall (a killed grid's rows are partial)" | tee -a "$OUT/grid.log"
 done
 $PY - "$OUT/grid.json" <<'EOF' 2>&1 | tee -a "$OUT/grid.log"
 import glob, json, os, sys

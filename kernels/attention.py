@@ -26,7 +26,9 @@ deterministic (no atomics), by one of three methods (the tile's `diagonal`, chos
   "mask"    the same slots from a (BLOCK, BLOCK, BLOCK) mask (the first version; 16-row tiles only)
   "store"   the dq kernel writes dS itself (B, H, N, N), at and below the diagonal; torch sums it
             over the batch and then along the diagonals of the (H, N, N) sum through a strided view.
-            More memory traffic, but no in-register work and tiles of any shape
+            More memory traffic (and a transient B H N^2 buffer: 1 GB for 64 bf16 models with a bias at
+            N = 256, 4 GB at N = 512), but no in-register work and tiles of any shape. In bf16, dS is
+            stored rounded to bf16, as the dq and dk dots already use it
 
 Tile sizes, warps and pipeline stages come from `TILES`, a table written from a sweep measured on a
 GPU (`python bench/bench_attention.py --sweep`; README). Every tl.dot tile is >= 16 in each
@@ -326,7 +328,13 @@ def load_tiles(path: str = TILES_FILE) -> dict[tuple[str, str, bool, bool], "Til
         return {}
     with open(path) as f:
         entries = json.load(f)["tiles"]
-    return {(e["kernel"], e["dtype"], e["bias"], e["long"]): Tile(*e["tile"]) for e in entries}
+    return {(e["kernel"], e["dtype"], e["bias"], e["long"]): Tile(*e["tile"][:4], *map(_diagonal, e["tile"][4:]))
+            for e in entries}
+
+
+def _diagonal(method) -> str:
+    """A table's diagonal method; tables written before "store" existed hold a bool, gather or not."""
+    return {True: "gather", False: "mask"}[method] if isinstance(method, bool) else method
 
 
 def save_tiles(tiles: dict, path: str, **about):

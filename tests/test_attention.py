@@ -2,6 +2,7 @@
 
 On the CPU the kernels run in Triton's interpreter (see conftest.py); on CUDA, compiled, with a
 tf32 / bf16 tolerance. Shapes are deliberately not multiples of the block sizes."""
+import json
 import math
 
 import pytest
@@ -282,6 +283,10 @@ def test_tile_table_round_trip(monkeypatch, tmp_path):
     assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
     assert attn._tile("fwd", torch.float32, False, 513) == attn.Tile(128, 64, 8, 2)  # long: N > 512
     assert attn._tile("fwd", torch.float32, False, 512) == attn.DEFAULT_TILE
+    legacy = json.load(open(path))  # a table written before "store" existed: a bool, gather or not
+    legacy["tiles"][0]["tile"][4] = False
+    json.dump(legacy, open(path, "w"))
+    assert attn.load_tiles(path)[("dq", "bfloat16", True, False)] == attn.Tile(32, 32, 8, 3, "mask")
 
 
 def test_large_bias_gives_finite_gradients():

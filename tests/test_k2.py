@@ -322,3 +322,6 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     thresholds.dtau(args)
     assert "K = 8: Delta tau [10, 20], median 15" in capsys.readouterr().out
     assert json.load(open(tmp_path / "dtau.json"))["median_ci"]["16"][0] is None  # beyond the run: null
+    (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 90}))  # another protocol: refused
+    with pytest.raises(ValueError, match="differ in iters"):
+        thresholds.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
