@@ -461,10 +461,10 @@ def plot_k2(result: dict, path: str):
         axes[1].legend(fontsize=8)
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
-    if result["median_lower_bound"]:
-        axes[0].set_ylim(top=max(axes[0].get_ylim()[1], 2.5 * max(result["median_lower_bound"].values())))
-    if any(v for K in Ks for v in result["delta_tau"][K]):
+    shown = [v for K in Ks for v in result["delta_tau"][K] if v] + list(result["median_lower_bound"].values())
+    if shown:  # limits set after the log scale, from the values: a linear autoscale's bottom can be <= 0
         axes[0].set_yscale("log")
+        axes[0].set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
     axes[0].set_xlabel("K")
     axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
     if fit["K2_star"] is not None:
