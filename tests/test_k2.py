@@ -281,6 +281,15 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
                         else (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     result = thresholds.analyze_k2(thresholds.k2_runs("quick", str(tmp_path / "runs"), [0]))
     assert result["delta_tau"][2] == [] and result["delta_tau"][3] != [] and [r["status"] for r in result["runs"]][0] == "mem first"
+    # Fig. 8a with a finite median whose interval is unbounded (a censored seed among finite ones): the log axis
+    # must span the values (its limits once came from a linear autoscale whose bottom was below 0)
+    result["median"][5] = (result["median"][5][0], result["median"][5][1], math.inf)
+    figures = []
+    monkeypatch.setattr(thresholds.plt, "close", figures.append)
+    thresholds.plot_k2({**result, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
+    low, high = figures[0].axes[0].get_ylim()
+    shown = [v for vs in result["delta_tau"].values() for v in vs if v]
+    assert 0 < low <= min(shown) and high >= max(shown)
 
 
 def _with_K(read_metrics):
