@@ -38,6 +38,7 @@ import cli  # noqa: E402
 from bench.bench_train import load_attention  # noqa: E402
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
+from train import parse_list  # noqa: E402
 from kernels.attention import Tile, _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
 
 try:
@@ -223,7 +224,9 @@ def compile_one(dtype, mode, kernels=SWEEPS):
     runs, _ = kernel_runs(q, k, v, bias, mode == "rotary")
     failed = 0
     for kernel, run in runs.items():
-        for tile in candidates(kernel, bias is not None) if sweep_name(kernel, bias is not None) in kernels else []:
+        if sweep_name(kernel, bias is not None) not in kernels:
+            continue
+        for tile in candidates(kernel, bias is not None):
             try:
                 with torch.no_grad():
                     run(tile)
@@ -302,10 +305,7 @@ def main():
     args = parser.parse_args()
     jobs = check_int("--compile-jobs", args.compile_jobs, 1)
     kernels = args.sweep_kernels.split(",")
-    try:
-        lengths = {int(n) for n in args.N.split(",")}
-    except ValueError:
-        raise ValueError(f"--N: comma-separated lengths, got {args.N!r}") from None
+    lengths = set(parse_list("--N", args.N))
     if not lengths <= {N for N, _, _ in SHAPES}:
         raise ValueError(f"--N: lengths among {sorted({N for N, _, _ in SHAPES})}, got {args.N!r}")
     shapes = [shape for shape in SHAPES if shape[0] in lengths]
