@@ -550,13 +550,14 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
         fit = fit_divergence(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
     except ValueError as e:  # fewer than 4 finite medians
         fit = {"why": str(e)}
-    finite = [(K, median_ci(dtau[K])[0]) for K in Ks if math.isfinite(median_ci(dtau[K])[0])]
+    medians = {K: median_ci(dtau[K]) for K in Ks}  # a bootstrap each: computed once
+    finite = [(K, m[0]) for K, m in medians.items() if math.isfinite(m[0])]
     line = None
     if len(finite) >= 2:
         slope, intercept = np.polyfit(*zip(*finite), 1)
         line = {"slope": float(slope), "K_at_zero": float(-intercept / slope) if slope else None}
     return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
-            "median_ci": {K: median_ci(dtau[K]) for K in Ks}, "fit": fit, "line": line}
+            "median_ci": medians, "fit": fit, "line": line}
 
 
 def dtau(args):
