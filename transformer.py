@@ -60,15 +60,32 @@ def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0
 # ----------------------------------------------------------------------------- blocks
 
 
+def _kernel_layer_norm(*xs: torch.Tensor) -> bool:
+    return all(x.is_cuda and x.dtype in ln_kernel.DTYPES for x in xs) and ln_kernel.triton is not None
+
+
+def _autocast_dtype() -> torch.dtype | None:
+    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+
+
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
     """LN(x) = (x - mu) / sqrt(sigma^2 + eps), no affine parameters (eq. layernorm). On CUDA the Triton
     kernel (kernels/layer_norm.py: torch's is slow on rows of D = 64), elsewhere (and in fp64) torch's; the same
     function. Under CUDA autocast (train.py --bf16) the kernel stores LN(x) in the autocast dtype, which every
     consumer (the projections, MLP's W_in) would cast it to anyway."""
-    if x.is_cuda and ln_kernel.triton is not None and x.dtype in ln_kernel.DTYPES:
-        out_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-        return ln_kernel.layer_norm(x, eps=1e-5, out_dtype=out_dtype)
+    if _kernel_layer_norm(x):
+        return ln_kernel.layer_norm(x, eps=1e-5, out_dtype=_autocast_dtype())
     return F.layer_norm(x, x.shape[-1:], eps=1e-5)
+
+
+def add_layer_norm(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + r, LN(x + r)): a residual add and the normalization the next block applies to its result. On CUDA
+    one kernel, forward and backward (the residual stream is the largest tensor the step moves; done apart,
+    the add, the norm, their gradients' sum and its cast to a bf16 block's dtype each read and write it)."""
+    if _kernel_layer_norm(x, r):
+        return ln_kernel.add_layer_norm(x, r, eps=1e-5, out_dtype=_autocast_dtype())
+    s = x + r
+    return s, layer_norm(s)
 
 
 class Attention(nn.Module):
@@ -83,9 +100,10 @@ class Attention(nn.Module):
         self.P = nn.Parameter(torch.zeros(1, max_len)) if position == "bias" else None  # P_{i-j}, one head
         self.prev_weight = prev_weight
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None):
+        """normed: LN(x), when the caller has it already (add_layer_norm)."""
         B, N, D = x.shape
-        h = layer_norm(x)
+        h = layer_norm(x) if normed is None else normed
         q, k, v = (W(h).view(B, 1, N, D) for W in (self.W_Q, self.W_K, self.W_V))  # (B, 1, N, D)
         bias = self.P[:, :N] if self.P is not None else None
         out, A = attend(q, k, v, bias, self.rotary, need_weights, self.prev_weight)
@@ -100,8 +118,10 @@ class MLP(nn.Module):
         self.W_in = nn.Linear(D, width, bias=False)
         self.W_out = nn.Linear(width, D, bias=False)
 
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        return self.W_out(F.gelu(self.W_in(layer_norm(y))))
+    def forward(self, y: torch.Tensor, normed: torch.Tensor | None = None) -> torch.Tensor:
+        """normed: LN(y), when the caller has it already (add_layer_norm)."""
+        h = layer_norm(y) if normed is None else normed
+        return self.W_out(F.gelu(self.W_in(h)))
 
 
 class Transformer(nn.Module):
@@ -152,18 +172,20 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence length {seqs.shape[1]} exceeds max_len {self.max_len}")
         x0 = self.W_E(seqs)
         att1, A1 = self.att1(x0, need_weights=cache)
-        y1 = x0 + att1
+        y1, ln_y1 = add_layer_norm(x0, att1)  # y1 and the LN(y1) that MLP1 reads
         if self.mlp1 is None:
             mlp1 = torch.zeros_like(y1)
-        elif self.task_embedding is None:
-            mlp1 = self.mlp1(y1)
-        else:  # a sequence of unknown chain (D_T) gets the mean over S
-            inject = self.task_embedding(task).unsqueeze(1) if task is not None else self.task_embedding.weight.mean(0)
-            mlp1 = self.mlp1(y1 + inject)
-        x1 = y1 + mlp1
-        att2, A2 = self.att2(x1, need_weights=cache)
-        y2 = x1 + att2
-        mlp2 = self.mlp2(y2)
+            x1, ln_x1 = y1, ln_y1
+        else:
+            if self.task_embedding is None:
+                mlp1 = self.mlp1(y1, normed=ln_y1)
+            else:  # a sequence of unknown chain (D_T) gets the mean over S
+                inject = self.task_embedding(task).unsqueeze(1) if task is not None else self.task_embedding.weight.mean(0)
+                mlp1 = self.mlp1(y1 + inject)
+            x1, ln_x1 = add_layer_norm(y1, mlp1)
+        att2, A2 = self.att2(x1, need_weights=cache, normed=ln_x1)
+        y2, ln_y2 = add_layer_norm(x1, att2)
+        mlp2 = self.mlp2(y2, normed=ln_y2)
         x2 = y2 + mlp2
         logits = self.W_U(x2)
         if not cache:

@@ -90,3 +90,70 @@ def test_the_models_layer_norm_stores_the_autocast_dtype():
     with torch.autocast("cuda", torch.bfloat16):
         assert transformer.layer_norm(x).dtype == torch.bfloat16
     assert transformer.layer_norm(x).dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- the residual add fused in
+
+
+def add_reference(x, r):
+    s = x + r
+    return s, reference(s.float()).to(s.dtype)
+
+
+def values_and_grads(fn, x, r, use=(True, True), seed=1):
+    """fn(x, r) -> (s, y); the gradients of <ds, s> + <dy, y> (a term left out when its output is unused)."""
+    x, r = x.detach().requires_grad_(), r.detach().requires_grad_()
+    outputs = fn(x, r)
+    g = torch.Generator().manual_seed(seed)
+    loss = sum((t.float() * torch.randn(t.shape, generator=g).to(t.device)).sum() for t, u in zip(outputs, use) if u)
+    return (*outputs, *torch.autograd.grad(loss, (x, r)))
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (67, 64), (2, 3, 100), (5, 10), (4, 1)])
+@pytest.mark.parametrize("use", [(True, True), (True, False), (False, True)])
+def test_add_layer_norm_matches_torch_fp32(shape, use):
+    """s = x + r, y = LN(s) and both inputs' gradients, when both outputs are used and when only one is
+    (the backward's three paths)."""
+    x, r = data(*shape), data(*shape, seed=1)
+    got = values_and_grads(ln.add_layer_norm, x, r, use)
+    want = values_and_grads(add_reference, x, r, use)
+    for name, a, b in zip(("s", "y", "dx", "dr"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_add_layer_norm_mixed_precision():
+    """The model under autocast: fp32 stream + bf16 block output -> fp32 sum (exactly torch's), bf16 LN; the
+    gradients come back in each input's dtype."""
+    x, r = data(5, 67, 64), data(5, 67, 64, dtype=torch.bfloat16, seed=1)
+    s, y, dx, dr = values_and_grads(lambda a, b: ln.add_layer_norm(a, b, out_dtype=torch.bfloat16), x, r)
+    s_ref, y_ref, dx_ref, dr_ref = values_and_grads(add_reference, x, r)
+    assert (s.dtype, y.dtype, dx.dtype, dr.dtype) == (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16)
+    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
+    torch.testing.assert_close(y, y_ref.to(torch.bfloat16))
+    torch.testing.assert_close(dx, dx_ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(dr, dx_ref.to(torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0), (0, 1), (1, None), (None, 0)])
+def test_add_layer_norm_vmap_equals_a_loop(in_dims):
+    """Member axes at different positions, and a summand shared by all members (None)."""
+    def make(dim, seed):
+        return data(3, 5, 64, seed=seed) if dim == 0 else data(5, 3, 64, seed=seed) if dim == 1 else data(5, 64, seed=seed)
+
+    x, r = make(in_dims[0], 0), make(in_dims[1], 1)
+
+    def loop(a, b):
+        slices = [add_reference(a.select(in_dims[0], e) if in_dims[0] is not None else a,
+                                b.select(in_dims[1], e) if in_dims[1] is not None else b) for e in range(3)]
+        return tuple(torch.stack(t) for t in zip(*slices))
+
+    got = values_and_grads(lambda a, b: vmap(ln.add_layer_norm, in_dims=in_dims)(a, b), x, r)
+    for name, a, b in zip(("s", "y", "dx", "dr"), got, values_and_grads(loop, x, r)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_add_layer_norm_bad_input():
+    with pytest.raises(ValueError, match="one shape"):
+        ln.add_layer_norm(torch.zeros(3, 4, device=DEVICE), torch.zeros(1, 4, device=DEVICE))
+    with pytest.raises(ValueError, match="got torch.float32 \\+ torch.float64"):
+        ln.add_layer_norm(torch.zeros(3, 4, device=DEVICE), torch.zeros(3, 4, device=DEVICE, dtype=torch.float64))
