@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from bayes import kl_div
 from kernels import attention as kernel
 from kernels import layer_norm as ln_kernel
+from kernels import mlp as mlp_kernel
 
 # ----------------------------------------------------------------------------- attention switch point
 
@@ -60,7 +61,8 @@ def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0
 # ----------------------------------------------------------------------------- blocks
 
 
-def _kernel_layer_norm(*xs: torch.Tensor) -> bool:
+def use_layer_norm_kernel(*xs: torch.Tensor) -> bool:
+    """The Triton layer norm on CUDA tensors of the dtypes it stores, torch's elsewhere."""
     return all(x.is_cuda and x.dtype in ln_kernel.DTYPES for x in xs) and ln_kernel.triton is not None
 
 
@@ -73,7 +75,7 @@ def layer_norm(x: torch.Tensor) -> torch.Tensor:
     kernel (kernels/layer_norm.py: torch's is slow on rows of D = 64), elsewhere (and in fp64) torch's; the same
     function. Under CUDA autocast (train.py --bf16) the kernel stores LN(x) in the autocast dtype, which every
     consumer (the projections, MLP's W_in) would cast it to anyway."""
-    if _kernel_layer_norm(x):
+    if use_layer_norm_kernel(x):
         return ln_kernel.layer_norm(x, eps=1e-5, out_dtype=_autocast_dtype())
     return F.layer_norm(x, x.shape[-1:], eps=1e-5)
 
@@ -82,10 +84,26 @@ def add_layer_norm(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torc
     """(x + r, LN(x + r)): a residual add and the normalization the next block applies to its result. On CUDA
     one kernel, forward and backward (the residual stream is the largest tensor the step moves; done apart,
     the add, the norm, their gradients' sum and its cast to a bf16 block's dtype each read and write it)."""
-    if _kernel_layer_norm(x, r):
+    if use_layer_norm_kernel(x, r):
         return ln_kernel.add_layer_norm(x, r, eps=1e-5, out_dtype=_autocast_dtype())
     s = x + r
     return s, layer_norm(s)
+
+
+def use_mlp_kernel(h: torch.Tensor, dtype: torch.dtype) -> bool:
+    """The Triton MLP on CUDA when its matmuls run on tensor cores anyway: in bf16 or fp16 (autocast), or in
+    fp32 with TF32 allowed (train.py --tf32); exact fp32 and fp64 stay with torch."""
+    tensor_cores = dtype in (torch.bfloat16, torch.float16) or (dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    return h.is_cuda and mlp_kernel.triton is not None and tensor_cores and h.shape[-1] <= mlp_kernel.MAX_D
+
+
+def mlp(h: torch.Tensor, W_in: torch.Tensor, W_out: torch.Tensor) -> torch.Tensor:
+    """W_out GELU(W_in h), the MLP block on its normalized input: the Triton kernel (kernels/mlp.py, which never
+    stores the hidden layer) where use_mlp_kernel says so, torch's matmuls and GELU elsewhere. The same function."""
+    dtype = _autocast_dtype() or h.dtype
+    if use_mlp_kernel(h, dtype):
+        return mlp_kernel.mlp(h.to(dtype), W_in.to(dtype), W_out.to(dtype))
+    return F.linear(F.gelu(F.linear(h, W_in)), W_out)
 
 
 class Attention(nn.Module):
@@ -121,7 +139,7 @@ class MLP(nn.Module):
     def forward(self, y: torch.Tensor, normed: torch.Tensor | None = None) -> torch.Tensor:
         """normed: LN(y), when the caller has it already (add_layer_norm)."""
         h = layer_norm(y) if normed is None else normed
-        return self.W_out(F.gelu(self.W_in(h)))
+        return mlp(h, self.W_in.weight, self.W_out.weight)
 
 
 class Transformer(nn.Module):

@@ -8,8 +8,8 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets). On CUDA, variants put one earlier piece back in the same
-run (torch's layer norm, per-member sampling, an earlier attention kernel), so that each row's ratio
-says what that piece bought.
+run (torch's layer norm, the residual adds apart from it, torch's MLP, per-member sampling, an earlier
+attention kernel), so that each row's ratio says what that piece bought.
 """
 import gc
 import importlib.util
@@ -54,9 +54,19 @@ def load_attention(path):
     return module.attention
 
 
-def torch_layer_norm(x: torch.Tensor) -> torch.Tensor:
-    """The model's layer norm as torch computes it (the variant "torch LN")."""
-    return F.layer_norm(x, x.shape[-1:], eps=1e-5)
+def unfused_add_layer_norm(x: torch.Tensor, r: torch.Tensor):
+    """The residual add apart from the layer norm kernel (the variant "unfused add")."""
+    s = x + r
+    return s, transformer.layer_norm(s)
+
+
+# variant -> the attributes of transformer.py it replaces (the model looks them up at run time); "bf16 <variant>"
+# is the same in mixed precision
+PATCHES = {
+    "torch LN": {"use_layer_norm_kernel": lambda *xs: False},  # torch's layer norm and separate adds
+    "unfused add": {"add_layer_norm": unfused_add_layer_norm},
+    "torch MLP": {"use_mlp_kernel": lambda h, dtype: False},
+}
 
 
 def sync(device):
@@ -133,7 +143,7 @@ def profile(E: int, N: int, B: int, device, bf16: bool = False):
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         trainer.step(seqs, chains)
         sync(device)
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=110))
 
 
 def main():
@@ -145,7 +155,7 @@ def main():
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
     parser.add_argument("--profile", action="store_true",
-                        help="CUDA: also list the 15 GPU kernels that take most of an eager step of the largest ensemble "
+                        help="CUDA: also list the 25 GPU kernels that take most of an eager step of the largest ensemble "
                         "(in this precision, then in bf16)")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
                         "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
@@ -179,29 +189,36 @@ def main():
     if cuda:
         cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
         cases += [(1, False, "bf16"), (1, True, "bf16")] + [(E, True, "bf16") for E in sizes]
+        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add") for precision in ("", "bf16 ")
+                  for E in (1, E_max)]
     if args.previous:
         cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
-    print("variants: torch LN = F.layer_norm instead of kernels/layer_norm.py; loop sampling = one TaskSet.batch "
-          "call per member instead of markov.batches; previous kernel = attention from --previous; bf16 = mixed "
-          "precision (train.py --bf16)")
-    print(f"{'models':>6} {'graph':>5} {'variant':>15} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+    print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
+          "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
+          "kernels/mlp.py; loop sampling = one TaskSet.batch call per member instead of markov.batches; previous "
+          "kernel = attention from --previous; bf16 = mixed precision (train.py --bf16)")
+    print(f"{'models':>6} {'graph':>5} {'variant':>16} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
-    this_attention, this_layer_norm = transformer.kernel.attention, transformer.layer_norm
+    this_attention = transformer.kernel.attention
     for E, graph, variant in cases:
-        # the model looks both up at run time: swap in the earlier version for a variant's rows
+        bf16 = variant.startswith("bf16")
+        patches = PATCHES.get(variant.removeprefix("bf16").strip(), {})
+        saved = {name: getattr(transformer, name) for name in patches}
+        for name, value in patches.items():
+            setattr(transformer, name, value)
         transformer.kernel.attention = load_attention(args.previous) if variant == "previous kernel" else this_attention
-        transformer.layer_norm = torch_layer_norm if variant == "torch LN" else this_layer_norm
-        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling",
-                                    bf16=variant == "bf16")
+        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling", bf16=bf16)
+        for name, value in saved.items():
+            setattr(transformer, name, value)
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
-        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>15} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
+        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>16} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
-    transformer.kernel.attention, transformer.layer_norm = this_attention, this_layer_norm
+    transformer.kernel.attention = this_attention
     if args.profile and cuda:
         for bf16 in (False, True):
             print(f"one eager step of {max(sizes)} models{', bf16' if bf16 else ''}:")

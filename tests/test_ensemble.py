@@ -203,7 +203,7 @@ def test_the_last_step_has_a_dense_row(tmp_path):
 
 @pytest.mark.parametrize("members", [1, 2])
 def test_bf16_runs_the_forward_in_bfloat16_and_keeps_fp32_state(members):
-    """bf16=True (train.py --bf16): the step's matmuls give bf16 (a hook on an MLP's input projection sees it,
+    """bf16=True (train.py --bf16): the step's matmuls give bf16 (a hook on an MLP block's output sees it,
     through vmap for an ensemble), the loss differs from the fp32 step's but not by much, and weights and AdamW
     state stay fp32. An ensemble's member 0 takes the single run's bf16 step (to bf16 rounding)."""
     seqs = torch.randint(0, 4, (members, 8, 13), generator=torch.Generator().manual_seed(0)).to(DEVICE)
@@ -221,7 +221,7 @@ def test_bf16_runs_the_forward_in_bfloat16_and_keeps_fp32_state(members):
     for bf16 in (False, True):
         t = trainer(bf16, members)
         module = t.template if members > 1 else t.module
-        hook = module.mlp2.W_in.register_forward_hook(lambda mod, inputs, out: seen.append(out.dtype))
+        hook = module.mlp2.register_forward_hook(lambda mod, inputs, out: seen.append(out.dtype))
         losses[bf16] = t.step(seqs, task)
         hook.remove()
         assert all(p.dtype == torch.float32 for p in t.parameters())

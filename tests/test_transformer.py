@@ -6,6 +6,8 @@ import torch
 
 import transformer
 from kernels import attention as kernel
+from kernels import layer_norm as ln_kernel
+from kernels import mlp as mlp_kernel
 from transformer import Transformer, attend, behavioral_divergence, n_A, phi_beta, phi_delta
 
 
@@ -207,6 +209,69 @@ def test_behavioral_divergence_is_the_mean_of_the_two_splits():
     d = behavioral_divergence(p, q, q, p)
     ref = 0.5 * (p.exp() * (p - q)).sum(-1).mean() + 0.5 * (q.exp() * (q - p)).sum(-1).mean()
     assert d.item() == pytest.approx(ref.item())
+
+
+def torch_blocks(monkeypatch):
+    """The model with torch's layer norm, residual adds and MLP instead of the Triton kernels."""
+    monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: False)
+    monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: False)
+
+
+def loss_and_grads(model, s):
+    loss = torch.nn.functional.cross_entropy(model(s[:, :-1]).reshape(-1, 10).float(), s[:, 1:].reshape(-1))
+    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+@pytest.mark.skipif(mlp_kernel.triton is None or torch.cuda.is_available(),
+                    reason="runs the kernels on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
+@pytest.mark.parametrize("mlp1", [True, False])
+def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1):
+    """With the layer norm (residual add fused) and MLP kernels forced on (the interpreter on a CPU), the
+    model's loss and every weight's gradient are torch's: the kernels are wired in where the blocks were."""
+    model = Transformer(D=16, mlp1=mlp1)
+    model.reset_parameters(gen(3))
+    s = seqs(B=2, N=21)
+    calls = {"mlp": 0, "add_layer_norm": 0}
+    for module, name in ((mlp_kernel, "mlp"), (ln_kernel, "add_layer_norm")):
+        def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: True)
+    monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: True)
+    got = loss_and_grads(model, s)
+    assert calls == ({"mlp": 2, "add_layer_norm": 3} if mlp1 else {"mlp": 1, "add_layer_norm": 2})
+    torch_blocks(monkeypatch)
+    for a, b in zip(got, loss_and_grads(model, s)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["bf16", "tf32"])
+def test_cuda_model_kernels_match_torch_blocks(monkeypatch, precision):
+    """Compiled, in the two precisions that take the MLP kernel: loss and gradients with the kernels against
+    the same model with torch's layer norm, adds and MLP (relative error of each gradient, in norm)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
+    model = Transformer(D=64).cuda()
+    model.reset_parameters(torch.Generator("cuda").manual_seed(1))
+    s = seqs(B=8, N=100).cuda()
+
+    def run():
+        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
+            return loss_and_grads(model, s)
+
+    calls = {"mlp": 0}
+
+    def counted(*args, _fn=mlp_kernel.mlp, **kwargs):
+        calls["mlp"] += 1
+        return _fn(*args, **kwargs)
+
+    monkeypatch.setattr(mlp_kernel, "mlp", counted)
+    got = run()
+    assert calls["mlp"] == 2
+    torch_blocks(monkeypatch)
+    for i, (a, b) in enumerate(zip(got, run())):
+        assert (a - b).float().norm() <= 2e-2 * b.float().norm() + 1e-6, f"output {i}"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
