@@ -52,7 +52,7 @@ if triton is not None:
         return rows, mask, rows[:, None].to(tl.int64) * D + cols[None, :]
 
     @triton.jit
-    def _forward_kernel(X, R, S, Y, RSTD, M, D, eps, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, ADD: tl.constexpr):
+    def _ln_forward_kernel(X, R, S, Y, RSTD, M, D, eps, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, ADD: tl.constexpr):
         """Y = LN(X), or with ADD: S = X + R and Y = LN(S) (the residual add fused in: one read of each input)."""
         rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
         x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -66,7 +66,7 @@ if triton is not None:
         tl.store(RSTD + rows, rstd, mask=rows < M)
 
     @triton.jit
-    def _backward_kernel(Y, DY, RSTD, DS, DX, DR, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, ADD: tl.constexpr):
+    def _ln_backward_kernel(Y, DY, RSTD, DS, DX, DR, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, ADD: tl.constexpr):
         """DX = LN'(DY), or with ADD: DX = DS + LN'(DY), stored again as DR in the other input's dtype (the
         gradient that flows through the residual add, summed with the normalization's, to both summands)."""
         rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
@@ -89,7 +89,7 @@ def _backward(y, rstd, dy, dx_dtype, ds=None, dr_dtype=None):
     dx = torch.empty_like(y, dtype=dx_dtype)
     dr = torch.empty_like(y, dtype=dr_dtype) if ds is not None else dx
     rows, block_d = _tile(D)
-    _backward_kernel[(triton.cdiv(M, rows),)](y, dy.contiguous(), rstd, ds.contiguous() if ds is not None else dy, dx, dr,
+    _ln_backward_kernel[(triton.cdiv(M, rows),)](y, dy.contiguous(), rstd, ds.contiguous() if ds is not None else dy, dx, dr,
                                               M, D, ROWS=rows, BLOCK_D=block_d, ADD=ds is not None)
     return dx, dr
 
@@ -105,7 +105,7 @@ class _LayerNorm(torch.autograd.Function):
         y = torch.empty_like(x, dtype=out_dtype)
         rstd = torch.empty(x.shape[:-1], device=x.device, dtype=torch.float32)
         rows, block_d = _tile(D)
-        _forward_kernel[(triton.cdiv(M, rows),)](x, x, x, y, rstd, M, D, eps, ROWS=rows, BLOCK_D=block_d, ADD=False)
+        _ln_forward_kernel[(triton.cdiv(M, rows),)](x, x, x, y, rstd, M, D, eps, ROWS=rows, BLOCK_D=block_d, ADD=False)
         return y, rstd
 
     @staticmethod
@@ -144,7 +144,7 @@ class _AddLayerNorm(torch.autograd.Function):
         y = torch.empty_like(x, dtype=out_dtype)
         rstd = torch.empty(x.shape[:-1], device=x.device, dtype=torch.float32)
         rows, block_d = _tile(D)
-        _forward_kernel[(triton.cdiv(M, rows),)](x, r, s, y, rstd, M, D, eps, ROWS=rows, BLOCK_D=block_d, ADD=True)
+        _ln_forward_kernel[(triton.cdiv(M, rows),)](x, r, s, y, rstd, M, D, eps, ROWS=rows, BLOCK_D=block_d, ADD=True)
         return s, y, rstd
 
     @staticmethod

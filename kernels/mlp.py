@@ -51,7 +51,7 @@ if os.path.isfile(TILES_FILE):
 # the tile sets bench/bench_mlp.py --sweep times (each is forced in tests/test_mlp.py)
 SWEEP_TILES = [dict(BLOCK_M=m, BLOCK_F=f, num_warps=w) for m, f, w in
                ((64, 32, 4), (64, 64, 4), (64, 128, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8))]
-PROGRAMS = 1024  # the dW kernel splits the rows until about this many programs fill the GPU
+PROGRAMS = None  # the dW kernel splits the rows until about this many programs run (None: 2 per SM; interpreter 64)
 
 
 if triton is not None:
@@ -93,7 +93,7 @@ if triton is not None:
         return _operand(w_in, W_IN.dtype.element_ty, UPCAST), _operand(w_out_t, W_IN.dtype.element_ty, UPCAST)
 
     @triton.jit
-    def _forward_kernel(H, W_IN, W_OUT, Y, M, D, F,
+    def _mlp_forward_kernel(H, W_IN, W_OUT, Y, M, D, F,
                         BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
         m0, e = tl.program_id(0) * BLOCK_M, tl.program_id(1)
         h = _rows(H, e, m0, M, D, BLOCK_M, BLOCK_D, UPCAST)
@@ -108,7 +108,7 @@ if triton is not None:
                  mask=(rows[:, None] < M) & (cols[None, :] < D))
 
     @triton.jit
-    def _backward_dh_kernel(H, W_IN, W_OUT, DY, DH, M, D, F,
+    def _mlp_dh_kernel(H, W_IN, W_OUT, DY, DH, M, D, F,
                             BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
         m0, e = tl.program_id(0) * BLOCK_M, tl.program_id(1)
         h = _rows(H, e, m0, M, D, BLOCK_M, BLOCK_D, UPCAST)
@@ -125,7 +125,7 @@ if triton is not None:
                  mask=(rows[:, None] < M) & (cols[None, :] < D))
 
     @triton.jit
-    def _backward_dw_kernel(H, W_IN, W_OUT, DY, DW_IN, DW_OUT_T, M, D, F, ROWS_PER_SLICE,
+    def _mlp_dw_kernel(H, W_IN, W_OUT, DY, DW_IN, DW_OUT_T, M, D, F, ROWS_PER_SLICE,
                             BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
         """Partial sums of one F-chunk's weight gradients over one slice of member e's rows, written to
         slot (e, slice): DW_IN, DW_OUT_T (E, slices, F, D)."""
@@ -163,7 +163,7 @@ class _MLP(torch.autograd.Function):
         E, M, D = h.shape
         y = torch.empty_like(h)
         tiles = TILES
-        _forward_kernel[(triton.cdiv(M, tiles["BLOCK_M"]), E)](h, w_in, w_out, y, M, D, w_in.shape[1],
+        _mlp_forward_kernel[(triton.cdiv(M, tiles["BLOCK_M"]), E)](h, w_in, w_out, y, M, D, w_in.shape[1],
                                                              **_constants(h), **tiles)
         return y
 
@@ -180,15 +180,16 @@ class _MLP(torch.autograd.Function):
         dh = dw_in = dw_out = None
         if ctx.needs_input_grad[0]:
             dh = torch.empty_like(h)
-            _backward_dh_kernel[(triton.cdiv(M, TILES["BLOCK_M"]), E)](h, w_in, w_out, dy, dh, M, D, F,
+            _mlp_dh_kernel[(triton.cdiv(M, TILES["BLOCK_M"]), E)](h, w_in, w_out, dy, dh, M, D, F,
                                                                       **_constants(h), **TILES)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             chunks = triton.cdiv(F, TILES_DW["BLOCK_F"])
-            slices = max(1, min(triton.cdiv(PROGRAMS, E * chunks), triton.cdiv(M, TILES_DW["BLOCK_M"])))
+            programs = PROGRAMS or (2 * torch.cuda.get_device_properties(h.device).multi_processor_count if h.is_cuda else 64)
+            slices = max(1, min(triton.cdiv(programs, E * chunks), triton.cdiv(M, TILES_DW["BLOCK_M"])))
             rows = triton.cdiv(triton.cdiv(M, slices), TILES_DW["BLOCK_M"]) * TILES_DW["BLOCK_M"]
             slices = triton.cdiv(M, rows)
             parts = torch.empty((2, E, slices, F, D), device=h.device, dtype=torch.float32)
-            _backward_dw_kernel[(chunks, slices, E)](h, w_in, w_out, dy, parts[0], parts[1], M, D, F, rows,
+            _mlp_dw_kernel[(chunks, slices, E)](h, w_in, w_out, dy, parts[0], parts[1], M, D, F, rows,
                                                      **_constants(h), **TILES_DW)
             total = parts.sum(2)  # (2, E, F, D): the slices added in a fixed order
             dw_in, dw_out = total[0].to(w_in.dtype), total[1].transpose(1, 2).to(w_out.dtype)

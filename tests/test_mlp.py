@@ -10,12 +10,23 @@ from torch.func import vmap
 from kernels import mlp as mk
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# the interpreter multiplies in fp32; compiled fp32 products are TF32
-TOL = dict(rtol=1e-4, atol=1e-5) if DEVICE == "cpu" else dict(rtol=2e-2, atol=2e-3)
 
 
 def reference(h, w_in, w_out):
     return F.linear(F.gelu(F.linear(h.double(), w_in.double())), w_out.double()).to(h.dtype)
+
+
+def assert_matches(got, want):
+    """fp32 outputs and gradients. The interpreter multiplies in fp32: elementwise to 1e-4. Compiled, fp32
+    products are TF32 (10-bit mantissas): each tensor's error in norm within 5e-3 of its norm (measured on
+    the H100 ~1e-3; elementwise, a weight gradient summed over hundreds of rows can cancel to near zero
+    while TF32's error of ~4e-4 per product does not)."""
+    for name, a, b in zip(("y", "dh", "dW_in", "dW_out"), got, want):
+        assert a.dtype == b.dtype, name
+        if DEVICE == "cpu":
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        else:
+            assert (a - b).norm() <= 5e-3 * b.norm(), f"{name}: relative error {((a - b).norm() / b.norm()).item():.2e}"
 
 
 def data(M, D, F_, dtype=torch.float32, seed=0, lead=()):
@@ -33,18 +44,12 @@ def value_and_grads(fn, inputs, seed=1):
     return (y, *torch.autograd.grad(y, inputs, dy))
 
 
-def assert_matches(got, want, **tol):
-    for name, a, b in zip(("y", "dh", "dW_in", "dW_out"), got, want):
-        assert a.dtype == b.dtype, name
-        torch.testing.assert_close(a.float(), b.float(), **tol, msg=lambda m: f"{name}: {m}")
-
-
 # (M, D, F): one row; rows not a multiple of 64; the paper's D = 64, F = 4D; F not a multiple of the 64-unit
 # chunk; D = 10 padded to 16; a single hidden unit
 @pytest.mark.parametrize("shape", [(1, 64, 256), (67, 64, 256), (130, 64, 100), (50, 10, 40), (17, 16, 1)])
 def test_matches_torch_fp32(shape):
     inputs = data(*shape)
-    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs), **TOL)
+    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs))
 
 
 def torch_mlp(h, w_in, w_out):
@@ -72,7 +77,7 @@ def test_other_tiles(monkeypatch, tiles):
     monkeypatch.setattr(mk, "TILES", tiles)
     monkeypatch.setattr(mk, "TILES_DW", tiles)
     inputs = data(150, 64, 100, seed=3)
-    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs), **TOL)
+    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs))
 
 
 @pytest.mark.parametrize("programs", [1, 4, 10_000])
@@ -81,7 +86,7 @@ def test_weight_gradient_slices(monkeypatch, programs):
     many slices as there are row blocks."""
     monkeypatch.setattr(mk, "PROGRAMS", programs)
     inputs = data(300, 64, 128, seed=4)
-    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs), **TOL)
+    assert_matches(value_and_grads(mk.mlp, inputs), value_and_grads(reference, inputs))
 
 
 @pytest.mark.parametrize("in_dims", [(0, 0, 0), (1, 0, 0), (0, None, None), (None, 0, 0)])
@@ -96,7 +101,7 @@ def test_vmap_equals_a_loop(in_dims):
                             for e in range(3)])
 
     got = value_and_grads(lambda *ts: vmap(mk.mlp, in_dims=in_dims)(*ts), inputs)
-    assert_matches(got, value_and_grads(loop, inputs), **TOL)
+    assert_matches(got, value_and_grads(loop, inputs))
 
 
 def test_bad_input():
