@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from bayes import kl_div
 from kernels import attention as kernel
+from kernels import embedding as embedding_kernel
 from kernels import layer_norm as ln_kernel
 from kernels import mlp as mlp_kernel
 
@@ -59,6 +60,19 @@ def attend(q, k, v, bias=None, rotary=False, need_weights=False, prev_weight=1.0
 
 
 # ----------------------------------------------------------------------------- blocks
+
+
+def use_embedding_kernel(W: torch.Tensor) -> bool:
+    """The Triton embedding on CUDA tables of the dtypes it takes, torch's elsewhere."""
+    return W.is_cuda and W.dtype in embedding_kernel.DTYPES and embedding_kernel.triton is not None
+
+
+def embed(seqs: torch.Tensor, W_E: torch.Tensor) -> torch.Tensor:
+    """x0 = W_E x_n, the row of each state (eq. model_start): on CUDA the Triton kernel (kernels/embedding.py,
+    whose gradient needs no sort; torch's lookup is slow under an ensemble's vmap), elsewhere F.embedding."""
+    if use_embedding_kernel(W_E):
+        return embedding_kernel.embedding(seqs, W_E)
+    return F.embedding(seqs, W_E)
 
 
 def use_layer_norm_kernel(*xs: torch.Tensor) -> bool:
@@ -188,7 +202,7 @@ class Transformer(nn.Module):
     def forward(self, seqs: torch.Tensor, cache: bool = False, task: torch.Tensor | None = None):
         if seqs.shape[1] > self.max_len and self.att1.P is not None:
             raise ValueError(f"sequence length {seqs.shape[1]} exceeds max_len {self.max_len}")
-        x0 = self.W_E(seqs)
+        x0 = embed(seqs, self.W_E.weight)
         att1, A1 = self.att1(x0, need_weights=cache)
         y1, ln_y1 = add_layer_norm(x0, att1)  # y1 and the LN(y1) that MLP1 reads
         if self.mlp1 is None:

@@ -6,6 +6,7 @@ import torch
 
 import transformer
 from kernels import attention as kernel
+from kernels import embedding as embedding_kernel
 from kernels import layer_norm as ln_kernel
 from kernels import mlp as mlp_kernel
 from transformer import Transformer, attend, behavioral_divergence, n_A, phi_beta, phi_delta
@@ -215,6 +216,7 @@ def torch_blocks(monkeypatch):
     """The model with torch's layer norm, residual adds and MLP instead of the Triton kernels."""
     monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: False)
     monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: False)
+    monkeypatch.setattr(transformer, "use_embedding_kernel", lambda W: False)
 
 
 def loss_and_grads(model, s):
@@ -226,21 +228,22 @@ def loss_and_grads(model, s):
                     reason="runs the kernels on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
 @pytest.mark.parametrize("mlp1", [True, False])
 def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1):
-    """With the layer norm (residual add fused) and MLP kernels forced on (the interpreter on a CPU), the
+    """With the embedding, layer norm (residual add fused) and MLP kernels forced on (the interpreter on a CPU), the
     model's loss and every weight's gradient are torch's: the kernels are wired in where the blocks were."""
     model = Transformer(D=16, mlp1=mlp1)
     model.reset_parameters(gen(3))
     s = seqs(B=2, N=21)
-    calls = {"mlp": 0, "add_layer_norm": 0}
-    for module, name in ((mlp_kernel, "mlp"), (ln_kernel, "add_layer_norm")):
+    calls = {"mlp": 0, "add_layer_norm": 0, "embedding": 0}
+    for module, name in ((mlp_kernel, "mlp"), (ln_kernel, "add_layer_norm"), (embedding_kernel, "embedding")):
         def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
             calls[_name] += 1
             return _fn(*args, **kwargs)
         monkeypatch.setattr(module, name, counted)
     monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: True)
     monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: True)
+    monkeypatch.setattr(transformer, "use_embedding_kernel", lambda W: True)
     got = loss_and_grads(model, s)
-    assert calls == ({"mlp": 2, "add_layer_norm": 3} if mlp1 else {"mlp": 1, "add_layer_norm": 2})
+    assert calls == {"mlp": 1 + mlp1, "add_layer_norm": 2 + mlp1, "embedding": 1}
     torch_blocks(monkeypatch)
     for a, b in zip(got, loss_and_grads(model, s)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -250,7 +253,7 @@ def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1):
 @pytest.mark.parametrize("precision", ["bf16", "tf32"])
 def test_cuda_model_kernels_match_torch_blocks(monkeypatch, precision):
     """Compiled, in the two precisions that take the MLP kernel: loss and gradients with the kernels against
-    the same model with torch's layer norm, adds and MLP (relative error of each gradient, in norm)."""
+    the same model with torch's embedding, layer norm, adds and MLP (relative error of each gradient, in norm)."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
     model = Transformer(D=64).cuda()
     model.reset_parameters(torch.Generator("cuda").manual_seed(1))
@@ -260,15 +263,14 @@ def test_cuda_model_kernels_match_torch_blocks(monkeypatch, precision):
         with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
             return loss_and_grads(model, s)
 
-    calls = {"mlp": 0}
-
-    def counted(*args, _fn=mlp_kernel.mlp, **kwargs):
-        calls["mlp"] += 1
-        return _fn(*args, **kwargs)
-
-    monkeypatch.setattr(mlp_kernel, "mlp", counted)
+    calls = {"mlp": 0, "embedding": 0}
+    for module, name in ((mlp_kernel, "mlp"), (embedding_kernel, "embedding")):
+        def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
     got = run()
-    assert calls["mlp"] == 2
+    assert calls == {"mlp": 2, "embedding": 1}
     torch_blocks(monkeypatch)
     for i, (a, b) in enumerate(zip(got, run())):
         assert (a - b).float().norm() <= 2e-2 * b.float().norm() + 1e-6, f"output {i}"
