@@ -35,7 +35,7 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
-from bench.bench_train import load_attention  # noqa: E402
+from bench.bench_train import load_attention, load_attention_module  # noqa: E402
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
 from train import parse_list  # noqa: E402
@@ -291,6 +291,29 @@ def sweep(log, jobs, kernels=SWEEPS, shapes=SHAPES):
     return results
 
 
+ROTATE_CANDIDATES = [(64, 4), (64, 1), (64, 2), (32, 4), (32, 8), (16, 8), (16, 16), (128, 2)]  # (positions, sequences)
+
+
+def rotate_sweep(log, previous=None, S=64 * 128, N=256):
+    """The rotary pre-pass alone at a 64-model ensemble's shape (S = 64 x 128 sequences of N = 256, d = 64),
+    GPU time of a graphed call: every (block, seqs) candidate, the --previous file's pre-pass, and a clone of q
+    and k (the same bytes read and written: the bandwidth the pre-pass can reach)."""
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k = (torch.randn(S, 1, N, D, device="cuda", dtype=dtype) for _ in range(2))
+        gb = 4 * q.numel() * q.element_size() / 1e9  # q, k read, their rotations written
+        methods = {f"kernel {b}x{s}": (lambda b=b, s=s: attn._rotate(q, k, s, b)) for b, s in ROTATE_CANDIDATES}
+        methods["clone q, k"] = lambda: (q.clone(), k.clone())
+        if previous is not None:
+            methods["previous"] = lambda: previous._rotate(q, k)
+        for name, fn in methods.items():
+            ms = gpu_ms(fn)
+            results[f"{str(dtype).removeprefix('torch.')} {name}"] = ms
+            log(f"rotate {str(dtype).removeprefix('torch.'):>8} {name:>16}: {ms:.3f} ms, {gb / ms:.2f} TB/s")
+        del q, k
+    return results
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--sweep", action="store_true", help="tune the tiles first (see above)")
@@ -301,6 +324,7 @@ def main():
     parser.add_argument("--json", default=None, help="write every number (sweep and comparison) to this file")
     parser.add_argument("--previous", default=None, help="another kernels/attention.py to time in the same run")
     parser.add_argument("--only-kernel", action="store_true", help="time the kernel alone")
+    parser.add_argument("--rotate", action="store_true", help="first time the rotary pre-pass alone (rotate_sweep)")
     parser.add_argument("--N", default="256,1024", help="the sequence lengths of the sweep and the comparison")
     args = parser.parse_args()
     jobs = check_int("--compile-jobs", args.compile_jobs, 1)
@@ -321,6 +345,8 @@ def main():
     log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "B": B, "H": H, "d": D}
     launch_floor(log)
+    if args.rotate:
+        record["rotate"] = rotate_sweep(log, load_attention_module(args.previous) if args.previous else None)
     if args.sweep:
         try:
             record["sweep"] = sweep(log, jobs, kernels, shapes)

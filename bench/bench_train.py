@@ -8,8 +8,8 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets). On CUDA, variants put one earlier piece back in the same
-run (torch's layer norm, the residual adds apart from it, torch's MLP, per-member sampling, an earlier
-attention kernel), so that each row's ratio says what that piece bought.
+run (torch's layer norm, the residual adds apart from it, torch's MLP, torch's embedding, per-member
+sampling, an earlier attention kernel), so that each row's ratio says what that piece bought.
 """
 import gc
 import importlib.util
@@ -39,7 +39,12 @@ def cpu_name() -> str:
 
 
 def load_attention(path):
-    """`attention` of another version of kernels/attention.py (the kernel imports nothing of ours). A version
+    """`attention` of another version of kernels/attention.py (load_attention_module)."""
+    return load_attention_module(path).attention
+
+
+def load_attention_module(path):
+    """Another version of kernels/attention.py as a module (the kernel imports nothing of ours). A version
     with a tile table reads the tiles.json beside its own file (put the table of its time there); where there
     is none it gets this one's block sizes, warps and stages, so that the comparison is of the code, not of
     the tiles (except where this table's bias gradient stores dS, a method earlier versions lack: there the
@@ -51,7 +56,7 @@ def load_attention(path):
         gather = "gather" in module.Tile._fields  # its diagonal method, a bool then
         module.TILES = {key: module.Tile(*tile[:4], *([tile.diagonal == "gather"] if gather else []))
                         for key, tile in transformer.kernel.TILES.items() if tile.diagonal != "store"}
-    return module.attention
+    return module
 
 
 def unfused_add_layer_norm(x: torch.Tensor, r: torch.Tensor):
@@ -66,6 +71,7 @@ PATCHES = {
     "torch LN": {"use_layer_norm_kernel": lambda *xs: False},  # torch's layer norm and separate adds
     "unfused add": {"add_layer_norm": unfused_add_layer_norm},
     "torch MLP": {"use_mlp_kernel": lambda h, dtype: False},
+    "torch embedding": {"use_embedding_kernel": lambda W: False},
 }
 
 
@@ -143,6 +149,8 @@ def profile(E: int, N: int, B: int, device, bf16: bool = False):
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         trainer.step(seqs, chains)
         sync(device)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"{len(kernels)} GPU kernels, {sum(e.time_range.elapsed_us() for e in kernels) / 1e3:.2f} ms of GPU time")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=110))
 
 
@@ -156,7 +164,7 @@ def main():
     parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
     parser.add_argument("--profile", action="store_true",
                         help="CUDA: also list the 25 GPU kernels that take most of an eager step of the largest ensemble "
-                        "(in this precision, then in bf16)")
+                        "(in this precision, then in bf16) and of the single run (bf16)")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
                         "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
     args = parser.parse_args()
@@ -189,7 +197,7 @@ def main():
     if cuda:
         cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
         cases += [(1, False, "bf16"), (1, True, "bf16")] + [(E, True, "bf16") for E in sizes]
-        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add") for precision in ("", "bf16 ")
+        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding") for precision in ("", "bf16 ")
                   for E in (1, E_max)]
     if args.previous:
         cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
@@ -197,9 +205,9 @@ def main():
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; loop sampling = one TaskSet.batch call per member instead of markov.batches; previous "
+          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; loop sampling = one TaskSet.batch call per member instead of markov.batches; previous "
           "kernel = attention from --previous; bf16 = mixed precision (train.py --bf16)")
-    print(f"{'models':>6} {'graph':>5} {'variant':>16} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+    print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
     this_attention = transformer.kernel.attention
     for E, graph, variant in cases:
@@ -214,15 +222,15 @@ def main():
             setattr(transformer, name, value)
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
-        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>16} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
+        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>20} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
     transformer.kernel.attention = this_attention
     if args.profile and cuda:
-        for bf16 in (False, True):
-            print(f"one eager step of {max(sizes)} models{', bf16' if bf16 else ''}:")
-            profile(max(sizes), N, B, device, bf16)
+        for E, bf16 in ((max(sizes), False), (max(sizes), True), (1, True)):
+            print(f"one eager step of {E} model{'s' * (E > 1)}{', bf16' if bf16 else ''}:")
+            profile(E, N, B, device, bf16)
 
 
 if __name__ == "__main__":

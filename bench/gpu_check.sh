@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100):
-#   1. the kernel, layer norm, MLP, model, ensemble and sampler tests, compiled on the GPU (with the card's name)
+#   1. the kernel, layer norm, MLP, embedding, model, ensemble and sampler tests, compiled on the GPU (with the card's name)
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage)
 #   3. bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
-#      the variants (torch's layer norm, the residual adds unfused, torch's MLP, per-member sampling, bf16 mixed
-#      precision, PREVIOUS's attention)
-#      and a profile of the largest ensemble's eager step in both precisions
+#      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, per-member
+#      sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
+#      in both precisions and of the single run's in bf16
 #   4. bench_attention.py: the kernel against eager, SDPA and FlexAttention at ATTENTION_N (default 256,1024;
 #      ATTENTION=0 skips it); SWEEP=1 re-runs the tile sweep first (all kernels, ~2.5 min, or
 #      SWEEP_KERNELS="dq bias" for one) and writes kernels/tiles.json, which the kernel reads;
 #      PREVIOUS_ATTENTION=<file> times an earlier kernel beside it (with the tiles.json beside that file);
-#      ATTENTION_ARGS: more flags (--only-kernel: the kernel alone, eager and graphed)
+#      ATTENTION_ARGS: more flags (--only-kernel: the kernel alone, eager and graphed; --rotate: the rotary
+#      pre-pass alone first, its block/sequence candidates against PREVIOUS_ATTENTION's and a copy)
 #   5. a 4-model graphed grid at the paper preset (K = 94, seeds 0-3, 3000 steps), TF32 and then --bf16:
 #      wall time, and per member max phi_beta(2) and tau_2gen, so that bf16 is judged on the physics too
 #      (GRID=0 skips it)
@@ -35,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee -a "$OUT/tests.log"
 # compiles dominate the tests: 8 processes when pytest-xdist is there
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
-timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_transformer.py \
+timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_embedding.py tests/test_transformer.py \
     tests/test_ensemble.py tests/test_markov.py 2>&1 | tee -a "$OUT/tests.log"
 
 if [ "${MLP:-1}" = 1 ]; then

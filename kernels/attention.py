@@ -124,18 +124,18 @@ if triton is not None:
     @triton.jit
     def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
         """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences
-        of the (S, N, D) tensors: the angles are loaded once and serve all SEQS sequences."""
+        of the (S, N, D) tensors, as (SEQS, BLOCK, D) tiles: the angles are loaded once for all SEQS
+        sequences, and every load of the program is issued at once (a loop over the sequences waited for
+        each sequence's loads in turn)."""
         pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        seq = tl.program_id(1) * SEQS + tl.arange(0, SEQS)
         offs_d = tl.arange(0, D)
-        mask = pos < N
-        cos, sin = _load_angles(Cos, Sin, pos, mask, D)
-        idx = pos[:, None] * D + offs_d[None, :]
-        swapped = pos[:, None] * D + (offs_d ^ 1)[None, :]
-        first = tl.program_id(1) * SEQS
-        for seq in range(first, tl.minimum(first + SEQS, S)):
-            base = seq * N * D
-            _rotate_rows(Q + base, QR + base, idx, swapped, mask[:, None], cos, sin)
-            _rotate_rows(K + base, KR + base, idx, swapped, mask[:, None], cos, sin)
+        cos, sin = _load_angles(Cos, Sin, pos, pos < N, D)
+        row = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D  # (SEQS, BLOCK, 1)
+        idx, swapped = row + offs_d[None, None, :], row + (offs_d ^ 1)[None, None, :]
+        mask = (seq[:, None, None] < S) & (pos[None, :, None] < N)
+        _rotate_rows(Q, QR, idx, swapped, mask, cos[None], sin[None])
+        _rotate_rows(K, KR, idx, swapped, mask, cos[None], sin[None])
 
     @triton.jit
     def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
@@ -372,16 +372,16 @@ def _check(q, k, v, bias):
         raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
 
 
-ROTATE_BLOCK, ROTATE_SEQS = 64, 4  # positions and sequences per program of the rotary pre-pass
+ROTATE_BLOCK, ROTATE_SEQS = 64, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
 
 
-def _rotate(q, k, seqs=ROTATE_SEQS):
+def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
     """(R q, R k) in the input dtype, one launch for both."""
     B, H, N, d = q.shape
     cos, sin = _kernel_rotary_tables(N, d, q.device)
     qr, kr = torch.empty_like(q), torch.empty_like(k)
-    grid = (triton.cdiv(N, ROTATE_BLOCK), triton.cdiv(B * H, seqs))
-    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, D=d, BLOCK=ROTATE_BLOCK, SEQS=seqs)
+    grid = (triton.cdiv(N, block), triton.cdiv(B * H, seqs))
+    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, D=d, BLOCK=block, SEQS=seqs)
     return qr, kr
 
 

@@ -141,13 +141,13 @@ def rope_scores_by_hand(q, k):
     return out
 
 
-@pytest.mark.parametrize("N, seqs", [(70, 3), (1, 4), (64, 16)])
-def test_rotary_pre_pass_matches_the_reference_rotation(N, seqs):
-    """The rotary kernel (angles loaded once per block of positions, `seqs` sequences per program) against
-    the reference rotation: positions past a block, a last program with fewer sequences, N = 1."""
+@pytest.mark.parametrize("N, seqs, block", [(70, 4, 64), (1, 4, 64), (64, 16, 64), (70, 1, 16), (33, 8, 32)])
+def test_rotary_pre_pass_matches_the_reference_rotation(N, seqs, block):
+    """The rotary kernel ((seqs, block, d) tiles per program) against the reference rotation: positions past a
+    block, a last program with fewer sequences (10 sequences in programs of 4 or 8), N = 1."""
     q, k, _, _ = inputs(2, 5, N, 16, False)
     cos, sin = attn.rotary_tables(N, 16, q.device)
-    for got, x in zip(attn._rotate(q.detach(), k.detach(), seqs), (q, k)):
+    for got, x in zip(attn._rotate(q.detach(), k.detach(), seqs, block), (q, k)):
         torch.testing.assert_close(got, attn._rotate_reference(x.detach(), cos, sin), **FP32_TOL)
 
 
