@@ -291,7 +291,7 @@ def sweep(log, jobs, kernels=SWEEPS, shapes=SHAPES):
     return results
 
 
-ROTATE_CANDIDATES = [(64, 4), (64, 1), (64, 2), (32, 4), (32, 8), (16, 8), (16, 16), (128, 2)]  # (positions, sequences)
+ROTATE_CANDIDATES = [(32, 4), (64, 1), (64, 2), (32, 2), (16, 8), (16, 4), (8, 8), (128, 1)]  # (positions, sequences)
 
 
 def rotate_sweep(log, previous=None, S=64 * 128, N=256):

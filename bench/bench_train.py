@@ -166,7 +166,7 @@ def main():
                         help="CUDA: also list the 25 GPU kernels that take most of an eager step of the largest ensemble "
                         "(in this precision, then in bf16) and of the single run (bf16)")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
-                        "for the single graphed run and the largest ensemble (what the kernel's rewrite bought)")
+                        "for the single graphed run and the largest ensemble, in both precisions (what the kernel's rewrite bought)")
     args = parser.parse_args()
     device = torch.device(cli.device(args.device))
     cli.set_threads(args.threads)
@@ -200,7 +200,7 @@ def main():
         cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding") for precision in ("", "bf16 ")
                   for E in (1, E_max)]
     if args.previous:
-        cases += [(1, True, "previous kernel"), (E_max, True, "previous kernel")]
+        cases += [(E, True, f"{precision}previous kernel") for precision in ("", "bf16 ") for E in (1, E_max)]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
@@ -216,7 +216,8 @@ def main():
         saved = {name: getattr(transformer, name) for name in patches}
         for name, value in patches.items():
             setattr(transformer, name, value)
-        transformer.kernel.attention = load_attention(args.previous) if variant == "previous kernel" else this_attention
+        previous = variant.removeprefix("bf16").strip() == "previous kernel"
+        transformer.kernel.attention = load_attention(args.previous) if previous else this_attention
         fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling", bf16=bf16)
         for name, value in saved.items():
             setattr(transformer, name, value)

@@ -114,28 +114,27 @@ if triton is not None:
     # ------------------------------------------------------------------------- rotary pre-pass
 
     @triton.jit
-    def _rotate_rows(X, XR, idx, swapped, mask, cos, sin):
-        """XR = x * cos + x_swapped * (-+sin) in fp32, with x_swapped (each pair exchanged) loaded
-        through the column index c ^ 1: a second load from cache instead of a reshape/join shuffle."""
+    def _rotate_rows(X, XR, idx, mask, cos, sin, SEQS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+        """XR = x * cos + x_swapped * (-+sin) in fp32 for a (SEQS, BLOCK, D) tile, x_swapped (each pair
+        exchanged) shuffled in registers: a second load through the column index c ^ 1 could not be
+        vectorized and held the pre-pass to ~0.9 TB/s in bf16 (bench_attention.py --rotate)."""
         x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
-        x_swapped = tl.load(X + swapped, mask=mask, other=0.0).to(tl.float32)
+        x_swapped = tl.reshape(_swap_pairs(tl.reshape(x, (SEQS * BLOCK, D)), SEQS * BLOCK, D), (SEQS, BLOCK, D))
         tl.store(XR + idx, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
         """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences
         of the (S, N, D) tensors, as (SEQS, BLOCK, D) tiles: the angles are loaded once for all SEQS
-        sequences, and every load of the program is issued at once (a loop over the sequences waited for
-        each sequence's loads in turn)."""
+        sequences, and every load of the program is issued at once."""
         pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         seq = tl.program_id(1) * SEQS + tl.arange(0, SEQS)
         offs_d = tl.arange(0, D)
         cos, sin = _load_angles(Cos, Sin, pos, pos < N, D)
-        row = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D  # (SEQS, BLOCK, 1)
-        idx, swapped = row + offs_d[None, None, :], row + (offs_d ^ 1)[None, None, :]
+        idx = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D + offs_d[None, None, :]
         mask = (seq[:, None, None] < S) & (pos[None, :, None] < N)
-        _rotate_rows(Q, QR, idx, swapped, mask, cos[None], sin[None])
-        _rotate_rows(K, KR, idx, swapped, mask, cos[None], sin[None])
+        _rotate_rows(Q, QR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
+        _rotate_rows(K, KR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
 
     @triton.jit
     def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
@@ -372,7 +371,7 @@ def _check(q, k, v, bias):
         raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
 
 
-ROTATE_BLOCK, ROTATE_SEQS = 64, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
+ROTATE_BLOCK, ROTATE_SEQS = 32, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
 
 
 def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
