@@ -15,9 +15,10 @@ weights and the same batches (its own task set and generator), and AdamW is elem
 stacked AdamW state is exactly member e's own state (same hyper-parameters, same step count). The only
 difference is floating-point rounding: batched matmuls may sum in another order than single ones.
 
-On CUDA the attention and the layer norm go through Triton kernels whose autograd.Functions have vmap
-rules: the members' sequences become more sequences (or, with a position bias, their heads more heads;
-kernels/attention.py, _Attention.vmap) and their rows more rows (kernels/layer_norm.py): no kernel change.
+On CUDA the attention, the layer norm, the MLP and the embedding go through Triton kernels whose
+autograd.Functions have vmap rules: the members' sequences become more sequences (or, with a position bias,
+their heads more heads; kernels/attention.py, _Attention.vmap), their rows more rows (kernels/layer_norm.py),
+and their weights and embedding tables a grid axis of the kernel (kernels/mlp.py, kernels/embedding.py).
 """
 import copy
 
