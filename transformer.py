@@ -104,17 +104,28 @@ def add_layer_norm(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torc
     return s, layer_norm(s)
 
 
+def _tf32() -> bool:
+    """Whether torch runs fp32 CUDA matmuls as TF32 (train.py --tf32), set by either of torch's two switches."""
+    try:
+        return torch.backends.cuda.matmul.allow_tf32
+    except RuntimeError:  # a process that set the newer fp32_precision switch may not read the older flag
+        return torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
 def use_mlp_kernel(h: torch.Tensor, dtype: torch.dtype) -> bool:
     """The Triton MLP on CUDA when its matmuls run on tensor cores anyway: in bf16 or fp16 (autocast), or in
-    fp32 with TF32 allowed (train.py --tf32); exact fp32 and fp64 stay with torch."""
-    tensor_cores = dtype in (torch.bfloat16, torch.float16) or (dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
-    return h.is_cuda and mlp_kernel.triton is not None and tensor_cores and h.shape[-1] <= mlp_kernel.MAX_D
+    fp32 with TF32 allowed (train.py --tf32); exact fp32 and fp64 stay with torch, and so does D > MAX_D."""
+    if not h.is_cuda or mlp_kernel.triton is None or h.shape[-1] > mlp_kernel.MAX_D:
+        return False
+    return dtype in (torch.bfloat16, torch.float16) or (dtype == torch.float32 and _tf32())
 
 
 def mlp(h: torch.Tensor, W_in: torch.Tensor, W_out: torch.Tensor) -> torch.Tensor:
     """W_out GELU(W_in h), the MLP block on its normalized input: the Triton kernel (kernels/mlp.py, which never
-    stores the hidden layer) where use_mlp_kernel says so, torch's matmuls and GELU elsewhere. The same function."""
-    dtype = _autocast_dtype() or h.dtype
+    stores the hidden layer) where use_mlp_kernel says so, torch's matmuls and GELU elsewhere. The same function.
+    Under autocast the matmuls' dtype is the autocast dtype, as torch's would be (fp64 is not autocast)."""
+    autocast = _autocast_dtype()
+    dtype = autocast if autocast is not None and h.dtype in mlp_kernel.DTYPES else h.dtype
     if use_mlp_kernel(h, dtype):
         return mlp_kernel.mlp(h.to(dtype), W_in.to(dtype), W_out.to(dtype))
     return F.linear(F.gelu(F.linear(h, W_in)), W_out)

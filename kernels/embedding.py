@@ -22,7 +22,7 @@ except ImportError:
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BLOCK_T = 64  # positions per tile
-PROGRAMS = None  # the backward splits the positions until about this many programs run (None: 2 per SM; interpreter 8)
+PROGRAMS = None  # the backward splits the positions until about this many programs run (None: 2 per SM on CUDA, else 8)
 
 
 if triton is not None:

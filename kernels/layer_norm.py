@@ -19,7 +19,7 @@ Works under torch.func.vmap (ensemble.py): the rows of all members are just more
 
 add_layer_norm(x, r) = (s, LN(s)) with s = x + r: the model's residual add and the next block's norm in one
 pass (the residual stream, fp32 and D wide, is the largest tensor a training step moves). Its backward takes
-ds (from s's later uses) and dy and writes ds + LN'(dy) once in each summand's dtype:
+ds (from s's later uses) and dy and writes ds + LN'(dy) once per summand dtype:
     one kernel for what were four passes over the stream: the add, the norm, autograd's sum of the two
     gradients of s, and the cast of that sum to a bf16 block output's dtype.
 """
@@ -56,9 +56,10 @@ if triton is not None:
         """Y = LN(X), or with ADD: S = X + R and Y = LN(S) (the residual add fused in: one read of each input)."""
         rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
         x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-        if ADD:
-            x += tl.load(R + offsets, mask=mask, other=0.0).to(tl.float32)
-            tl.store(S + offsets, x.to(S.dtype.element_ty), mask=mask)
+        if ADD:  # Y normalizes S as stored (rounded, when S is bf16 or fp16), as LN(x + r) would
+            x = (x + tl.load(R + offsets, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
+            tl.store(S + offsets, x, mask=mask)
+            x = x.to(tl.float32)
         mean = tl.sum(x, 1) / D
         xc = tl.where(mask, x - mean[:, None], 0.0)  # padding columns must not enter the variance
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / D + eps)
@@ -66,9 +67,10 @@ if triton is not None:
         tl.store(RSTD + rows, rstd, mask=rows < M)
 
     @triton.jit
-    def _ln_backward_kernel(Y, DY, RSTD, DS, DX, DR, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, ADD: tl.constexpr):
-        """DX = LN'(DY), or with ADD: DX = DS + LN'(DY), stored again as DR in the other input's dtype (the
-        gradient that flows through the residual add, summed with the normalization's, to both summands)."""
+    def _ln_backward_kernel(Y, DY, RSTD, DS, DX, DR, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                            ADD: tl.constexpr, STORE_DR: tl.constexpr):
+        """DX = LN'(DY), or with ADD: DX = DS + LN'(DY) (the gradient that flows through the residual add, summed
+        with the normalization's, to both summands), with STORE_DR stored again as DR in the other summand's dtype."""
         rows, mask, offsets = _tile_of_rows(M, D, ROWS, BLOCK_D)
         y = tl.load(Y + offsets, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -78,19 +80,22 @@ if triton is not None:
         dx = rstd[:, None] * (g - mean_g[:, None] - y * mean_gy[:, None])
         if ADD:
             dx += tl.load(DS + offsets, mask=mask, other=0.0).to(tl.float32)
+        if STORE_DR:
             tl.store(DR + offsets, dx.to(DR.dtype.element_ty), mask=mask)
         tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
 
 
 def _backward(y, rstd, dy, dx_dtype, ds=None, dr_dtype=None):
-    """LN'(dy) in dx_dtype from LN's output y and rstd; with ds, (ds + LN'(dy) in dx_dtype, the same in dr_dtype)."""
+    """LN'(dy) in dx_dtype from LN's output y and rstd; with ds, (ds + LN'(dy) in dx_dtype, the same in dr_dtype:
+    one tensor for both when the dtypes agree, as autograd's add would give)."""
     D = y.shape[-1]
     M = y.numel() // D
     dx = torch.empty_like(y, dtype=dx_dtype)
-    dr = torch.empty_like(y, dtype=dr_dtype) if ds is not None else dx
+    store_dr = ds is not None and dr_dtype != dx_dtype
+    dr = torch.empty_like(y, dtype=dr_dtype) if store_dr else dx
     rows, block_d = _tile(D)
     _ln_backward_kernel[(triton.cdiv(M, rows),)](y, dy.contiguous(), rstd, ds.contiguous() if ds is not None else dy, dx, dr,
-                                              M, D, ROWS=rows, BLOCK_D=block_d, ADD=ds is not None)
+                                                 M, D, ROWS=rows, BLOCK_D=block_d, ADD=ds is not None, STORE_DR=store_dr)
     return dx, dr
 
 

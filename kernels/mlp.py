@@ -37,7 +37,7 @@ except ImportError:
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-MAX_D = 256  # a row of D stays in registers
+MAX_D = 64  # a row of D stays in registers; the widest compiled and tested on a GPU (the model's D)
 # rows per program, hidden units per chunk and warps of the forward and dh kernels (TILES) and of the dW kernel
 # (TILES_DW): mlp_tiles.json beside this file when a sweep wrote one (python bench/bench_mlp.py --sweep
 # --write-tiles kernels/mlp_tiles.json, on a GPU), else these defaults
@@ -51,7 +51,7 @@ if os.path.isfile(TILES_FILE):
 # the tile sets bench/bench_mlp.py --sweep times (each is forced in tests/test_mlp.py)
 SWEEP_TILES = [dict(BLOCK_M=m, BLOCK_F=f, num_warps=w) for m, f, w in
                ((64, 32, 4), (64, 64, 4), (64, 128, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8))]
-PROGRAMS = None  # the dW kernel splits the rows until about this many programs run (None: 2 per SM; interpreter 64)
+PROGRAMS = None  # the dW kernel splits the rows until about this many programs run (None: 2 per SM on CUDA, else 64)
 
 
 if triton is not None:
@@ -158,8 +158,7 @@ class _MLP(torch.autograd.Function):
     """y = W_out GELU(W_in h) for E weight sets at once: h (E, M, D), W_in (E, F, D), W_out (E, D, F), one dtype."""
 
     @staticmethod
-    def forward(h, w_in, w_out):
-        h, w_in, w_out = h.contiguous(), w_in.contiguous(), w_out.contiguous()
+    def forward(h, w_in, w_out):  # contiguous inputs (mlp and the vmap rule make them so)
         E, M, D = h.shape
         y = torch.empty_like(h)
         tiles = TILES
@@ -169,7 +168,7 @@ class _MLP(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*(t.contiguous() for t in inputs))
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, dy):
@@ -202,7 +201,7 @@ class _MLP(torch.autograd.Function):
         E = info.batch_size
         h, w_in, w_out = (t.movedim(d, 0) if d is not None else t.expand(E, *t.shape)
                           for t, d in zip((h, w_in, w_out), in_dims))
-        y = _MLP.apply(*(t.flatten(0, 1) for t in (h, w_in, w_out)))
+        y = _MLP.apply(*(t.flatten(0, 1).contiguous() for t in (h, w_in, w_out)))
         return y.unflatten(0, (E, -1)), 0
 
 
@@ -218,5 +217,5 @@ def mlp(h: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tenso
     if D > MAX_D or not h.dtype == w_in.dtype == w_out.dtype or h.dtype not in DTYPES:
         raise ValueError(f"mlp takes D <= {MAX_D} and one dtype of fp32, bf16, fp16, got D = {D}, "
                          f"{h.dtype}, {w_in.dtype}, {w_out.dtype}")
-    y = _MLP.apply(h.reshape(1, -1, D), w_in[None], w_out[None])
+    y = _MLP.apply(h.reshape(1, -1, D).contiguous(), w_in[None].contiguous(), w_out[None].contiguous())
     return y.view(h.shape)

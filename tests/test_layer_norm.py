@@ -134,6 +134,17 @@ def test_add_layer_norm_mixed_precision():
     torch.testing.assert_close(dr, dx_ref.to(torch.bfloat16), rtol=2e-2, atol=2e-2)
 
 
+def test_add_layer_norm_normalizes_the_sum_it_stores():
+    """bf16 summands: s is their sum rounded to bf16 (the interpreter's casts truncate, so to one unit in the last
+    place), and y (asked for in fp32 here) is LN of that stored s, as torch's x + r followed by a layer norm would
+    give, not LN of the exact sum (which differs by ~1e-2)."""
+    x, r = data(67, 64, dtype=torch.bfloat16), data(67, 64, dtype=torch.bfloat16, seed=1)
+    s, y = ln.add_layer_norm(x, r, out_dtype=torch.float32)
+    assert s.dtype == torch.bfloat16
+    torch.testing.assert_close(s, x + r, rtol=2 ** -7, atol=0)
+    torch.testing.assert_close(y, reference(s.float()), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("in_dims", [(0, 0), (0, 1), (1, None), (None, 0)])
 def test_add_layer_norm_vmap_equals_a_loop(in_dims):
     """Member axes at different positions, and a summand shared by all members (None)."""

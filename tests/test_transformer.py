@@ -226,11 +226,11 @@ def loss_and_grads(model, s):
 
 @pytest.mark.skipif(mlp_kernel.triton is None or torch.cuda.is_available(),
                     reason="runs the kernels on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
-@pytest.mark.parametrize("mlp1", [True, False])
-def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1):
+@pytest.mark.parametrize("mlp1, n_tasks", [(True, 0), (False, 0), (True, 3)])
+def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1, n_tasks):
     """With the embedding, layer norm (residual add fused) and MLP kernels forced on (the interpreter on a CPU), the
     model's loss and every weight's gradient are torch's: the kernels are wired in where the blocks were."""
-    model = Transformer(D=16, mlp1=mlp1)
+    model = Transformer(D=16, mlp1=mlp1, n_tasks=n_tasks)  # with task injection MLP1 reads LN(y1 + task vector)
     model.reset_parameters(gen(3))
     s = seqs(B=2, N=21)
     calls = {"mlp": 0, "add_layer_norm": 0, "embedding": 0}
