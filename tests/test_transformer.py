@@ -311,3 +311,18 @@ def test_cuda_model_gradients_match_the_reference(position):
         grads.append([g.cpu() for g in torch.autograd.grad(loss, list(m.parameters()))])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
+
+
+def test_tf32_read_from_either_of_torchs_switches():
+    """train.py --tf32 sets torch's older allow_tf32 flag; a process may set the newer fp32_precision switch
+    instead, after which reading the older flag raises. The MLP dispatch reads either, and only for CUDA tensors:
+    a CPU model still runs."""
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        assert transformer._tf32()
+        assert Transformer(D=16)(seqs()).shape == (3, 20, 10)
+    finally:
+        matmul.fp32_precision = old
+    assert not transformer._tf32()
