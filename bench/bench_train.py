@@ -19,7 +19,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
@@ -44,7 +43,7 @@ def load_attention(path):
 
 
 def load_attention_module(path):
-    """Another version of kernels/attention.py as a module (the kernel imports nothing of ours). A version
+    """Another version of kernels/attention.py as a module (the kernel imports nothing of ours but kernels/common.py). A version
     with a tile table reads the tiles.json beside its own file (put the table of its time there); where there
     is none it gets this one's block sizes, warps and stages, so that the comparison is of the code, not of
     the tiles (except where this table's bias gradient stores dS, a method earlier versions lack: there the
@@ -206,8 +205,9 @@ def main():
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; loop sampling = one TaskSet.batch call per member instead of markov.batches; previous "
-          "kernel = attention from --previous; bf16 = mixed precision (train.py --bf16)")
+          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; loop sampling = one "
+          "TaskSet.batch call per member instead of markov.batches; previous kernel = attention from --previous; "
+          "bf16 = mixed precision (train.py --bf16)")
     print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
     this_attention = transformer.kernel.attention

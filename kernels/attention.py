@@ -45,6 +45,8 @@ import torch
 try:
     import triton
     import triton.language as tl
+
+    from kernels.common import operand  # a dot operand that also works in the interpreter
 except ImportError:  # the model falls back to the reference; the kernel needs triton
     triton = None
 
@@ -87,21 +89,11 @@ if triton is not None:
         return tl.reshape(tl.join(x1, x0), (BLOCK, D))
 
     @triton.jit
-    def _operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-        """x rounded to the input dtype for a tensor-core dot (fp32 accumulation). The interpreter's
-        bf16 dot multiplies raw bit patterns, so there the rounded values enter as fp32: the same
-        products and sums."""
-        x = x.to(DTYPE)
-        if UPCAST:
-            x = x.to(tl.float32)
-        return x
-
-    @triton.jit
     def _load_rows(ptr, offs, N, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
         """Rows offs of a contiguous (N, D) matrix as a dot operand; rows past N read as zero."""
         offs_d = tl.arange(0, D)
         x = tl.load(ptr + offs[:, None] * D + offs_d[None, :], mask=offs[:, None] < N, other=0.0)
-        return _operand(x, DT, UPCAST)
+        return operand(x, DT, UPCAST)
 
     @triton.jit
     def _load_angles(Cos, Sin, pos, mask, D: tl.constexpr):
@@ -181,7 +173,7 @@ if triton is not None:
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(_operand(p, DT, UPCAST), v)
+            acc = acc * alpha[:, None] + tl.dot(operand(p, DT, UPCAST), v)
             m_i = m_new
         offs_d = tl.arange(0, D)
         mask = offs_m < N
@@ -246,7 +238,7 @@ if triton is not None:
         o = tl.load(Out + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
         delta = tl.sum(do_raw.to(tl.float32) * o.to(tl.float32), 1)  # rowsum(dO * O) = rowsum(P * dP)
         tl.store(Delta + bh * N + offs_m, delta, mask=offs_m < N)
-        do = _operand(do_raw, DT, UPCAST)
+        do = operand(do_raw, DT, UPCAST)
         lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
 
         dq = tl.zeros((BLOCK_M, D), tl.float32)
@@ -255,7 +247,7 @@ if triton is not None:
             k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
             v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
-            dq += tl.dot(_operand(ds, DT, UPCAST), k)
+            dq += tl.dot(operand(ds, DT, UPCAST), k)
             if HAS_BIAS and DIAGONAL == "store":
                 tl.store(DBias + bh * N * N + offs_m[:, None] * N + offs_n[None, :], ds.to(DBias.dtype.element_ty),
                          mask=row_mask & (offs_n[None, :] < N))
@@ -292,8 +284,8 @@ if triton is not None:
             lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
             delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
-            dv += tl.dot(tl.trans(_operand(p, DT, UPCAST)), do)
-            dk += tl.dot(tl.trans(_operand(ds, DT, UPCAST)), q)
+            dv += tl.dot(tl.trans(operand(p, DT, UPCAST)), do)
+            dk += tl.dot(tl.trans(operand(ds, DT, UPCAST)), q)
         dk = _unrotate(dk * scale, Cos, Sin, offs_n, N, ROTARY, D, BLOCK_N)
         offs_d = tl.arange(0, D)
         mask = offs_n[:, None] < N

@@ -14,6 +14,8 @@ axis; the vmap rule stacks the members' positions and tables.
 """
 import torch
 
+from kernels.common import row_slices
+
 try:
     import triton
     import triton.language as tl
@@ -22,7 +24,7 @@ except ImportError:
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BLOCK_T = 64  # positions per tile
-PROGRAMS = None  # the backward splits the positions until about this many programs run (None: 2 per SM on CUDA, else 8)
+PROGRAMS = None  # the backward splits the positions until about this many programs run (None: common.row_slices' default)
 
 
 if triton is not None:
@@ -83,10 +85,7 @@ class _Embedding(torch.autograd.Function):
     def backward(ctx, dx):
         (s,), (E, C, D) = ctx.saved_tensors, ctx.w_shape
         T = s.shape[1]
-        programs = PROGRAMS or (2 * torch.cuda.get_device_properties(s.device).multi_processor_count if s.is_cuda else 8)
-        slices = max(1, min(triton.cdiv(programs, E), triton.cdiv(T, BLOCK_T)))
-        rows = triton.cdiv(triton.cdiv(T, slices), BLOCK_T) * BLOCK_T
-        slices = triton.cdiv(T, rows)
+        slices, rows = row_slices(T, E, BLOCK_T, s.device, PROGRAMS)
         parts = torch.empty(E, slices, C, D, device=dx.device, dtype=torch.float32)
         _embed_backward_kernel[(slices, E)](s, dx.contiguous(), parts, T, C, D, rows, **_blocks(C, D))
         return None, parts.sum(1).to(ctx.w_dtype)

@@ -29,9 +29,13 @@ import os
 
 import torch
 
+from kernels.common import row_slices
+
 try:
     import triton
     import triton.language as tl
+
+    from kernels.common import operand
 except ImportError:
     triton = None
 
@@ -51,7 +55,7 @@ if os.path.isfile(TILES_FILE):
 # the tile sets bench/bench_mlp.py --sweep times (each is forced in tests/test_mlp.py)
 SWEEP_TILES = [dict(BLOCK_M=m, BLOCK_F=f, num_warps=w) for m, f, w in
                ((64, 32, 4), (64, 64, 4), (64, 128, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8))]
-PROGRAMS = None  # the dW kernel splits the rows until about this many programs run (None: 2 per SM on CUDA, else 64)
+PROGRAMS = None  # the dW kernel splits the rows until about this many programs run (None: common.row_slices' default)
 
 
 if triton is not None:
@@ -64,22 +68,13 @@ if triton is not None:
         return u * phi
 
     @triton.jit
-    def _operand(x, DT: tl.constexpr, UPCAST: tl.constexpr):
-        """x rounded to the inputs' dtype DT for a tensor-core dot. The interpreter's bf16 dot multiplies raw
-        bit patterns, so there (UPCAST) the rounded values enter as fp32: the same products and sums."""
-        x = x.to(DT)
-        if UPCAST:
-            x = x.to(tl.float32)
-        return x
-
-    @triton.jit
     def _rows(X, e, m0, M, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
         """Member e's rows m0 .. m0 + BLOCK_M of an (E, M, D) tensor, zero-padded: (BLOCK_M, BLOCK_D)."""
         rows = m0 + tl.arange(0, BLOCK_M)
         cols = tl.arange(0, BLOCK_D)
         offsets = (e * M + rows[:, None]).to(tl.int64) * D + cols[None, :]
         x = tl.load(X + offsets, mask=(rows[:, None] < M) & (cols[None, :] < D), other=0.0)
-        return _operand(x, X.dtype.element_ty, UPCAST)
+        return operand(x, X.dtype.element_ty, UPCAST)
 
     @triton.jit
     def _weights(W_IN, W_OUT, e, f0, D, F, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
@@ -90,7 +85,7 @@ if triton is not None:
         mask = (fs[:, None] < F) & (cols[None, :] < D)
         w_in = tl.load(W_IN + e * F * D + fs[:, None] * D + cols[None, :], mask=mask, other=0.0)
         w_out_t = tl.load(W_OUT + e * D * F + cols[None, :] * F + fs[:, None], mask=mask, other=0.0)
-        return _operand(w_in, W_IN.dtype.element_ty, UPCAST), _operand(w_out_t, W_IN.dtype.element_ty, UPCAST)
+        return operand(w_in, W_IN.dtype.element_ty, UPCAST), operand(w_out_t, W_IN.dtype.element_ty, UPCAST)
 
     @triton.jit
     def _mlp_forward_kernel(H, W_IN, W_OUT, Y, M, D, F,
@@ -101,7 +96,7 @@ if triton is not None:
         for f0 in range(0, F, BLOCK_F):
             w_in, w_out_t = _weights(W_IN, W_OUT, e, f0, D, F, BLOCK_F, BLOCK_D, UPCAST)
             u = tl.dot(h, tl.trans(w_in))  # (BLOCK_M, BLOCK_F) pre-activations
-            y = tl.dot(_operand(_gelu(u, False), H.dtype.element_ty, UPCAST), w_out_t, y)
+            y = tl.dot(operand(_gelu(u, False), H.dtype.element_ty, UPCAST), w_out_t, y)
         rows = m0 + tl.arange(0, BLOCK_M)
         cols = tl.arange(0, BLOCK_D)
         tl.store(Y + (e * M + rows[:, None]).to(tl.int64) * D + cols[None, :], y.to(Y.dtype.element_ty),
@@ -118,7 +113,7 @@ if triton is not None:
             w_in, w_out_t = _weights(W_IN, W_OUT, e, f0, D, F, BLOCK_F, BLOCK_D, UPCAST)
             u = tl.dot(h, tl.trans(w_in))
             du = tl.dot(dy, tl.trans(w_out_t)) * _gelu(u, True)  # dL/du = (dy W_out) * GELU'(u)
-            dh = tl.dot(_operand(du, H.dtype.element_ty, UPCAST), w_in, dh)
+            dh = tl.dot(operand(du, H.dtype.element_ty, UPCAST), w_in, dh)
         rows = m0 + tl.arange(0, BLOCK_M)
         cols = tl.arange(0, BLOCK_D)
         tl.store(DH + (e * M + rows[:, None]).to(tl.int64) * D + cols[None, :], dh.to(DH.dtype.element_ty),
@@ -139,8 +134,8 @@ if triton is not None:
             dy = _rows(DY, e, m0, M, D, BLOCK_M, BLOCK_D, UPCAST)
             u = tl.dot(h, tl.trans(w_in))
             du = tl.dot(dy, tl.trans(w_out_t)) * _gelu(u, True)
-            dw_in = tl.dot(tl.trans(_operand(du, H.dtype.element_ty, UPCAST)), h, dw_in)  # sum over rows of du^T h
-            dw_out_t = tl.dot(tl.trans(_operand(_gelu(u, False), H.dtype.element_ty, UPCAST)), dy, dw_out_t)  # of GELU(u)^T dy
+            dw_in = tl.dot(tl.trans(operand(du, H.dtype.element_ty, UPCAST)), h, dw_in)  # sum over rows of du^T h
+            dw_out_t = tl.dot(tl.trans(operand(_gelu(u, False), H.dtype.element_ty, UPCAST)), dy, dw_out_t)  # of GELU(u)^T dy
         fs = f0 + tl.arange(0, BLOCK_F)
         cols = tl.arange(0, BLOCK_D)
         slot = ((e * tl.num_programs(1) + s) * F + fs[:, None]).to(tl.int64) * D + cols[None, :]
@@ -161,9 +156,8 @@ class _MLP(torch.autograd.Function):
     def forward(h, w_in, w_out):  # contiguous inputs (mlp and the vmap rule make them so)
         E, M, D = h.shape
         y = torch.empty_like(h)
-        tiles = TILES
-        _mlp_forward_kernel[(triton.cdiv(M, tiles["BLOCK_M"]), E)](h, w_in, w_out, y, M, D, w_in.shape[1],
-                                                             **_constants(h), **tiles)
+        _mlp_forward_kernel[(triton.cdiv(M, TILES["BLOCK_M"]), E)](h, w_in, w_out, y, M, D, w_in.shape[1],
+                                                                 **_constants(h), **TILES)
         return y
 
     @staticmethod
@@ -183,10 +177,7 @@ class _MLP(torch.autograd.Function):
                                                                       **_constants(h), **TILES)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             chunks = triton.cdiv(F, TILES_DW["BLOCK_F"])
-            programs = PROGRAMS or (2 * torch.cuda.get_device_properties(h.device).multi_processor_count if h.is_cuda else 64)
-            slices = max(1, min(triton.cdiv(programs, E * chunks), triton.cdiv(M, TILES_DW["BLOCK_M"])))
-            rows = triton.cdiv(triton.cdiv(M, slices), TILES_DW["BLOCK_M"]) * TILES_DW["BLOCK_M"]
-            slices = triton.cdiv(M, rows)
+            slices, rows = row_slices(M, E * chunks, TILES_DW["BLOCK_M"], h.device, PROGRAMS)
             parts = torch.empty((2, E, slices, F, D), device=h.device, dtype=torch.float32)
             _mlp_dw_kernel[(chunks, slices, E)](h, w_in, w_out, dy, parts[0], parts[1], M, D, F, rows,
                                                      **_constants(h), **TILES_DW)
