@@ -4,7 +4,7 @@ tests/test_k2.py): what turns the runs' readouts into K1*, K2*, gamma, epsilon a
     Search, search_threshold   the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
                                competition": K > K1* iff max_t phi_beta(2) > phi_beta*)
     median_ci, censored_median medians of Delta tau_K over seeds, seeds still in 2-Gen at the end included
-    divergence, fit_divergence Fig. 8a: Delta tau_K = a (K2* - K)^(-gamma), censored K used as bounds
+    divergence, fit_divergence Fig. 8a: Delta tau_K = a (K2* - K)^(-gamma) [+ b + c K], censored K as bounds
     sigmoid, fit_sigmoid       Fig. A10: the memorized fraction's rise in log time and its asymptote
     extrapolate_zero           Fig. 8b: where the asymptotes, linear in log K, reach zero
     epsilon_calibration        epsilon from the per-chain scores of K = inf models
@@ -93,9 +93,11 @@ def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 
     return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
 
 
-def divergence(K, log_a, K2_star, gamma):
-    """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a)."""
-    return np.exp(log_a - gamma * np.log(K2_star - np.asarray(K, float)))
+def divergence(K, log_a, K2_star, gamma, b=0.0, c=0.0):
+    """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a); with the paper's linear
+    offset b + c K when b, c are given."""
+    K = np.asarray(K, float)
+    return np.exp(log_a - gamma * np.log(K2_star - K)) + b + c * K
 
 
 def censored_median(values: list[float | None], bounds: list[float | None]) -> tuple[float, bool]:
@@ -108,79 +110,129 @@ def censored_median(values: list[float | None], bounds: list[float | None]) -> t
     return float(np.median([(b or 0.0) if v is None else v for v, b in zip(values, bounds)])), True
 
 
+def _solve(M, v):
+    """Batched M x = v: M (G, p, p), v (G, p)."""
+    return np.linalg.solve(M, v[..., None])[..., 0]
+
+
+def _censored_lstsq(X, y, w, finite, below, nonneg_first=False, ridge=0.0):
+    """Weighted least squares of y (n,) on the columns of X (G, n, p), for G candidate (K2*, gamma) at once, with
+    censored points: a point that is not `finite` is a lower bound, no cost where its K >= K2* (below[g, i] False)
+    and else the squared shortfall of the fit below it. The hinge is solved by active sets: censored points below
+    the fit are dropped, those above it fitted as data, until the set is stable. nonneg_first: the first
+    coefficient >= 0 (where it comes out negative, the fit without that column). ridge: added to the normal
+    equations' diagonal, for nearly collinear columns. Returns (coefficients, cost)."""
+    active = np.broadcast_to(finite, below.shape)
+    ridge = ridge * np.eye(X.shape[2])
+    for _ in range(20):
+        wa = active * w
+        theta = _solve(np.einsum("gni,gn,gnj->gij", X, wa, X) + ridge, np.einsum("gni,gn,n->gi", X, wa, y))
+        if nonneg_first and (neg := theta[:, 0] < 0).any():
+            Xr, wr = X[neg][..., 1:], wa[neg]
+            rest = _solve(np.einsum("gni,gn,gnj->gij", Xr, wr, Xr) + ridge[1:, 1:], np.einsum("gni,gn,n->gi", Xr, wr, y))
+            theta[neg] = np.concatenate([np.zeros((len(rest), 1)), rest], 1)
+        pred = np.einsum("gni,gi->gn", X, theta)
+        update = finite | (below & (pred < y))
+        if (update == active).all():
+            break
+        active = update
+    shortfall = np.where(finite, y - pred, np.where(below, np.maximum(y - pred, 0.0), 0.0))
+    return theta, (w * shortfall**2).sum(1)
+
+
+def _fit_power(K: np.ndarray, y: np.ndarray, finite: np.ndarray) -> tuple | None:
+    """Delta tau = a (K2* - K)^-gamma on medians y (finite: not censored): for a given K2*, log Delta tau =
+    log a - gamma log(K2* - K) is a straight line, so the least squares in log Delta tau (relative errors: Delta tau
+    spans decades) are a line fit for every K2* on a log grid from just above the largest finite K to 1000 times
+    it, and the K2* of least cost. (log a, K2*, gamma, gamma / K2*); K2* = gamma = inf when the grid's last K2* wins."""
+    if finite.sum() < 4:
+        return None
+    grid = K[finite].max() * np.logspace(1e-3, 3, 3000)[:, None]  # K2* candidates, 0.23 % apart
+    below = grid > K[None]
+    x = np.log(np.where(below, grid - K[None], 1.0))
+    xm = x[:, finite].mean(1, keepdims=True)  # centred: log(K2* - K) varies by 1e-4 of itself at the grid's far end
+    theta, sse = _censored_lstsq(np.stack([np.ones_like(x), x - xm], -1), np.log(y), np.ones_like(y), finite, below)
+    sse[theta[:, 1] >= 0] = np.inf  # gamma > 0: a divergence, not a decay
+    i = int(np.argmin(sse))
+    if not np.isfinite(sse[i]):
+        return None
+    log_a, gamma = theta[i, 0] - theta[i, 1] * xm[i, 0], -theta[i, 1]
+    if i == len(grid) - 1:  # no finite divergence: K2* -> inf with gamma / K2* fixed, log Delta tau linear in K
+        return log_a, math.inf, math.inf, gamma / grid[i, 0]
+    return log_a, grid[i, 0], gamma, gamma / grid[i, 0]
+
+
+GAMMAS = np.linspace(0.2, 8, 40)  # the offset fit's gamma grid
+
+
+def _fit_offset(K: np.ndarray, y: np.ndarray, finite: np.ndarray) -> tuple | None:
+    """The paper's form, Delta tau = a (K2* - K)^-gamma + b + c K with a >= 0: for a given (K2*, gamma) it is
+    linear in (a, b, c), so a weighted linear fit (weights 1/Delta tau^2: relative errors) for every (K2*, gamma)
+    on a grid (K2* over _fit_power's range, 1.2 % apart; gamma in GAMMAS). (log a, K2*, gamma, b, c); K2* = gamma
+    = inf when a straight line fits best (a = 0) or the grid's last K2* wins. Five parameters: at least six
+    finite medians."""
+    if finite.sum() < 6:
+        return None
+    K2, gamma = (g.ravel()[:, None] for g in np.meshgrid(K[finite].max() * np.logspace(1e-3, 3, 600), GAMMAS, indexing="ij"))
+    below = K2 > K[None]
+    x = np.where(below, np.maximum(K2 - K[None], 1e-12), 1.0) ** -gamma * below
+    scale = x[:, finite].max(1, keepdims=True)  # columns of similar size for the solve
+    X = np.stack([x / scale, np.ones_like(x), np.broadcast_to(K / K.max(), x.shape)], -1)
+    theta, sse = _censored_lstsq(X, y, 1 / y**2, finite, below, nonneg_first=True, ridge=1e-12)
+    i = int(np.argmin(sse))
+    a = theta[i, 0] / scale[i, 0]
+    if a <= 0 or K2[i, 0] == K2.max():  # the line b + c K alone
+        line, _ = _censored_lstsq(X[:1, :, 1:], y, 1 / y**2, finite, np.ones((1, len(K)), bool))
+        return -math.inf, math.inf, math.inf, line[0, 0], line[0, 1] / K.max()
+    return math.log(a), K2[i, 0], gamma[i, 0], theta[i, 1], theta[i, 2] / K.max()
+
+
 def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[list[float | None]] | None = None,
-                   resamples: int = 1000, seed: int = 0) -> dict:
-    """Fit `divergence` to the median Delta tau over seeds at each K. None: a seed still in 2-Gen at the end,
+                   offset: bool = False, resamples: int = 1000, seed: int = 0) -> dict:
+    """Fit Fig. 8a's divergence to the median Delta tau over seeds at each K: a (K2* - K)^-gamma (_fit_power),
+    or with offset the paper's a (K2* - K)^-gamma + b + c K (_fit_offset). None: a seed still in 2-Gen at the end,
     longer than the run; bounds[i][j] says by how much (the steps it had spent in 2-Gen), default 0.
 
-    For a given K2*, log Delta tau = log a - gamma log(K2* - K) is a straight line, so the least-squares fit
-    in log Delta tau (relative errors: Delta tau spans decades) is a line fit for every K2* on a log grid
-    from just above the largest K with a finite median to 1000 times it, and the K2* of least squared error.
     A K whose median is beyond the run is censored data (a Tobit-like fit): no cost when K >= K2* (never
-    memorizing is what a divergence predicts there), else the squared shortfall of the line below the
-    median's lower bound (censored_median) - so a run that stays in 2-Gen far longer than the finite K's
-    trend predicts is evidence for a divergence below it, and the fit uses it. The line with those hinge
-    terms is solved by active sets: censored points below the line are dropped, those above it fitted as
-    data, until the set is stable. 95 % intervals: bootstrap over seeds (resample the seeds at every K, refit
-    the medians); a resample with fewer than 4 finite medians cannot be fitted and is left out (their number is
-    "resamples_fitted"; such resamples lean to a smaller K2*, so the interval sits too high when many are
-    lost). The paper adds a linear offset to the divergence; with a handful of K its parameters
-    are not identifiable (gamma runs to any bound), so this fit has three."""
+    memorizing is what a divergence predicts there), else the squared shortfall of the fit below the median's
+    lower bound (censored_median) - so a run that stays in 2-Gen far longer than the finite K's trend predicts is
+    evidence for a divergence below it, and the fit uses it. 95 % intervals: bootstrap over seeds (resample the
+    seeds at every K, refit the medians); a resample with too few finite medians cannot be fitted and is left out
+    (their number is "resamples_fitted"; such resamples lean to a smaller K2*, so the interval sits too high when
+    many are lost). With a handful of K the offset's parameters are barely identifiable (the offset and a distant
+    divergence are both nearly straight lines): gamma often runs to the grid's bound."""
     K = np.asarray(K, float)
     bounds = bounds or [[None] * len(v) for v in dtau]
+    fit = _fit_offset if offset else _fit_power
 
-    def fit(points: list[tuple[float, bool]]) -> tuple[float, float, float, float] | None:  # log a, K2*, gamma, rate
-        y = np.log(np.maximum([m for m, _ in points], 1.0))  # Delta tau of 0 (in one evaluation interval): 1 step
-        finite = ~np.array([c for _, c in points])
-        if finite.sum() < 4:
-            return None
-        grid = K[finite].max() * np.logspace(1e-3, 3, 3000)[:, None]  # K2* candidates, 0.23 % apart
-        below = grid > K[None]  # (G, n): censored points at K >= K2* cost nothing
-        x = np.log(np.where(below, grid - K[None], 1.0))
-        active = np.broadcast_to(finite, below.shape)
-        for _ in range(20):  # active sets: finite points, and censored ones the line passes under
-            w = active.astype(float)
-            n = w.sum(1, keepdims=True)
-            xm, ym = (w * x).sum(1, keepdims=True) / n, (w * y).sum(1, keepdims=True) / n
-            slope = (w * (x - xm) * (y - ym)).sum(1) / np.maximum((w * (x - xm) ** 2).sum(1), 1e-300)
-            pred = ym + slope[:, None] * (x - xm)
-            update = finite | (below & (pred < y))
-            if (update == active).all():
-                break
-            active = update
-        shortfall = np.where(finite, y - pred, np.where(below, np.maximum(y - pred, 0.0), 0.0))
-        sse = (shortfall**2).sum(1)
-        sse[slope >= 0] = np.inf  # gamma > 0: a divergence, not a decay
-        i = int(np.argmin(sse))
-        if not np.isfinite(sse[i]):
-            return None
-        edge = i == len(grid) - 1  # the grid's last K2*: no finite divergence
-        return (float(ym[i, 0] - slope[i] * xm[i, 0]), math.inf if edge else float(grid[i, 0]),
-                math.inf if edge else float(-slope[i]), float(-slope[i] / grid[i, 0]))
+    def fit_medians(picks: list[np.ndarray]) -> tuple | None:
+        points = [censored_median([vs[j] for j in pick], [bs[j] for j in pick]) for vs, bs, pick in zip(dtau, bounds, picks)]
+        y = np.maximum([m for m, _ in points], 1.0)  # Delta tau of 0 (in one evaluation interval): 1 step
+        return fit(K, y, ~np.array([c for _, c in points]))
 
-    def medians(picks: list[np.ndarray]) -> list[tuple[float, bool]]:  # one (median, censored) per K
-        return [censored_median([vs[j] for j in pick], [bs[j] for j in pick]) for vs, bs, pick in zip(dtau, bounds, picks)]
-
-    all_seeds = [np.arange(len(vs)) for vs in dtau]
-    params = fit(medians(all_seeds))
+    params = fit_medians([np.arange(len(vs)) for vs in dtau])
     if params is None:
-        raise ValueError(f"the fit needs a finite, growing median Delta tau at >= 4 K "
-                         f"(finite at {sum(not c for _, c in medians(all_seeds))})")
+        raise ValueError(f"the fit needs a finite, growing median Delta tau at >= {6 if offset else 4} K "
+                         f"(finite at {sum(not censored_median(vs, bs)[1] for vs, bs in zip(dtau, bounds))})")
     rng = np.random.default_rng(seed)
-    boot = np.array([p for p in (fit(medians([rng.integers(0, len(vs), len(vs)) for vs in dtau]))
-                                 for _ in range(resamples)) if p is not None]).reshape(-1, 4)
+    boot = np.array([p for p in (fit_medians([rng.integers(0, len(vs), len(vs)) for vs in dtau]) for _ in range(resamples))
+                     if p is not None]).reshape(-1, len(params))
     lo, hi = ((np.quantile(boot, 0.025, axis=0, method="lower"), np.quantile(boot, 0.975, axis=0, method="higher"))
-              if len(boot) else (np.full(4, math.nan),) * 2)
-    log_a, K2, gamma, rate = params
+              if len(boot) else (np.full(len(params), math.nan),) * 2)
+    log_a, K2, gamma = params[:3]
 
     def finite(value: float) -> float | None:  # None: unbounded (no finite divergence), or no resample fitted
         return float(value) if math.isfinite(value) else None
 
-    out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": log_a if math.isfinite(K2) else None,
+    out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": float(log_a) if math.isfinite(K2) else None,
            "K2_star_ci": [finite(lo[1]), finite(hi[1])], "gamma_ci": [finite(lo[2]), finite(hi[2])],
            "resamples_fitted": len(boot)}
-    if not math.isfinite(K2):  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
-        out.update(exponential_rate=rate,
+    if offset:
+        out.update(b=float(params[3]), c=float(params[4]))
+        if not math.isfinite(K2):
+            out["why"] = "no finite divergence: a straight line (the offset alone) fits best"
+    elif not math.isfinite(K2):  # K2* -> inf with gamma / K2* fixed: log Delta tau linear in K, an exponential
+        out.update(exponential_rate=float(params[3]),
                    why="no finite divergence: the least squares prefer K2* -> inf (log Delta tau linear in K)")
     return out
 

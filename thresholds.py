@@ -14,8 +14,9 @@ changing the kinetics of one of the competing circuits (Fig. 7c): gradient rewei
 previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injection (faster 1-Mem).
 
 K2* (Appendix "Transience and Partial Memorization", Fig. 8a-b, A10): above K1* a run enters 2-Gen and leaves
-it for memorization after Delta tau_K steps, which diverges at K2*; the fraction of memorized chains has an
-asymptote that falls with K (the section "K2*" below).
+it for memorization after Delta tau_K steps, which diverges at K2* (fitted as a (K2* - K)^-gamma, and in the
+paper's form with a linear offset b + c K); the fraction of memorized chains has an asymptote that falls with K
+(the section "K2*" below).
 
     python thresholds.py k1                    # quick preset on the CPU: figures/k1.png and .json
     python thresholds.py k1 --print-commands   # the paper preset's runs, one command line each
@@ -387,6 +388,19 @@ def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None)
                               device=device) for seed in range(p["inf_seeds"])]
 
 
+def divergence_fits(Ks: list, dtau: list, bounds: list) -> tuple[dict, dict]:
+    """Fig. 8a's two fits (estimators.fit_divergence): a (K2* - K)^-gamma, and the paper's form with a linear
+    offset (300 bootstrap resamples: each refit searches a (K2*, gamma) grid). Too few finite medians: K2* None
+    and why."""
+    fits = []
+    for offset in (False, True):
+        try:
+            fits.append(fit_divergence(Ks, dtau, bounds, offset=offset, resamples=300 if offset else 1000))
+        except ValueError as e:  # too few finite medians: say so in the JSON
+            fits.append({"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)})
+    return fits[0], fits[1]
+
+
 def analyze_k2(cfgs: list[train.Config]) -> dict:
     """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs,
     and the memorized fractions with their sigmoid asymptotes, from the runs' metrics. delta_tau[K] holds the
@@ -410,13 +424,11 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
         curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction})
     measured = [K for K in Ks if dtau[K]]
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
-    try:
-        fit = fit_divergence(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
-    except ValueError as e:  # too few finite medians, or no convergence: say so in the JSON
-        fit = {"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)}
+    fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
     mean_A = [float(np.mean(asymptote[K])) for K in Ks]
     return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
-            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit, "epsilon": eps,
+            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit,
+            "fit_offset": fit_offset, "epsilon": eps,
             "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
             # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
             "memorized_zero_median": extrapolate_zero(Ks, [float(np.median(asymptote[K])) for K in Ks]),
@@ -458,7 +470,13 @@ def plot_k2(result: dict, path: str):
         axes[1].loglog([fit["K2_star"] - K for K in finite], [result["median"][K][0] for K in finite], "ko")
         x = np.array([fit["K2_star"] - K for K in finite], float)
         axes[1].loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1, label=f"slope -gamma = {-fit['gamma']:.2f}")
+        axes[1].xaxis.set_minor_formatter(plt.FormatStrFormatter("%g"))  # K2* - K often spans less than a decade
         axes[1].legend(fontsize=8)
+    off = result["fit_offset"]
+    if off["K2_star"] is not None:  # the paper's form, with its linear offset
+        grid = np.linspace(min(Ks), off["K2_star"] * 0.999, 200)
+        axes[0].plot(grid, divergence(grid, off["log_a"], off["K2_star"], off["gamma"], off["b"], off["c"]), ":",
+                     color="tab:purple", lw=1, label=f"with offset: K2* = {off['K2_star']:.0f}, gamma = {off['gamma']:.2f}")
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
     shown = [v for K in Ks for v in result["delta_tau"][K] if v] + list(result["median_lower_bound"].values())
@@ -467,7 +485,7 @@ def plot_k2(result: dict, path: str):
         axes[0].set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
     axes[0].set_xlabel("K")
     axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
-    if fit["K2_star"] is not None:
+    if fit["K2_star"] is not None or off["K2_star"] is not None:
         axes[0].legend(fontsize=8, loc="upper left")
     if fit["K2_star"] is None:
         axes[1].text(0.5, 0.5, "no finite K2* to plot against", ha="center", transform=axes[1].transAxes)
@@ -546,10 +564,7 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
             dtau.setdefault(cfg["K"], []).append(value)
             bound.setdefault(cfg["K"], []).append(censored_after(dense))
     Ks = sorted(dtau)
-    try:
-        fit = fit_divergence(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
-    except ValueError as e:  # fewer than 4 finite medians
-        fit = {"why": str(e)}
+    fit, fit_offset = divergence_fits(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
     medians = {K: median_ci(dtau[K]) for K in Ks}  # a bootstrap each: computed once
     finite = [(K, m[0]) for K, m in medians.items() if math.isfinite(m[0])]
     line = None
@@ -557,7 +572,7 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
         slope, intercept = np.polyfit(*zip(*finite), 1)
         line = {"slope": float(slope), "K_at_zero": float(-intercept / slope) if slope else None}
     return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
-            "median_ci": medians, "fit": fit, "line": line}
+            "median_ci": medians, "fit": fit, "fit_offset": fit_offset, "line": line}
 
 
 def dtau(args):
@@ -572,6 +587,7 @@ def dtau(args):
         m, lo, hi = result["median_ci"][K]
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}]")
     print(f"fit: {result['fit']}")
+    print(f"fit with the linear offset: {result['fit_offset']}")
     print(f"line through the medians: {result['line']}")
     if args.json:
         with open(args.json, "w") as f:
@@ -601,8 +617,10 @@ def k2(args):
     for K in result["K"]:
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
               f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
-    print(f"fit: K2* = {fit['K2_star']} (95% {fit['K2_star_ci']}), gamma = {fit['gamma']} (95% {fit['gamma_ci']}); "
-          f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
+    for name, f in (("fit", fit), ("fit with the linear offset", result["fit_offset"])):
+        print(f"{name}: K2* = {f['K2_star']} (95% {f['K2_star_ci']}), gamma = {f['gamma']} (95% {f['gamma_ci']})"
+              + ("" if f["K2_star"] else f"; {f.get('why', '')}"))
+    print(f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
 def main():

@@ -11,6 +11,7 @@ import scipy.optimize
 import torch
 
 import thresholds
+import estimators
 import evaluation
 import train
 from bayes import nll, two_gen
@@ -175,6 +176,36 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
         fit_divergence(list(K), [[v] for v in reversed(true)], resamples=10)
 
 
+def test_the_offset_fit_recovers_the_paper_form_and_prefers_a_line_without_divergence():
+    """The paper's form a (K2* - K)^-gamma + b + c K: exact data at 8 K recover K2* within the grid's spacing and
+    gamma and the offset closely; a straight line has no divergence; five parameters need six finite medians."""
+    K = 7000 * np.array([0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.87, 0.93])
+    true = divergence(K, math.log(1e4 * 700.0**2), 7000, 2.0, -14_000, 20.0)  # the divergence 1e4 at K2* - K = 700
+    fit = fit_divergence(list(K), [[v] for v in true], offset=True, resamples=0)
+    assert fit["K2_star"] == pytest.approx(7000, rel=0.03) and fit["gamma"] == pytest.approx(2.0, abs=0.3)
+    assert fit["b"] == pytest.approx(-14_000, rel=0.05) and fit["c"] == pytest.approx(20.0, rel=0.05)
+    assert divergence(K, fit["log_a"], fit["K2_star"], fit["gamma"], fit["b"], fit["c"]) == pytest.approx(true, rel=0.01)
+    line = fit_divergence(list(K), [[v] for v in 22.7 * (K - 94)], offset=True, resamples=10)
+    assert line["K2_star"] is None and line["why"].startswith("no finite divergence")
+    assert line["c"] == pytest.approx(22.7, rel=1e-3) and line["b"] == pytest.approx(-22.7 * 94, rel=1e-3)
+    with pytest.raises(ValueError, match=">= 6 K"):
+        fit_divergence(list(K[:5]), [[v] for v in true[:5]], offset=True)
+    # concave data with a convex last point: the least squares with a >= 0 (scipy's bounded solver at every
+    # fourth K2* of the grid, all gamma) fit a divergence; an unconstrained a < 0 would fit the concavity better
+    K = np.array([40.0, 48, 56, 64, 72, 80, 88, 96])
+    y = 100 * (K - 20) - (K - 40) ** 2
+    y[-1] *= 1.3
+    fit = fit_divergence(list(K), [[v] for v in y], offset=True, resamples=0)
+    assert fit["K2_star"] is not None
+
+    def cost(K2, gamma):  # the least weighted squared error of a (K2* - K)^-gamma + b + c K with a >= 0
+        X = np.stack([(K2 - K) ** -gamma, np.ones_like(K), K], 1) / y[:, None]
+        res = scipy.optimize.lsq_linear(X / X.max(0), np.ones_like(K), bounds=([0, -np.inf, -np.inf], np.inf))
+        return 2 * res.cost
+    best = min(cost(K2, g) for K2 in K.max() * np.logspace(1e-3, 3, 600)[::4] for g in estimators.GAMMAS)
+    assert cost(fit["K2_star"], fit["gamma"]) <= best * (1 + 1e-6)
+
+
 def test_censored_medians_are_lower_bounds():
     assert censored_median([100, 200, None], [None, None, 900]) == (200, False)  # a finite median: the value
     assert censored_median([100, 200, None, None], [None, None, 500, 700]) == (350, True)  # beyond the run: >= 350
@@ -257,7 +288,7 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     """Runs, reuse, analysis, figure and JSON on runs of a few steps; Delta tau is replaced by a known
     divergence in K so that the fit has something to find whatever the tiny runs learn."""
     tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
-                       per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5], seeds=1, inf_seeds=2, inf_iters=8)
+                       per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8)
     monkeypatch.setitem(thresholds.K2_PRESETS, "quick", tiny_preset)
     monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
     monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
@@ -269,9 +300,10 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     assert "Infinity" not in text and "NaN" not in text  # standard JSON: beyond-the-run values are null
     result = json.loads(text)
     assert result["fit"]["K2_star"] == pytest.approx(8.0, rel=3e-3) and result["fit"]["gamma"] == pytest.approx(1.5, abs=0.02)
-    assert sorted(result["delta_tau"]) == ["2", "3", "4", "5"] and len(result["delta_tau"]["2"]) == 1
+    assert result["fit_offset"]["K2_star"] == pytest.approx(8.0, rel=0.03)  # six K: the paper's form is fitted too
+    assert sorted(result["delta_tau"]) == ["2", "3", "4", "5", "6", "7"] and len(result["delta_tau"]["2"]) == 1
     assert len(result["epsilon"]["per_model"]) == 2 and len(result["epsilon"]["scores"]) == 12
-    assert len(result["runs"]) == 4 and (tmp_path / "figures" / "k2.png").exists()
+    assert len(result["runs"]) == 6 and (tmp_path / "figures" / "k2.png").exists()
     assert train.read_metrics(str(tmp_path / "runs" / "Kinf_s1"))[0]["K"] == math.inf
     stamp = os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl")
     thresholds.k2(args)  # everything finished: nothing is trained again
@@ -286,10 +318,12 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     result["median"][5] = (result["median"][5][0], result["median"][5][1], math.inf)
     figures = []
     monkeypatch.setattr(thresholds.plt, "close", figures.append)
-    thresholds.plot_k2({**result, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
+    thresholds.plot_k2({**result, "preset": "quick", "N": 8, "iters": 8, "fit_offset": {"K2_star": None}},
+                       str(tmp_path / "unbounded.png"))
     low, high = figures[0].axes[0].get_ylim()
     shown = [v for vs in result["delta_tau"].values() for v in vs if v]
     assert 0 < low <= min(shown) and high >= max(shown)
+    assert len(figures[0].axes[1].lines) == 2  # the inset: medians against K2* - K and the fit, with or without the offset fit
 
 
 def _with_K(read_metrics):
