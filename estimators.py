@@ -176,14 +176,16 @@ def _fit_offset(K: np.ndarray, y: np.ndarray, finite: np.ndarray) -> tuple | Non
     K2, gamma = (g.ravel()[:, None] for g in np.meshgrid(K[finite].max() * np.logspace(1e-3, 3, 600), GAMMAS, indexing="ij"))
     below = K2 > K[None]
     x = np.where(below, np.maximum(K2 - K[None], 1e-12), 1.0) ** -gamma * below
-    scale = x[:, finite].max(1, keepdims=True)  # columns of similar size for the solve
+    scale = x[:, finite].max(1, keepdims=True)
     X = np.stack([x / scale, np.ones_like(x), np.broadcast_to(K / K.max(), x.shape)], -1)
-    theta, sse = _censored_lstsq(X, y, 1 / y**2, finite, below, nonneg_first=True, ridge=1e-12)
+    unit = y[finite].max()  # all columns and y of order 1, so that the ridge is negligible at any scale of Delta tau
+    theta, sse = _censored_lstsq(X, y / unit, (unit / y) ** 2, finite, below, nonneg_first=True, ridge=1e-12)
+    theta *= unit
     i = int(np.argmin(sse))
     a = theta[i, 0] / scale[i, 0]
     if a <= 0 or K2[i, 0] == K2.max():  # the line b + c K alone
-        line, _ = _censored_lstsq(X[:1, :, 1:], y, 1 / y**2, finite, np.ones((1, len(K)), bool))
-        return -math.inf, math.inf, math.inf, line[0, 0], line[0, 1] / K.max()
+        line, _ = _censored_lstsq(X[:1, :, 1:], y / unit, (unit / y) ** 2, finite, np.ones((1, len(K)), bool))
+        return -math.inf, math.inf, math.inf, line[0, 0] * unit, line[0, 1] * unit / K.max()
     return math.log(a), K2[i, 0], gamma[i, 0], theta[i, 1], theta[i, 2] / K.max()
 
 

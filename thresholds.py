@@ -462,7 +462,7 @@ def plot_k2(result: dict, path: str):
         title += "\nno fit: " + fit["why"].split(" (")[0][:70]
     axes[0].set_title(title, fontsize=9)
     if fit["K2_star"] is not None:
-        grid = np.linspace(min(Ks), fit["K2_star"] * 0.999, 200)
+        grid = np.linspace(min(Ks), min(fit["K2_star"] * 0.999, max(Ks) * 1.15), 200)  # the axes' range, up to K2*
         curve = divergence(grid, fit["log_a"], fit["K2_star"], fit["gamma"])
         axes[0].plot(grid, curve, "k--", lw=1, label=f"fit: K2* = {fit['K2_star']:.0f}, gamma = {fit['gamma']:.2f}")
         axes[0].axvline(fit["K2_star"], color="tab:red", ls=":", lw=1)
@@ -472,9 +472,9 @@ def plot_k2(result: dict, path: str):
         axes[1].loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1, label=f"slope -gamma = {-fit['gamma']:.2f}")
         axes[1].xaxis.set_minor_formatter(plt.FormatStrFormatter("%g"))  # K2* - K often spans less than a decade
         axes[1].legend(fontsize=8)
-    off = result["fit_offset"]
+    off = result.get("fit_offset", {"K2_star": None})  # JSONs written before the offset fit have none
     if off["K2_star"] is not None:  # the paper's form, with its linear offset
-        grid = np.linspace(min(Ks), off["K2_star"] * 0.999, 200)
+        grid = np.linspace(min(Ks), min(off["K2_star"] * 0.999, max(Ks) * 1.15), 200)
         axes[0].plot(grid, divergence(grid, off["log_a"], off["K2_star"], off["gamma"], off["b"], off["c"]), ":",
                      color="tab:purple", lw=1, label=f"with offset: K2* = {off['K2_star']:.0f}, gamma = {off['gamma']:.2f}")
     axes[0].set_xscale("log", base=2)

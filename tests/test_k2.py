@@ -185,6 +185,10 @@ def test_the_offset_fit_recovers_the_paper_form_and_prefers_a_line_without_diver
     assert fit["K2_star"] == pytest.approx(7000, rel=0.03) and fit["gamma"] == pytest.approx(2.0, abs=0.3)
     assert fit["b"] == pytest.approx(-14_000, rel=0.05) and fit["c"] == pytest.approx(20.0, rel=0.05)
     assert divergence(K, fit["log_a"], fit["K2_star"], fit["gamma"], fit["b"], fit["c"]) == pytest.approx(true, rel=0.01)
+    for unit in (1e-3, 1e3):  # Delta tau in other units (the paper's runs are 10^6 steps): the same fit, scaled
+        scaled = fit_divergence(list(K), [[v * unit] for v in true], offset=True, resamples=0)
+        assert (scaled["K2_star"], scaled["gamma"]) == (fit["K2_star"], fit["gamma"])
+        assert scaled["b"] == pytest.approx(fit["b"] * unit, rel=1e-6) and scaled["c"] == pytest.approx(fit["c"] * unit, rel=1e-6)
     line = fit_divergence(list(K), [[v] for v in 22.7 * (K - 94)], offset=True, resamples=10)
     assert line["K2_star"] is None and line["why"].startswith("no finite divergence")
     assert line["c"] == pytest.approx(22.7, rel=1e-3) and line["b"] == pytest.approx(-22.7 * 94, rel=1e-3)
@@ -318,12 +322,12 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     result["median"][5] = (result["median"][5][0], result["median"][5][1], math.inf)
     figures = []
     monkeypatch.setattr(thresholds.plt, "close", figures.append)
-    thresholds.plot_k2({**result, "preset": "quick", "N": 8, "iters": 8, "fit_offset": {"K2_star": None}},
-                       str(tmp_path / "unbounded.png"))
+    old_json = {k: v for k, v in result.items() if k != "fit_offset"}  # as written before the offset fit existed
+    thresholds.plot_k2({**old_json, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
     low, high = figures[0].axes[0].get_ylim()
     shown = [v for vs in result["delta_tau"].values() for v in vs if v]
     assert 0 < low <= min(shown) and high >= max(shown)
-    assert len(figures[0].axes[1].lines) == 2  # the inset: medians against K2* - K and the fit, with or without the offset fit
+    assert len(figures[0].axes[1].lines) == 2  # the inset: medians against K2* - K and the fit, with no offset fit
 
 
 def _with_K(read_metrics):
