@@ -23,32 +23,34 @@ paper's form with a linear offset b + c K); the fraction of memorized chains has
     python thresholds.py k2                    # quick preset on the CPU: figures/k2.png and .json
     python thresholds.py dtau runs/k2_paper    # Delta tau of any K*_s* runs (a grid trained elsewhere)
 
-This file trains and reads the runs and draws the figures; the estimators (the binary search, the divergence
-and sigmoid fits, epsilon) are in estimators.py.
+This file states the rules (at the top: phi_beta*, tau_2gen, tau_2mem, Delta tau, the memorized fraction), reads the
+runs and draws the figures. The estimators (the binary search, the divergence and sigmoid fits, epsilon) are in
+estimators.py; probes.py schedules the training runs, campaign.py the paper-scale ones across GPU leases.
 """
-import argparse
 import json
 import math
 import os
 import shlex
 import statistics
-import sys
 import time
-from dataclasses import fields
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import cli
 import train
-from estimators import (Search, censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
+from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
                         fit_sigmoid, median_ci)
 from markov import check_int
+from probes import CONDITIONS, finished, probe_command, probe_config, run_config, run_probes, search_K1
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
 
-# ----------------------------------------------------------------------------- the rule
+# ----------------------------------------------------------------------------- the rules
+#
+# K1*: a run generalizes when max_t phi_beta(2) > phi_beta*. K2*: a run memorizes once it beats 2-Gen on S;
+# Delta tau_K = tau_2mem - tau_2gen; a chain counts as memorized when Delta^k < epsilon.
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -64,9 +66,44 @@ def tau_2gen(rows: list[dict], phi_star: float = PHI_STAR) -> int | None:
     return next((r["step"] for r in sorted(rows, key=lambda r: r["step"]) if r["phi_beta_2"] > phi_star), None)
 
 
-# ----------------------------------------------------------------------------- probes: one training run per (condition, K, seed)
+def tau_2mem(rows: list[dict]) -> int | None:
+    """tau_2mem: the first evaluation step at which L_train < L^{2-Gen} on the same held-out sequences from
+    S, which no in-context predictor can do (None: never within the run). Reads dense rows (train.py
+    --eval-every), each of which carries the 2-Gen level of its sequences."""
+    return next((r["step"] for r in sorted(rows, key=lambda r: r["step"]) if r["train_loss"] < r["train_loss_2gen"]), None)
 
-PRESETS = {
+
+def delta_tau(rows: list[dict]) -> tuple[int | None, str]:
+    """(Delta tau_K, status) of one run from its dense rows: status "ok"; "censored" (in 2-Gen at the end,
+    Delta tau_K > the rest of the run: None); "no 2-gen" (never formed the induction head, K < K1*: None);
+    "mem first" (memorized before the induction head formed: None)."""
+    t_gen, t_mem = tau_2gen(rows), tau_2mem(rows)
+    if t_gen is None:
+        return None, "no 2-gen"
+    if t_mem is None:
+        return None, "censored"
+    if t_mem < t_gen:
+        return None, "mem first"
+    return t_mem - t_gen, "ok"
+
+
+def censored_after(rows: list[dict]) -> int | None:
+    """A run still in 2-Gen at its end: the steps it spent there, a lower bound on its Delta tau_K (None for
+    any other status)."""
+    if delta_tau(rows)[1] != "censored":
+        return None
+    return max(r["step"] for r in rows) - tau_2gen(rows)
+
+
+def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
+    """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
+    rows = sorted(chain_rows, key=lambda r: r["step"])
+    return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < epsilon)) for r in rows]
+
+
+# ----------------------------------------------------------------------------- the experiments' presets
+
+PRESETS = {  # K1*
     # calibrated on the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one
     # core and large K still form the induction head well inside the budget (N = 32 did not: K = 256 never
     # did within 1500 steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
@@ -79,121 +116,58 @@ PRESETS = {
                   eval_gen=1024, lo=16, hi=4096, ratio=1.0, seeds=16, perturbed_seeds=4, weight=0.1, tau_seeds=64,
                   tau_iters=50_000),
 }
-CONDITIONS = ("control", "reweight", "inject")
 
 
-def run_config(preset: str, p: dict, K: int | float, seed: int, out: str, **flags) -> train.Config:
-    """The train.py run of one (K, seed) of an experiment preset p: p's values of train.Config's fields,
-    then `flags` (device among them), through train.make_config (so the reweighting's x 1/w budget and every
-    check are the command line's)."""
-    values = {f.name: p[f.name] for f in fields(train.Config) if f.name in p}
-    values.update(preset=preset, K=K, seed=seed, out=out, **flags)
-    return train.make_config(argparse.Namespace(**values))
-
-
-def probe_config(preset: str, condition: str, K: int, seed: int, root: str, iters: int | None = None,
-                 device: str | None = None) -> train.Config:
-    """The run of one K1* probe, in root/<condition>/K<K>_s<seed>."""
-    flags = {"device": device} if iters is None else {"device": device, "iters": iters}
-    if condition == "reweight":
-        flags["prev_weight"] = PRESETS[preset]["weight"]
-    elif condition == "inject":
-        flags["task_injection"] = True
-    elif condition != "control":
-        raise ValueError(f"unknown condition {condition!r}; conditions are {', '.join(CONDITIONS)}")
-    return run_config(preset, PRESETS[preset], K, seed, os.path.join(root, condition, f"K{K}_s{seed}"), **flags)
-
-
-def finished(cfg: train.Config) -> bool:
-    path = os.path.join(cfg.out, "metrics.jsonl")
-    return os.path.exists(path) and any(r["step"] == cfg.iters for r in train.read_metrics(cfg.out, dense=True)[1])
-
-
-def run_probe(cfg: train.Config) -> list[dict]:
-    """The probe's dense rows, training it first unless it already finished (a killed search redoes nothing
-    that is done; a probe killed midway resumes from its checkpoint)."""
-    if not finished(cfg):
-        resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
-        train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
-    return train.read_metrics(cfg.out, dense=True)[1]
-
-
-def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
-    """All probes of one round: on CUDA as ensembles (one per condition, and per K with task injection,
-    whose embedding table is K x D); on a CPU as `jobs` one-thread processes."""
-    todo = [cfg for cfg in cfgs if not finished(cfg)]
-    if todo and todo[0].device.startswith("cuda"):
-        groups = {}
-        for cfg in todo:
-            groups.setdefault((cfg.iters, cfg.prev_weight, cfg.task_injection, cfg.K if cfg.task_injection else 0), []).append(cfg)
-        for i, group in enumerate(groups.values()):
-            root = os.path.dirname(group[0].out)
-            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
-    elif todo:
-        cli.parallel_map(run_probe, todo, jobs)
-    return [run_probe(cfg) for cfg in cfgs]
+K2_PRESETS = {
+    # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
+    # instead of 256. Wider MLPs left 2-Gen whenever the budget allowed: at width 32, Delta tau grew ~140 steps per
+    # unit of K up to the end of 3000-, 5000- and 6000-step runs (the wall moved with the budget, log Delta tau
+    # concave, no finite K2*). Eight hidden units store few chains: single 3000-4000-step pilots left 2-Gen after
+    # 500, 900 and 2600 steps at K = 24, 32, 40 (log Delta tau convex), and sat above it at K = 48 and 56 (gap
+    # +0.005, +0.008) and on a plateau at K = 96 (+0.016; K = inf +0.026)
+    "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=8, iters=4000, eval_every=100, eval_dense=256, evals=16,
+                  eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[24, 28, 32, 36, 40, 48], seeds=4,
+                  inf_seeds=2, inf_iters=4000),
+    # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
+    # on 10^4 fixed chains
+    "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
+                  eval_train=1024, eval_gen=1024, per_chain=64, per_chain_tasks=10_000,
+                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000),
+}
 
 
 # ----------------------------------------------------------------------------- the K1* experiment
 
 
-def search_K1(preset: str, root: str, jobs: int, plan: dict[str, list[int]], print_only: bool = False,
-              device: str | None = None) -> dict | None:
-    """The binary searches of plan's conditions, one per seed in plan[condition], advanced in lockstep: each round
-    trains the pending probes of all searches together. print_only: print the next round's train.py
-    commands and return None."""
-    p = PRESETS[preset]
-    searches = {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, seeds in plan.items() for seed in seeds}
-    outcomes = {}  # (condition, K, seed) -> dense rows
-    for round_ in range(1, 100):
-        pending = [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending()]
-        for key in pending:  # finished probes are read back without training
-            cfg = probe_config(preset, *key, root, device=device)
-            if finished(cfg):
-                outcomes[key] = run_probe(cfg)
-                searches[key[0], key[2]].record(key[1], max_phi_beta(outcomes[key]) > PHI_STAR)
-        pending = [key for key in pending if key not in outcomes]
-        if not pending:
-            if any(s.pending() for s in searches.values()):
-                continue
-            break
-        cfgs = [probe_config(preset, *key, root, device=device) for key in pending]
-        if print_only:
-            print(f"# round {round_}: {len(cfgs)} runs; run them, then this command again for the next round")
-            print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs))
-            return None
-        t0 = time.time()
-        print(f"round {round_}: {len(cfgs)} probes " + " ".join(f"{c}:K{K}:s{s}" for c, K, s in pending), flush=True)
-        for key, rows in zip(pending, run_probes(cfgs, jobs)):
-            outcomes[key] = rows
-            searches[key[0], key[2]].record(key[1], max_phi_beta(rows) > PHI_STAR)
-        print(f"round {round_} done in {time.time() - t0:.0f} s", flush=True)
-    results = {key: s.result() for key, s in searches.items()}
-    runs = [{"K": K, "seed": seed, "condition": cond, "max_phi_beta": max_phi_beta(rows),
+def k1_runs(outcomes: dict) -> list[dict]:
+    """Per probe (Figs. 7a, A9): its K, seed and condition, max_t phi_beta(2), min_t L_gen and tau_2gen."""
+    return [{"K": K, "seed": seed, "condition": cond, "max_phi_beta": max_phi_beta(rows),
              "min_gen_loss": min(r["gen_loss"] for r in rows), "tau_2gen": tau_2gen(rows)}
             for (cond, K, seed), rows in sorted(outcomes.items())]
-    return {"searches": results, "runs": runs}
 
 
-def probe_command(cfg: train.Config) -> list[str]:
-    """The train.py command line that trains exactly this run (for a scheduler): every field of the
-    config that differs from the preset's value, and the iterations before train.py's x 1/w."""
-    base = train.Config(**train.PRESETS[cfg.preset])
-    flags = ["--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset, "--out", cfg.out,
-             "--iters", str(cfg.base_iters or cfg.iters)]
-    for f in fields(train.Config):
-        value = getattr(cfg, f.name)
-        if f.name in ("K", "seed", "preset", "out", "iters", "base_iters", "device") or value == getattr(base, f.name):
-            continue
-        flags += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
-    return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"), *flags]
+def k1_result(preset: str, p: dict, plan: dict[str, list[int]], searches: dict, runs: list[dict]) -> dict:
+    """The K1* experiment's numbers: per condition and seed K1* (None outside [lo, hi]), its bound and the
+    smallest K that generalized; the probes' summaries `runs` (k1_runs)."""
+    def per_seed(key):
+        return {c: [searches[c, s][key] for s in seeds] for c, seeds in plan.items()}
+
+    return {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
+            "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": plan,
+            "K1_star": per_seed("K1_star"), "bounds": per_seed("bound"), "above": per_seed("above"), "runs": runs}
+
+
+def generalizes(rows: list[dict]) -> bool:
+    """The paper's rule: the run entered 2-Gen, max_t phi_beta(2) > phi_beta*."""
+    return max_phi_beta(rows) > PHI_STAR
 
 
 def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None = None) -> list[int | None]:
     """tau_2gen of tau_seeds control runs at one K (Fig. 7b), each followed for tau_iters steps."""
     p = PRESETS[preset]
     where = root if p["tau_iters"] == p["iters"] else os.path.join(root, "tau")  # same runs as the search's: reuse
-    cfgs = [probe_config(preset, "control", K, seed, where, iters=p["tau_iters"], device=device) for seed in range(p["tau_seeds"])]
+    cfgs = [probe_config(preset, p, "control", K, seed, where, iters=p["tau_iters"], device=device)
+            for seed in range(p["tau_seeds"])]
     return [tau_2gen(rows) for rows in run_probes(cfgs, jobs)]
 
 
@@ -289,7 +263,7 @@ def k1(args):
     if not args.print_commands:
         cli.announce(preset, f"K1* searches of {p['iters']} steps per probe, runs in {root}", f"{args.figures}/k1.png and .json")
     t0 = time.time()
-    found = search_K1(preset, root, jobs, plan, print_only=args.print_commands, device=device)
+    found = search_K1(preset, p, root, jobs, plan, generalizes, print_only=args.print_commands, device=device)
     if found is None:
         return
     K1 = {c: [found["searches"][c, s]["K1_star"] for s in seeds] for c, seeds in plan.items()}
@@ -299,11 +273,8 @@ def k1(args):
     K_tau = round(statistics.median(control))
     print(f"searches done in {(time.time() - t0) / 60:.1f} min; K1*: {K1}; tau_2gen at K = {K_tau}", flush=True)
     taus = tau_histogram(preset, root, K_tau, jobs, device)
-    result = {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
-              "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]},
-              "seeds": plan, "K1_star": K1, "bounds": {c: [found["searches"][c, s]["bound"] for s in plan[c]] for c in K1},
-              "above": {c: [found["searches"][c, s]["above"] for s in plan[c]] for c in K1},
-              "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus}, "runs": found["runs"],
+    result = {**k1_result(preset, p, plan, found["searches"], k1_runs(found["outcomes"])),
+              "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus},
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
     plot_k1(result, os.path.join(args.figures, "k1.png"))
     with open(os.path.join(args.figures, "k1.json"), "w") as f:
@@ -324,59 +295,6 @@ def k1(args):
 # diverges at K2*, beyond which the model never memorizes. Independently, a chain k counts as memorized when
 # the model beats 2-Gen on it, Delta^k < epsilon (evaluation.per_chain_scores), and the fraction of memorized
 # chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
-
-
-def tau_2mem(rows: list[dict]) -> int | None:
-    """tau_2mem: the first evaluation step at which L_train < L^{2-Gen} on the same held-out sequences from
-    S, which no in-context predictor can do (None: never within the run). Reads dense rows (train.py
-    --eval-every), each of which carries the 2-Gen level of its sequences."""
-    return next((r["step"] for r in sorted(rows, key=lambda r: r["step"]) if r["train_loss"] < r["train_loss_2gen"]), None)
-
-
-def delta_tau(rows: list[dict]) -> tuple[int | None, str]:
-    """(Delta tau_K, status) of one run from its dense rows: status "ok"; "censored" (in 2-Gen at the end,
-    Delta tau_K > the rest of the run: None); "no 2-gen" (never formed the induction head, K < K1*: None);
-    "mem first" (memorized before the induction head formed: None)."""
-    t_gen, t_mem = tau_2gen(rows), tau_2mem(rows)
-    if t_gen is None:
-        return None, "no 2-gen"
-    if t_mem is None:
-        return None, "censored"
-    if t_mem < t_gen:
-        return None, "mem first"
-    return t_mem - t_gen, "ok"
-
-
-def censored_after(rows: list[dict]) -> int | None:
-    """A run still in 2-Gen at its end: the steps it spent there, a lower bound on its Delta tau_K (None for
-    any other status)."""
-    if delta_tau(rows)[1] != "censored":
-        return None
-    return max(r["step"] for r in rows) - tau_2gen(rows)
-
-
-def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
-    """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
-    rows = sorted(chain_rows, key=lambda r: r["step"])
-    return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < epsilon)) for r in rows]
-
-
-K2_PRESETS = {
-    # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
-    # instead of 256. Wider MLPs left 2-Gen whenever the budget allowed: at width 32, Delta tau grew ~140 steps per
-    # unit of K up to the end of 3000-, 5000- and 6000-step runs (the wall moved with the budget, log Delta tau
-    # concave, no finite K2*). Eight hidden units store few chains: single 3000-4000-step pilots left 2-Gen after
-    # 500, 900 and 2600 steps at K = 24, 32, 40 (log Delta tau convex), and sat above it at K = 48 and 56 (gap
-    # +0.005, +0.008) and on a plateau at K = 96 (+0.016; K = inf +0.026)
-    "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=8, iters=4000, eval_every=100, eval_dense=256, evals=16,
-                  eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[24, 28, 32, 36, 40, 48], seeds=4,
-                  inf_seeds=2, inf_iters=4000),
-    # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
-    # on 10^4 fixed chains
-    "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
-                  eval_train=1024, eval_gen=1024, per_chain=64, per_chain_tasks=10_000,
-                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000),
-}
 
 
 def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None) -> list[train.Config]:

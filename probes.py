@@ -1,0 +1,141 @@
+"""The engine of the threshold experiments: their training runs ("probes") and the order they are trained in.
+
+thresholds.py states the rules (K1* criterion, tau_2gen, Delta tau, ...) and reads the runs; this file only
+schedules them. A probe is one train.py run of an experiment preset (a dict of train.Config values and the
+experiment's own settings), in root/<condition>/K<K>_s<seed>. On CUDA a round's probes train together as
+ensembles (ensemble.py), one per training schedule; on a CPU as one-thread processes. A finished probe is read
+back, never trained again, so a killed search or a rerun redoes nothing that is done.
+
+K1*'s binary searches (estimators.Search), one per (condition, seed), advance in lockstep: each round trains the
+pending probes of all searches together. campaign.py runs the same rounds a piece at a time across GPU leases.
+"""
+import argparse
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import fields
+
+import cli
+import train
+from estimators import Search
+
+CONDITIONS = ("control", "reweight", "inject")
+
+
+def run_config(preset: str, p: dict, K: int | float, seed: int, out: str, **flags) -> train.Config:
+    """The train.py run of one (K, seed) of an experiment preset p: p's values of train.Config's fields,
+    then `flags` (device among them), through train.make_config (so the reweighting's x 1/w budget and every
+    check are the command line's)."""
+    values = {f.name: p[f.name] for f in fields(train.Config) if f.name in p}
+    values.update(preset=preset, K=K, seed=seed, out=out, **flags)
+    return train.make_config(argparse.Namespace(**values))
+
+
+def probe_config(preset: str, p: dict, condition: str, K: int, seed: int, root: str, **flags) -> train.Config:
+    """The run of one K1* probe, in root/<condition>/K<K>_s<seed>: gradient reweighting by p["weight"], or
+    task injection, or neither (control)."""
+    if condition == "reweight":
+        flags["prev_weight"] = p["weight"]
+    elif condition == "inject":
+        flags["task_injection"] = True
+    elif condition != "control":
+        raise ValueError(f"unknown condition {condition!r}; conditions are {', '.join(CONDITIONS)}")
+    return run_config(preset, p, K, seed, os.path.join(root, condition, f"K{K}_s{seed}"), **flags)
+
+
+def finished(cfg: train.Config) -> bool:
+    path = os.path.join(cfg.out, "metrics.jsonl")
+    return os.path.exists(path) and any(r["step"] == cfg.iters for r in train.read_metrics(cfg.out, dense=True)[1])
+
+
+def run_probe(cfg: train.Config) -> list[dict]:
+    """The probe's dense rows, training it first unless it already finished (a probe killed midway resumes
+    from its checkpoint)."""
+    if not finished(cfg):
+        resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
+        train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
+    return train.read_metrics(cfg.out, dense=True)[1]
+
+
+def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:
+    """The probes that can train as one ensemble: one training schedule, and with task injection one K (the
+    embedding table is K x D, a shape of the batched step)."""
+    groups = {}
+    for cfg in cfgs:
+        groups.setdefault((cfg.iters, cfg.prev_weight, cfg.task_injection, cfg.K if cfg.task_injection else 0), []).append(cfg)
+    return list(groups.values())
+
+
+def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
+    """All probes of one round, trained unless finished: on CUDA as ensembles, on a CPU as `jobs` one-thread
+    processes. Returns each probe's dense rows."""
+    todo = [cfg for cfg in cfgs if not finished(cfg)]
+    if todo and todo[0].device.startswith("cuda"):
+        for i, group in enumerate(ensemble_groups(todo)):
+            root = os.path.dirname(group[0].out)
+            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
+    elif todo:
+        cli.parallel_map(run_probe, todo, jobs)
+    return [run_probe(cfg) for cfg in cfgs]
+
+
+def probe_command(cfg: train.Config) -> list[str]:
+    """The train.py command line that trains exactly this run (for a scheduler): every field of the
+    config that differs from the preset's value, and the iterations before train.py's x 1/w."""
+    base = train.Config(**train.PRESETS[cfg.preset])
+    flags = ["--K", str(cfg.K), "--seed", str(cfg.seed), "--preset", cfg.preset, "--out", cfg.out,
+             "--iters", str(cfg.base_iters or cfg.iters)]
+    for f in fields(train.Config):
+        value = getattr(cfg, f.name)
+        if f.name in ("K", "seed", "preset", "out", "iters", "base_iters", "device") or value == getattr(base, f.name):
+            continue
+        flags += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
+    return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"), *flags]
+
+
+Key = tuple[str, int, int]  # (condition, K, seed): one probe
+
+
+def new_searches(p: dict, plan: dict[str, list[int]]) -> dict[tuple[str, int], Search]:
+    """One binary search over [p["lo"], p["hi"]] per (condition, seed) of the plan."""
+    return {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, seeds in plan.items() for seed in seeds}
+
+
+def pending_probes(searches: dict[tuple[str, int], Search]) -> list[Key]:
+    """The probes the searches ask for next (one round), condition-major."""
+    return [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending()]
+
+
+def search_K1(preset: str, p: dict, root: str, jobs: int, plan: dict[str, list[int]],
+              generalizes: Callable[[list[dict]], bool], print_only: bool = False, **flags) -> dict | None:
+    """Run the searches of plan's conditions to the end, a round at a time; generalizes(dense rows) is the rule.
+    Returns {"searches": {(condition, seed): Search.result()}, "outcomes": {(condition, K, seed): dense rows}}.
+    print_only: print the next round's train.py commands and return None."""
+    searches = new_searches(p, plan)
+    outcomes = {}
+    for round_ in range(1, 100):
+        pending = pending_probes(searches)
+        for key in pending:  # finished probes are read back without training
+            cfg = probe_config(preset, p, *key, root, **flags)
+            if finished(cfg):
+                outcomes[key] = run_probe(cfg)
+                searches[key[0], key[2]].record(key[1], generalizes(outcomes[key]))
+        pending = [key for key in pending if key not in outcomes]
+        if not pending:
+            if any(s.pending() for s in searches.values()):
+                continue
+            break
+        cfgs = [probe_config(preset, p, *key, root, **flags) for key in pending]
+        if print_only:
+            print(f"# round {round_}: {len(cfgs)} runs; run them, then this command again for the next round")
+            print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs))
+            return None
+        t0 = time.time()
+        print(f"round {round_}: {len(cfgs)} probes " + " ".join(f"{c}:K{K}:s{s}" for c, K, s in pending), flush=True)
+        for key, rows in zip(pending, run_probes(cfgs, jobs)):
+            outcomes[key] = rows
+            searches[key[0], key[2]].record(key[1], generalizes(rows))
+        print(f"round {round_} done in {time.time() - t0:.0f} s", flush=True)
+    return {"searches": {key: s.result() for key, s in searches.items()}, "outcomes": outcomes}
