@@ -22,6 +22,7 @@ paper's form with a linear offset b + c K); the fraction of memorized chains has
     python thresholds.py k1 --print-commands   # the paper preset's runs, one command line each
     python thresholds.py k2                    # quick preset on the CPU: figures/k2.png and .json
     python thresholds.py dtau runs/k2_paper    # Delta tau of any K*_s* runs (a grid trained elsewhere)
+    python thresholds.py grid bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
 
 This file states the rules (at the top: phi_beta*, tau_2gen, tau_2mem, Delta tau, the memorized fraction), reads the
 runs and draws the figures. The estimators (the binary search, the divergence and sigmoid fits, epsilon) are in
@@ -32,6 +33,7 @@ import math
 import os
 import shlex
 import statistics
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -541,6 +543,60 @@ def k2(args):
     print(f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
+
+def grid_table(grid: dict) -> dict:
+    """Per K of a fixed (K, seed) grid (a train.py grid summarized as in bench/results/*_k1_grid_*.json): the seeds'
+    max phi_beta(2) over the dense readouts, their end-of-run L_gen, and how many formed the induction head."""
+    table = {}
+    for m in sorted(grid["members"].values(), key=lambda m: (m["K"], m["seed"])):
+        row = table.setdefault(m["K"], {"seed": [], "max_phi_beta": [], "gen_loss": [], "gen_loss_2gen": m["gen_loss_2gen"]})
+        row["seed"].append(m["seed"])
+        row["max_phi_beta"].append(m["max_phi_beta_2_dense"])
+        row["gen_loss"].append(m["gen_loss"])
+    for row in table.values():
+        row["heads"] = sum(v > PHI_STAR for v in row["max_phi_beta"])
+    return table
+
+
+def plot_grid(table: dict, title: str, path: str):
+    """Fig. 7a / A9 of a fixed grid: max phi_beta(2) and the final L_gen against K, one line per seed."""
+    Ks = sorted(table)
+    seeds = table[Ks[0]]["seed"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, seed in enumerate(seeds):
+        for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
+            ax.plot(Ks, [table[K][key][i] for K in Ks], ".-", color=f"C{i}", label=f"seed {seed}")
+    axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
+    axes[1].plot(Ks, [table[K]["gen_loss_2gen"] for K in Ks], "k:", label="2-Gen")
+    for ax, label in zip(axes, ("max_t phi_beta(2)", "L_gen at the end")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(Ks, [str(K) for K in Ks])
+        ax.set_xlabel("K")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
+    axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def grid(args):
+    with open(args.json) as f:
+        summary = json.load(f)
+    table = grid_table(summary)
+    cli.writable_dir(args.figures, "--figures")
+    name = args.name
+    title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
+    plot_grid(table, title, os.path.join(args.figures, f"{name}.png"))
+    with open(os.path.join(args.figures, f"{name}.json"), "w") as f:
+        json.dump({"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, f, indent=1)
+    for K, row in table.items():
+        print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
+    print(f"wrote {args.figures}/{name}.png and .json")
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -569,9 +625,13 @@ def main():
     p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out")
     p.add_argument("--json", default=None, help="also write everything to this JSON file")
+    p = sub.add_parser("grid", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)")
+    p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")
+    p.add_argument("--name", default="k1_grid_h100", help="the figure's name: FIGURES/NAME.png and .json")
+    cli.add_figures(p)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"k1": k1, "k2": k2, "dtau": dtau}[args.command](args)
+    {"k1": k1, "k2": k2, "dtau": dtau, "grid": grid}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,19 @@ def _with_K(read_metrics):
         cfg, rows = read_metrics(run_dir, dense)
         return cfg, [{**r, "K": cfg["K"]} for r in rows]
     return read
+
+
+def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
+    """thresholds.py grid: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly)."""
+    members = {f"K{K}_s{s}": {"K": K, "seed": s, "max_phi_beta_2_dense": v, "gen_loss": 2.3 - v / 10, "gen_loss_2gen": 2.12}
+               for K, values in ((80, [0.2, PHI_STAR, 0.6]), (64, [0.1, 0.15, 0.2])) for s, v in reversed(list(enumerate(values)))}
+    table = thresholds.grid_table({"members": members})
+    assert list(table) == [64, 80]
+    assert table[80]["seed"] == [0, 1, 2] and table[80]["max_phi_beta"] == [0.2, PHI_STAR, 0.6]
+    assert table[80]["heads"] == 1 and table[64]["heads"] == 0
+    summary = tmp_path / "grid.json"
+    summary.write_text(json.dumps({"device": "card", "command": "python train.py", "members": members}))
+    args = type("Args", (), dict(json=str(summary), figures=str(tmp_path / "fig"), name="g"))
+    thresholds.grid(args)
+    assert json.load(open(tmp_path / "fig" / "g.json"))["K"]["80"]["heads"] == 1
+    assert (tmp_path / "fig" / "g.png").exists()
