@@ -93,6 +93,32 @@ def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 
     return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
 
 
+
+def line_through_medians(Ks: list, values: list[list[float | None]], level: float = 0.95, resamples: int = 2000,
+                         seed: int = 0) -> dict | None:
+    """A straight line through the per-K medians of seeds' values (None: longer than the run), its slope and the K
+    where it reaches zero, with bootstrap percentile intervals from resampling the seeds within each K. None with
+    fewer than two finite medians; a resample with fewer, or a flat line, is left out of the intervals."""
+    def fit(medians):
+        finite = [(K, m) for K, m in zip(Ks, medians) if math.isfinite(m)]
+        if len(finite) < 2:
+            return None
+        slope, intercept = np.polyfit(*zip(*finite), 1)
+        return float(slope), float(-intercept / slope) if slope else None
+
+    x = [np.array([math.inf if v is None else v for v in vs], float) for vs in values]
+    point = fit([np.median(v) for v in x])
+    if point is None:
+        return None
+    rng = np.random.default_rng(seed)
+    boot = [fit([np.median(rng.choice(v, len(v))) for v in x]) for _ in range(resamples)]
+    boot = [b for b in boot if b is not None and b[1] is not None]
+    q = (1 - level) / 2
+    slopes, zeros = np.array([b[0] for b in boot]), np.array([b[1] for b in boot])
+    return {"slope": point[0], "K_at_zero": point[1],
+            "slope_ci": [float(np.quantile(slopes, q)), float(np.quantile(slopes, 1 - q))],
+            "K_at_zero_ci": [float(np.quantile(zeros, q)), float(np.quantile(zeros, 1 - q))], "resamples": len(boot)}
+
 def divergence(K, log_a, K2_star, gamma, b=0.0, c=0.0):
     """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a); with the paper's linear
     offset b + c K when b, c are given."""

@@ -42,7 +42,7 @@ import numpy as np
 import cli
 import train
 from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
-                        fit_sigmoid, median_ci)
+                        fit_sigmoid, line_through_medians, median_ci)
 from markov import check_int
 from probes import CONDITIONS, finished, probe_command, probe_config, run_config, run_probes, search_K1
 
@@ -463,10 +463,11 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
     """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
     commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
     tau (None: still in 2-Gen at the end) and their median with a 95 % interval; the divergence fit (>= 4 K with a
-    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0). The runs
-    must share their protocol (every setting but K, seed, the directory, the device and what follows from K):
-    seeds of different lengths or models pooled into one median would make it meaningless."""
-    runs, dtau, bound, first = [], {}, {}, None
+    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0, with
+    bootstrap intervals over seeds). The runs must share their protocol (every setting but K, seed, the directory,
+    the device and what follows from K): seeds of different lengths or models pooled into one median would make it
+    meaningless."""
+    runs, first = [], None
     own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
     for run_dir in run_dirs:
         cfg, dense = train.read_metrics(run_dir, dense=True)
@@ -479,28 +480,40 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
         value, status = delta_tau(dense)
         runs.append({"run": os.path.basename(os.path.normpath(run_dir)), "K": cfg["K"], "seed": cfg["seed"],
                      "iters": cfg["iters"], "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
-                     "delta_tau": value, "status": status})
-        if status in ("ok", "censored") and cfg["K"] != math.inf:
-            dtau.setdefault(cfg["K"], []).append(value)
-            bound.setdefault(cfg["K"], []).append(censored_after(dense))
+                     "delta_tau": value, "status": status, "censored_after": censored_after(dense)})
+    return delta_tau_summary(runs)
+
+
+def delta_tau_summary(runs: list[dict]) -> dict:
+    """delta_tau_table's numbers from its per-run rows (also those of a JSON it wrote)."""
+    dtau, bound = {}, {}
+    for r in runs:
+        if r["status"] in ("ok", "censored") and r["K"] != math.inf:
+            dtau.setdefault(r["K"], []).append(r["delta_tau"])
+            bound.setdefault(r["K"], []).append(r.get("censored_after"))
     Ks = sorted(dtau)
     fit, fit_offset = divergence_fits(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
     medians = {K: median_ci(dtau[K]) for K in Ks}  # a bootstrap each: computed once
-    finite = [(K, m[0]) for K, m in medians.items() if math.isfinite(m[0])]
-    line = None
-    if len(finite) >= 2:
-        slope, intercept = np.polyfit(*zip(*finite), 1)
-        line = {"slope": float(slope), "K_at_zero": float(-intercept / slope) if slope else None}
+    line = line_through_medians(Ks, [dtau[K] for K in Ks])
     return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
             "median_ci": medians, "fit": fit, "fit_offset": fit_offset, "line": line}
 
 
 def dtau(args):
-    runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
-    run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
-    if not run_dirs:
-        raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
-    result = delta_tau_table(run_dirs)
+    if os.path.isfile(args.root):  # a JSON this command wrote: its analysis redone from its per-run rows
+        with open(args.root) as f:
+            saved = json.load(f)
+        if "runs" not in saved:
+            raise ValueError(f"{args.root!r} is not a JSON written by thresholds.py dtau (it has no runs)")
+        result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
+                                                                  if r["status"] == "censored" else None)}
+                                    for r in saved["runs"]])
+    else:
+        runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
+        run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
+        if not run_dirs:
+            raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
+        result = delta_tau_table(run_dirs)
     for r in result["runs"]:
         print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
     for K in result["K"]:
@@ -623,7 +636,8 @@ def main():
     cli.add_seeds(p, None, "seeds at every K (default: 0-3)")
     p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
     p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
-    p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out")
+    p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
+                   "command wrote (its analysis redone from the per-run rows)")
     p.add_argument("--json", default=None, help="also write everything to this JSON file")
     p = sub.add_parser("grid", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)")
     p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")

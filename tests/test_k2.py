@@ -363,12 +363,33 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
         (4, 0, 10, "ok"), (8, 0, 10, "ok"), (8, 1, 20, "ok"), (16, 0, 30, "ok"), (16, 1, None, "censored"), (16, 2, None, "no 2-gen")]
     assert table["delta_tau"] == {4: [10], 8: [10, 20], 16: [30, None]}
     assert table["median_ci"][8][0] == 15 and table["median_ci"][16][0] == math.inf
-    assert table["line"] == pytest.approx({"slope": 1.25, "K_at_zero": -4.0})  # through (4, 10) and (8, 15)
+    assert {k: table["line"][k] for k in ("slope", "K_at_zero")} == pytest.approx({"slope": 1.25, "K_at_zero": -4.0})  # (4, 10), (8, 15)
+    assert table["runs"][4]["censored_after"] == 40
     assert "needs" in table["fit"]["why"]  # two finite medians: no divergence fit
     args = argparse.Namespace(root=str(tmp_path), json=str(tmp_path / "dtau.json"))
     thresholds.dtau(args)
     assert "K = 8: Delta tau [10, 20], median 15" in capsys.readouterr().out
-    assert json.load(open(tmp_path / "dtau.json"))["median_ci"]["16"][0] is None  # beyond the run: null
+    saved = json.load(open(tmp_path / "dtau.json"))
+    assert saved["median_ci"]["16"][0] is None  # beyond the run: null
+    thresholds.dtau(argparse.Namespace(root=str(tmp_path / "dtau.json"), json=str(tmp_path / "again.json")))
+    assert json.load(open(tmp_path / "again.json")) == {**saved, "root": str(tmp_path / "dtau.json")}  # from its own rows
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 90}))  # another protocol: refused
     with pytest.raises(ValueError, match="differ in iters"):
         thresholds.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
+
+
+def test_the_line_through_the_medians_and_its_bootstrap_over_seeds():
+    """The line is least squares through the finite medians (a censored median, None, is left out); its intervals
+    come from resampling seeds within each K: zero width when every K's seeds agree, the range of the possible lines
+    when one K's seeds disagree."""
+    Ks = [100, 200, 300, 400]
+    line = estimators.line_through_medians(Ks, [[5, 5, 5], [900, 1000, 1100], [2000, 2000], [None, None, 3000]])
+    slope, intercept = np.polyfit([100, 200, 300], [5, 1000, 2000], 1)
+    assert line["slope"] == pytest.approx(slope) and line["K_at_zero"] == pytest.approx(-intercept / slope)
+    exact = estimators.line_through_medians(Ks[:3], [[10, 10], [20, 20], [30, 30]])
+    assert exact["slope_ci"] == pytest.approx([0.1, 0.1]) and exact["K_at_zero_ci"] == pytest.approx([0.0, 0.0], abs=1e-9)
+    # K = 200's bootstrap median is 10, 20 or 30 (a quarter, a half, a quarter): slopes 0.1 exactly, zeros 100/3 +- 100/3
+    spread = estimators.line_through_medians(Ks[:3], [[10, 10], [10, 30], [30, 30]])
+    assert spread["slope"] == pytest.approx(0.1) and spread["slope_ci"] == pytest.approx([0.1, 0.1])
+    assert spread["K_at_zero_ci"] == pytest.approx([-100 / 3, 100 / 3])
+    assert estimators.line_through_medians([1, 2], [[3], [None]]) is None
