@@ -52,10 +52,11 @@ import torch
 from matplotlib.colors import LogNorm
 
 import cli
+import fastdata
 from bayes import COLORS, LABELS, PREDICTORS, nll, predict
 from ensemble import Ensemble, GraphedStep, Single
 from evaluation import evaluate, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
-from markov import FreshChains, TaskSet, batches, check_int, task_source
+from markov import FreshChains, TaskSet, check_int, task_source
 from transformer import Transformer
 
 
@@ -367,7 +368,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
             t_print = time.time()
         if step == c0.iters:
             break
-        seqs, chains = batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
+        seqs, chains = fastdata.batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
         loss = step_fn(seqs, chains)  # seqs (E, B, N + 1), their chains (E, B)
     for e, cfg in enumerate(cfgs):
         if ensemble:  # each finished member looks like a finished single run
