@@ -296,7 +296,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     adamw = dict(lr=c0.lr, betas=(c0.beta1, c0.beta2), weight_decay=c0.weight_decay, capturable=graph)
     trainer = Ensemble(models, bf16=c0.bf16, **adamw) if ensemble else Single(models[0], bf16=c0.bf16, **adamw)
     gens = [torch.Generator(device).manual_seed(cfg.seed) for cfg in cfgs]
-    data = [make_eval_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
+    data = [make_eval_data(cfg, t, predict=fastdata.predict) for cfg, t in zip(cfgs, tasks)]
     if c0.eval_every:
         dense = [torch.stack(split) for split in zip(*(make_dense_data(cfg, t) for cfg, t in zip(cfgs, tasks)))]
         # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
