@@ -84,7 +84,8 @@ def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool, state_seqs
 
     s' = state_seqs (default: seqs). The log-likelihood is a sum of one term per position: log p_k(s_0),
     then log T_k[s_i, s_{i-1}] (2-Mem, "2-point memorization") or log p_k(s_i) (1-Mem, "1-point
-    memorization"), p_k the stationary distribution of chain k. In T's dtype, chunked over sequences."""
+    memorization"), p_k the stationary distribution of chain k. In T's dtype, chunked over sequences. A
+    context that no chain can emit (zero likelihood under all K) has no posterior: NaN."""
     K, C = T.shape[0], T.shape[-1]
     log_p = stationary(T).log().T.contiguous()  # (C, K): log p_k(tau) at [tau, k]; stationary() checks T
     log_T = T.log().permute(1, 2, 0).contiguous()  # (C, C, K): log T_k[tau, mu] at [tau, mu, k]
