@@ -10,8 +10,8 @@ distribution of s_{n+1} given s_0..s_n (0-indexed; the appendix counts from 1).
   2-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood p_k(s_0) prod_i T^k[s_i, s_{i-1}]
 
 Everything is vectorized over sequences, positions and chains, in log space, and chunked over
-sequences and positions so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well
-under 4 GB).
+sequences so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well under 4 GB). The
+engine's fastdata.predict computes the same predictors faster, for the large evaluations of train.py.
 
 Run `python bayes.py` for the appendix figure "Scaling of the four predictor losses".
 """
@@ -28,7 +28,6 @@ import cli
 from markov import TaskSet, check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
-ANCHOR_EVERY = 8  # positions between the exact log-likelihood anchors of the memorizing predictors
 PREDICTORS = ("1gen", "2gen", "1mem", "2mem")
 LABELS = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
 COLORS = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}  # the same in every figure
@@ -78,82 +77,34 @@ def two_gen(seqs: torch.Tensor, C: int, dtype=torch.float32) -> torch.Tensor:
 
 
 def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool, state_seqs: torch.Tensor | None = None) -> torch.Tensor:
-    """Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's dtype: the
-    posterior at n from seqs[:, :n+1], the current state from state_seqs[:, n] (default: seqs).
+    """The memorizing Bayes predictor (Appendix "Defining the four algorithmic phases", "Memorization"): Eq.
+    (Tinference) with the prior P(T) = 1/K sum_k delta(T - T^(k)) over the K chains T (K, C, C),
 
-    The log-likelihood of s_0..s_n under chain k is a sum of one term per position,
-    log theta_k[stat_i]: log p_k(s_0), then log T_k[s_i, s_{i-1}] (2-Mem) or log p_k(s_i) (1-Mem).
-    It is computed for all K chains at once as an anchor, the sum over the whole blocks of
-    ANCHOR_EVERY positions before n (counts times log theta: one matrix product for all blocks),
-    plus the at most ANCHOR_EVERY terms since (an embedding_bag sum of rows of log theta). No
-    chain or term is dropped: beyond float rounding, the one approximation is that posterior
-    weights below 2^-115 of the best chain's are raised to it. Positions are grouped
-    by their state s_n, so that the mixture sum_k P(k | s_0..s_n) T_k[:, s_n] is one small
-    product per state.
-    """
+        out[:, n] = sum_k P(k | s_0..s_n) T_k[:, s'_n],   P(k | s_0..s_n) = softmax_k log P(s_0..s_n | T_k),
+
+    s' = state_seqs (default: seqs). The log-likelihood is a sum of one term per position: log p_k(s_0),
+    then log T_k[s_i, s_{i-1}] (2-Mem, "2-point memorization") or log p_k(s_i) (1-Mem, "1-point
+    memorization"), p_k the stationary distribution of chain k. In T's dtype, chunked over sequences. A
+    context that no chain can emit (zero likelihood under all K) has no posterior: NaN."""
     K, C = T.shape[0], T.shape[-1]
-    log_p = stationary(T).log()  # (K, C); also checks T
+    log_p = stationary(T).log().T.contiguous()  # (C, K): log p_k(tau) at [tau, k]; stationary() checks T
+    log_T = T.log().permute(1, 2, 0).contiguous()  # (C, C, K): log T_k[tau, mu] at [tau, mu, k]
     seqs = check_seqs(seqs, C).to(T.device)
-    B, L = seqs.shape
     state_seqs = seqs if state_seqs is None else check_seqs(state_seqs, C, "state_seqs").to(T.device)
     if state_seqs.shape != seqs.shape:
         raise ValueError(f"state_seqs must have the shape of seqs {tuple(seqs.shape)}, got {tuple(state_seqs.shape)}")
-    if two_point:  # statistic s_0 for the first state, C + mu*C + tau for a transition mu -> tau
-        log_theta = torch.cat([log_p, T.log().transpose(1, 2).reshape(K, C * C)], 1)
-        stat = torch.cat([seqs[:, :1], C + seqs[:, :-1] * C + seqs[:, 1:]], 1)
-    else:
-        log_theta, stat = log_p, seqs
-    # A zero probability becomes a large finite penalty, since 0 * -inf would be NaN in a product.
-    # Centering over the chains shifts every chain's log-likelihood by the same amount (the
-    # posterior is unchanged) and keeps the float32 sums small, hence accurate. Base 2, because
-    # exp2 is ~1.6x faster than exp on the CPU.
-    log_theta = log_theta.clamp(min=-1e4)
-    log_theta = ((log_theta - log_theta.mean(0)) / math.log(2)).T.contiguous()  # (S, K)
-    S = log_theta.shape[0]
-    # mixture[mu]: T_k[tau, mu] in columns tau < C, ones in column C (the posterior's normalizer),
-    # zeros up to a multiple of 16 columns (MKL's products with 11 columns are ~5x slower than with 16)
-    width = -(-(C + 1) // 16) * 16
-    mixture = T.new_zeros(C, K, width)
-    mixture[..., :C] = T.permute(2, 0, 1)
-    mixture[..., C] = 1.0
-    out = torch.empty(B * L, C, dtype=T.dtype, device=T.device)
-    A, dev = ANCHOR_EVERY, T.device
-    nb = -(-L // A)  # blocks per sequence
-    per_chunk = max(1, CHUNK_ELEMENTS // (nb * K))  # sequences whose anchors fit a chunk
-    step = max(1, CHUNK_ELEMENTS // K)  # positions whose weights fit a chunk
-    for s0 in range(0, B, per_chunk):
-        s, st = state_seqs[s0 : s0 + per_chunk], stat[s0 : s0 + per_chunk]
-        b = s.shape[0]
-        # anchors: the log-likelihood of the blocks before block q, for every block q
-        block_stat = torch.arange(L, device=dev) // A * S + st
-        counts = torch.zeros(b, nb * S, dtype=T.dtype, device=dev)
-        counts = counts.scatter_add_(1, block_stat, torch.ones_like(st, dtype=T.dtype)).view(b, nb, S)
-        counts = counts.cumsum(1) - counts  # counts over the blocks before block q
-        anchors = counts.view(b * nb, S) @ log_theta
-        table = torch.cat([log_theta, anchors, log_theta.new_zeros(1, K)])  # terms, anchors, a zero row
-        # positions grouped by their state s_n (from state_seqs); the bag of position n of sequence i:
-        # its anchor, the terms of positions qA..n (q = n // A), and the zero row for the rest of the block
-        states = s.reshape(-1)
-        order = torch.argsort(states, stable=True)
-        bounds = [0] + torch.bincount(states, minlength=C).cumsum(0).tolist()
-        i, n = (order // L).unsqueeze(1), (order % L).unsqueeze(1)
-        pos = n - n % A + torch.arange(A, device=dev)  # (b*L, A): the positions of n's block
-        terms = torch.where(pos <= n, st.reshape(-1)[i * L + pos.clamp(max=L - 1)], S + b * nb)
-        bags = torch.cat([S + i * nb + n // A, terms], 1)  # (b*L, A + 1)
-        for r0 in range(0, b * L, step):
-            r1 = min(b * L, r0 + step)
-            weight = F.embedding_bag(bags[r0:r1], table, mode="sum")  # log2-likelihoods (r1 - r0, K)
-            weight -= weight.amax(1, keepdim=True)  # relative to the best chain
-            # unnormalized posterior; the clamp (2^-115 ~ e^-80) keeps exp2() clear of float32
-            # denormals, which are slow on CPUs
-            weight.clamp_(min=-115.0).exp2_()
-            pred = weight.new_empty(r1 - r0, width)
-            for mu in range(C):
-                a, e = max(r0, bounds[mu]) - r0, min(r1, bounds[mu + 1]) - r0
-                if a < e:
-                    torch.mm(weight[a:e], mixture[mu], out=pred[a:e])
-            out[s0 * L + order[r0:r1]] = pred[:, :C] / pred[:, C : C + 1]
-    return out.view(B, L, C).log_()
+    B, L = seqs.shape
+    out = torch.empty(B, L, C, dtype=T.dtype, device=T.device)
+    for sl in _chunks(B, L * K):
+        s, now, pred = seqs[sl], state_seqs[sl], out[sl]
+        loglik = log_p[s]  # (b, L, K): the 1-Mem term log p_k(s_i) of every position i
+        if two_point:
+            loglik[:, 1:] = log_T[s[:, 1:], s[:, :-1]]  # the 2-Mem term log T_k[s_i, s_{i-1}] after s_0
+        posterior = torch.softmax(loglik.cumsum(1), -1)  # (b, L, K): P(k | s_0..s_n), uniform prior over S
+        for mu in range(C):  # the positions whose current state is mu mix the columns T_k[:, mu]
+            at = now == mu
+            pred[at] = posterior[at] @ T[:, :, mu]  # (m, K) @ (K, C)
+    return out.log()
 
 
 def one_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bayes import PREDICTORS, kl_div, nll, predict
+import bayes
+from bayes import PREDICTORS, kl_div, nll
 from markov import FreshChains, TaskSet, sample_chains, sample_sequences
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
@@ -25,9 +26,10 @@ def predictor_names(tasks: TaskSet | FreshChains) -> tuple[str, ...]:
     return PREDICTORS if isinstance(tasks, TaskSet) else ("1gen", "2gen")
 
 
-def make_eval_data(cfg, tasks: TaskSet | FreshChains) -> dict:
+def make_eval_data(cfg, tasks: TaskSet | FreshChains, predict=bayes.predict) -> dict:
     """Fixed held-out batches from S (with their chains, "train_task"; with K = inf, from fresh chains like the
-    training sequences) and from D_T, and the predictors on them (computed once)."""
+    training sequences) and from D_T, and the predictors on them (computed once, by `predict`: bayes.predict,
+    or the engine's equal and faster fastdata.predict)."""
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 7)
     data = dict(zip(("train", "train_task"), tasks.batch(cfg.eval_train, cfg.N + 1, g)))
     data["gen"] = tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]
@@ -57,7 +59,7 @@ def make_per_chain_data(cfg, tasks: TaskSet | FreshChains) -> dict:
     T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g, device=tasks.T.device)
     chain = torch.arange(T.shape[0], device=T.device).repeat_interleave(cfg.per_chain)  # (n_chains * per_chain,)
     seqs, _ = sample_sequences(T, chain.numel(), cfg.N + 1, g, chain_idx=chain)
-    loss_2gen = nll(predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence
+    loss_2gen = nll(bayes.predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence
     return {"seqs": seqs, "chain": chain if isinstance(tasks, TaskSet) else None, "loss_2gen": loss_2gen,
             "chains": T.shape[0]}
 

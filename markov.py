@@ -5,7 +5,9 @@ is a distribution over the next state. The ensemble D_T draws each column i.i.d.
 symmetric Dirichlet(alpha) (alpha = 1, C = 10 states). A task set S holds K chains drawn once
 from D_T; training sequences come from a chain of S chosen uniformly, out-of-distribution
 ("generalization") sequences each from a fresh chain of D_T. A sequence starts from the
-chain's stationary distribution p (T p = p).
+chain's stationary distribution p (T p = p), and each later state is drawn from the column of
+the previous one: the sampler is a loop over positions (`_sample_from`). The engine's
+fastdata.batches draws the same sequences from the same random numbers, faster.
 
 Every random draw takes an explicit torch.Generator; nothing touches the global RNG.
 """
@@ -106,24 +108,51 @@ def stationary(T: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- sequences
 
 
-def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """State = number of cdf entries <= u (inverse-CDF sampling); cdf (..., C), u (..., n)."""
     return torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True).clamp_max_(cdf.shape[-1] - 1)
+
+
+def uniforms(n: int, length: int, generator, dtype, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random numbers of n sequences, in the order they are drawn: u0 (n, 1) for the first states, then
+    u (block, nb, n) for positions 1..length-1 (None when length = 1).
+
+    Position t = k * block + j + 1 takes u[j, k], block ~ sqrt(length - 1): the layout in which the engine's
+    sqrt(L)-depth scan (fastdata.py) consumes them, so both samplers draw the same sequences from a seed."""
+    u0 = torch.rand(n, 1, generator=generator, device=device, dtype=dtype)
+    if length == 1:
+        return u0, None
+    block = max(1, round((length - 1) ** 0.5))
+    nb = -(-(length - 1) // block)  # blocks; the last one may run past the end (its extra uniforms go unused)
+    return u0, torch.rand(block, nb, n, generator=generator, device=device, dtype=dtype)
+
+
+def _sample_from(Tb: torch.Tensor, p: torch.Tensor, length: int, generator=None) -> torch.Tensor:
+    """Sequences (n, length) from the validated chains Tb (n, C, C) with stationary distributions p (n, C):
+    s_0 by inverse-CDF sampling of p, then s_t by inverse-CDF sampling of column s_{t-1} of the chain."""
+    n = Tb.shape[0]
+    u0, u = uniforms(n, length, generator, p.dtype, Tb.device)
+    seqs = torch.empty(n, length, dtype=torch.long, device=Tb.device)
+    seqs[:, 0] = inverse_cdf(p.cumsum(-1), u0)[:, 0]
+    if length == 1:
+        return seqs
+    u = u.transpose(0, 1).reshape(-1, n, 1)  # (nb * block, n, 1): u[t - 1] is position t's
+    cdf = Tb.cumsum(1)  # (n, C_tau, C_mu): cdf[b, :, mu] is the CDF of column mu
+    rows = torch.arange(n, device=Tb.device)
+    for t in range(1, length):
+        seqs[:, t] = inverse_cdf(cdf[rows, :, seqs[:, t - 1]], u[t - 1])[:, 0]  # cdf[...]: (n, C)
+    return seqs
 
 
 def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain_idx=None):
     """n sequences of `length` states from the chains T (K, C, C).
 
     Each sequence uses chain chain_idx[b] (default: uniform over the K chains) and starts
-    from that chain's stationary distribution. Returns (seqs (n, length) long, chain_idx (n,)).
-
-    All positions are drawn at once: with one uniform u_t per position, step t is a fixed map
-    f_t: {0..C-1} -> {0..C-1} (inverse CDF of column mu at u_t), and s_t = f_t o ... o f_1 (s_0);
-    the prefix compositions come from a blocked scan over positions (`_compose`)."""
+    from that chain's stationary distribution. Returns (seqs (n, length) long, chain_idx (n,))."""
     check_chains(T)
     check_int("n", n, 1)
     check_int("length", length, 1)
-    K, C = T.shape[0], T.shape[-1]
+    K = T.shape[0]
     device = T.device
     if chain_idx is None:
         chain_idx = torch.randint(K, (n,), generator=generator, device=device)
@@ -133,69 +162,6 @@ def sample_sequences(T: torch.Tensor, n: int, length: int, generator=None, chain
             raise ValueError(f"chain_idx must have shape ({n},) with entries in [0, {K})")
     Tb = T[chain_idx]  # (n, C, C)
     return _sample_from(Tb, stationary(Tb), length, generator), chain_idx
-
-
-def _sample_from(Tb: torch.Tensor, p: torch.Tensor, length: int, generator=None) -> torch.Tensor:
-    """Sequences (n, length) from the validated chains Tb (n, C, C) with stationary distributions p (n, C)."""
-    return _states(Tb, p, *_uniforms(Tb.shape[0], length, generator, p.dtype, Tb.device), length)
-
-
-def _scan_layout(length: int) -> tuple[int, int]:
-    """Positions 1..length-1 laid out as (block, nb) for the scan of `_compose`: block ~ sqrt(length)."""
-    block = max(1, round((length - 1) ** 0.5))
-    return block, -(-(length - 1) // block)
-
-
-def _uniforms(n: int, length: int, generator, dtype, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The random numbers of n sequences, in the order they are drawn: u0 (n, 1) for the first states,
-    then u (block, nb, n, 1), one per later position (None when length = 1)."""
-    u0 = torch.rand(n, 1, generator=generator, device=device, dtype=dtype)
-    if length == 1:
-        return u0, None
-    return u0, torch.rand(*_scan_layout(length), n, 1, generator=generator, device=device, dtype=dtype)
-
-
-def _states(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int) -> torch.Tensor:
-    """The sequences (n, length) that the uniforms of `_uniforms` pick from the chains Tb (n, C, C), p (n, C)."""
-    n, C = Tb.shape[0], Tb.shape[-1]
-    s0 = _inverse_cdf(p.cumsum(-1), u0)  # (n, 1)
-    if u is None:
-        return s0
-    # Position k * block + j + 1 sits at [j, k]. step[j, k, b, mu] is the state there when the previous
-    # position holds mu: the inverse CDF of column mu at one uniform u[j, k, b] (= the number of cdf
-    # entries <= u).
-    block, nb = u.shape[:2]
-    cdf = Tb.cumsum(1).transpose(0, 1).contiguous()  # (C_tau, n, C_mu)
-    u = u.expand(block, nb, n, C).contiguous()  # compares that broadcast only the leading axes run faster
-    step = torch.zeros(block, nb, n, C, dtype=torch.uint8, device=Tb.device)
-    for tau in range(C - 1):  # cheaper than one broadcast compare summed over a short last axis
-        step += (cdf[tau] <= u).view(torch.uint8)
-    return _compose(s0[:, 0], step)[:, :length]
-
-
-def _compose(s0: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """States s_t = step_t o ... o step_1 (s_0) for s0 (n,) and per-position maps step (block, nb, n, C)
-    of any integer dtype.
-
-    Depth ~3 sqrt(L) instead of L, each step vectorized over blocks and sequences: (1) every block's
-    whole map, for all blocks at once (block - 1 compositions of C-entry maps); (2) the state entering
-    each block, carried from block to block (nb - 1 steps); (3) the states inside all blocks, run
-    forward from their entry states (block steps on single states). Only (1) touches whole maps, and it
-    keeps one (nb, n, C) map, not one per position. Returns (n, 1 + nb * block)."""
-    block, nb, n, C = step.shape
-    whole = step[0].long()  # (nb, n, C): block entry -> position j of the block
-    for j in range(1, block):
-        whole = step[j].gather(2, whole).long()
-    start = s0.new_empty(nb, n, 1)  # state entering each block
-    start[0, :, 0] = s0
-    for k in range(1, nb):
-        start[k] = whole[k - 1].gather(1, start[k - 1])
-    inside = s0.new_empty(n, nb, block)
-    s = start
-    for j in range(block):
-        s = step[j].gather(2, s).long()
-        inside[:, :, j] = s[..., 0].T
-    return torch.cat([s0[:, None], inside.reshape(n, nb * block)], 1)
 
 
 def ablate_bias(seqs: torch.Tensor, p: torch.Tensor, generator=None) -> torch.Tensor:
@@ -211,7 +177,7 @@ def ablate_bias(seqs: torch.Tensor, p: torch.Tensor, generator=None) -> torch.Te
         raise ValueError(f"p must have shape ({seqs.shape[0]}, C), got {tuple(p.shape)}")
     out = seqs.clone()
     u = torch.rand(seqs.shape[0], 1, generator=generator, device=seqs.device, dtype=p.dtype)
-    out[:, -3] = _inverse_cdf(p.cumsum(-1), u)[:, 0]
+    out[:, -3] = inverse_cdf(p.cumsum(-1), u)[:, 0]
     return out
 
 
@@ -300,30 +266,3 @@ def task_source(K: int | float, C: int = 10, alpha: float = 1.0, seed: int = 0, 
     if K == math.inf:
         return FreshChains(C, alpha, device)
     return TaskSet.create(K, C, alpha, seed, device)
-
-
-def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch from each of E task sources at once: (seqs (E, n, length), chain_idx (E, n)), member e's being
-    exactly sources[e].batch(n, length, generators[e]). Each member's random numbers are drawn from its own
-    generator in the order batch() draws them, its chains looked up in its own task set; the work after
-    that (inverse CDFs, the scan) is batched over the members, one launch per operation instead of E. This is how an ensemble
-    samples its step (train.py), where E separate batch() calls cost more than the step itself.
-    K = inf sources draw their chains by rejection, so a list with one goes member by member."""
-    if len(generators) != len(sources):
-        raise ValueError(f"batches() needs one generator per source, got {len(generators)} for {len(sources)}")
-    if not all(isinstance(t, TaskSet) for t in sources):
-        return tuple(torch.stack(x) for x in zip(*(t.batch(n, length, g) for t, g in zip(sources, generators))))
-    check_int("n", n, 1)
-    check_int("length", length, 1)
-    if len({(t.C, t.T.device, t.p.dtype) for t in sources}) != 1:
-        raise ValueError("batches() needs task sets with one number of states C, one device and one dtype")
-    chain_idx, T, p, u0, u = [], [], [], [], []
-    for t, g in zip(sources, generators):
-        chain_idx.append(torch.randint(t.K, (n,), generator=g, device=t.T.device))
-        T.append(t.T[chain_idx[-1]])  # per member: concatenating all members' chains would copy them every step
-        p.append(t.p[chain_idx[-1]])
-        first, later = _uniforms(n, length, g, t.p.dtype, t.T.device)
-        u0.append(first)
-        u.append(later)
-    u = torch.cat(u, 2) if length > 1 else None  # (block, nb, E n, 1): sequence e n + b, as T and p
-    return _states(torch.cat(T), torch.cat(p), torch.cat(u0), u, length).view(len(sources), n, length), torch.stack(chain_idx)

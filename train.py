@@ -52,10 +52,11 @@ import torch
 from matplotlib.colors import LogNorm
 
 import cli
+import fastdata
 from bayes import COLORS, LABELS, PREDICTORS, nll, predict
 from ensemble import Ensemble, GraphedStep, Single
 from evaluation import evaluate, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
-from markov import FreshChains, TaskSet, batches, check_int, task_source
+from markov import FreshChains, TaskSet, check_int, task_source
 from transformer import Transformer
 
 
@@ -295,7 +296,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
     adamw = dict(lr=c0.lr, betas=(c0.beta1, c0.beta2), weight_decay=c0.weight_decay, capturable=graph)
     trainer = Ensemble(models, bf16=c0.bf16, **adamw) if ensemble else Single(models[0], bf16=c0.bf16, **adamw)
     gens = [torch.Generator(device).manual_seed(cfg.seed) for cfg in cfgs]
-    data = [make_eval_data(cfg, t) for cfg, t in zip(cfgs, tasks)]
+    data = [make_eval_data(cfg, t, predict=fastdata.predict) for cfg, t in zip(cfgs, tasks)]
     if c0.eval_every:
         dense = [torch.stack(split) for split in zip(*(make_dense_data(cfg, t) for cfg, t in zip(cfgs, tasks)))]
         # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
@@ -367,7 +368,7 @@ def fit(cfgs: list[Config], ckpt_path: str, ensemble: bool, resume: bool, quiet:
             t_print = time.time()
         if step == c0.iters:
             break
-        seqs, chains = batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
+        seqs, chains = fastdata.batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
         loss = step_fn(seqs, chains)  # seqs (E, B, N + 1), their chains (E, B)
     for e, cfg in enumerate(cfgs):
         if ensemble:  # each finished member looks like a finished single run

@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
-from markov import TaskSet, batches, check_int  # noqa: E402
+from fastdata import batches  # noqa: E402
+from markov import TaskSet, check_int  # noqa: E402
 from train import PRESETS  # noqa: E402
 import transformer  # noqa: E402
 from transformer import Transformer  # noqa: E402
@@ -101,7 +102,7 @@ def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = Fal
     """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build
     (bf16: in mixed precision, train.py --bf16),
     and a function drawing every member's batch from its own generator, as train.py does each step
-    (markov.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
+    (fastdata.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
@@ -206,7 +207,7 @@ def main():
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
           "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; loop sampling = one "
-          "TaskSet.batch call per member instead of markov.batches; previous kernel = attention from --previous; "
+          "TaskSet.batch call per member instead of fastdata.batches; previous kernel = attention from --previous; "
           "bf16 = mixed precision (train.py --bf16)")
     print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None

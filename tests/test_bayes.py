@@ -1,4 +1,5 @@
-"""bayes.py against brute-force loops written from the appendix formulas (float64)."""
+"""bayes.py against brute-force loops written from the appendix formulas (float64), and the engine's fast memorizing
+predictors (fastdata.py) against the same loops and against bayes.py."""
 import math
 import subprocess
 import sys
@@ -7,8 +8,8 @@ import pytest
 import torch
 
 import bayes
-from bayes import (ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, mixed_mem, nll, one_gen,
-                   one_mem, two_gen, two_mem)
+import fastdata
+from bayes import ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, nll, one_gen, one_mem, two_gen, two_mem
 from markov import TaskSet, sample_chains, sample_sequences, stationary
 
 
@@ -58,6 +59,7 @@ def brute_mem(seqs, T, two_point, state_seqs=None):
 
 
 CASES = [(1, 4, 1), (3, 4, 9), (7, 3, 12), (5, 10, 1), (16, 10, 20)]  # (K, C, L)
+MEMORIZING = [pytest.param(bayes, id="plain"), pytest.param(fastdata, id="fast")]  # modules with one_mem, two_mem, mixed_mem
 
 
 @pytest.mark.parametrize("K, C, L", CASES)
@@ -69,71 +71,94 @@ def test_generalizing_predictors_match_brute_force(K, C, L):
     torch.testing.assert_close(one_gen(seqs, C, torch.float64, alpha=0.0).exp(), counts / counts.sum(-1, keepdim=True))
 
 
+@pytest.mark.parametrize("mem", MEMORIZING)
 @pytest.mark.parametrize("K, C, L", CASES)
-def test_memorizing_predictors_match_brute_force(K, C, L):
+def test_memorizing_predictors_match_brute_force(K, C, L, mem):
     T = sample_chains(K, C, 1.0, gen(K + 100)).double()
     T = T / T.sum(1, keepdim=True)
     seqs, _ = sample_sequences(T, 3, L, gen(L + 100))
-    torch.testing.assert_close(one_mem(seqs, T), brute_mem(seqs, T, False))
-    torch.testing.assert_close(two_mem(seqs, T), brute_mem(seqs, T, True))
+    torch.testing.assert_close(mem.one_mem(seqs, T), brute_mem(seqs, T, False))
+    torch.testing.assert_close(mem.two_mem(seqs, T), brute_mem(seqs, T, True))
 
 
+@pytest.mark.parametrize("mem", MEMORIZING)
 @pytest.mark.parametrize("K, C, L", CASES)
-def test_mixed_memorizing_predictor_matches_brute_force(K, C, L):
+def test_mixed_memorizing_predictor_matches_brute_force(K, C, L, mem):
     """Posterior from one batch, current state from another (Appendix "Patching")."""
     T = sample_chains(K, C, 1.0, gen(K + 200)).double()
     T = T / T.sum(1, keepdim=True)
     post, _ = sample_sequences(T, 3, L, gen(L + 200))
     state, _ = sample_sequences(T, 3, L, gen(L + 300))
     for two_point in (True, False):
-        torch.testing.assert_close(mixed_mem(post, state, T, two_point), brute_mem(post, T, two_point, state))
+        torch.testing.assert_close(mem.mixed_mem(post, state, T, two_point), brute_mem(post, T, two_point, state))
 
 
-def test_mixed_memorizing_predictor_on_one_batch_is_the_plain_one():
+@pytest.mark.parametrize("mem", MEMORIZING)
+def test_mixed_memorizing_predictor_on_one_batch_is_the_plain_one(mem):
     tasks = TaskSet.create(30, seed=4)
     seqs, _ = tasks.batch(5, 50, gen(9))
-    assert torch.equal(mixed_mem(seqs, seqs, tasks.T), two_mem(seqs, tasks.T))
-    assert torch.equal(mixed_mem(seqs, seqs, tasks.T, two_point=False), one_mem(seqs, tasks.T))
+    assert torch.equal(mem.mixed_mem(seqs, seqs, tasks.T), mem.two_mem(seqs, tasks.T))
+    assert torch.equal(mem.mixed_mem(seqs, seqs, tasks.T, two_point=False), mem.one_mem(seqs, tasks.T))
     with pytest.raises(ValueError, match="state_seqs"):
-        mixed_mem(seqs, seqs[:, :-1], tasks.T)
+        mem.mixed_mem(seqs, seqs[:, :-1], tasks.T)
 
 
-def test_float32_memorizing_predictors_are_close_to_float64():
+@pytest.mark.parametrize("mem", MEMORIZING)
+def test_float32_memorizing_predictors_are_close_to_float64(mem):
     T = TaskSet.create(300, seed=1).T
     seqs, _ = sample_sequences(T, 8, 257, gen(1))
     T64 = T.double() / T.double().sum(1, keepdim=True)
-    for f in (one_mem, two_mem):
+    for f in (mem.one_mem, mem.two_mem):
         torch.testing.assert_close(f(seqs, T), f(seqs, T64).float(), atol=2e-4, rtol=0)
 
 
+@pytest.mark.parametrize("K, C, L", CASES + [(1, 2, 5), (64, 2, 1), (130, 10, 257)])
+def test_fast_predictors_are_the_plain_ones(K, C, L):
+    """fastdata.predict = bayes.predict for every predictor, and fastdata.mixed_mem = bayes.mixed_mem: to float64
+    rounding, and in float32 to the rounding of bayes.py's cumulative log-likelihood (|log p| ~ 10^2 at L = 257)."""
+    T = sample_chains(K, C, 1.0, gen(K + 400))
+    seqs, _ = sample_sequences(T, 6, L, gen(L + 400))
+    state, _ = sample_sequences(T, 6, L, gen(L + 500))
+    T64 = T.double() / T.double().sum(1, keepdim=True)
+    for chains, tol in ((T64, 1e-10), (T, 1e-4)):
+        for name in bayes.PREDICTORS:
+            torch.testing.assert_close(fastdata.predict(name, seqs, chains), bayes.predict(name, seqs, chains),
+                                       atol=tol, rtol=0)
+        for two_point in (True, False):
+            torch.testing.assert_close(fastdata.mixed_mem(seqs, state, chains, two_point),
+                                       bayes.mixed_mem(seqs, state, chains, two_point), atol=tol, rtol=0)
+
+
 @pytest.mark.parametrize("anchor_every, chunk", [(1, 2**20), (3, 40 * 7), (7, 2**20), (7, 40 * 3)])
-def test_memorizing_anchors_and_chunks_match_brute_force(monkeypatch, anchor_every, chunk):
-    """Every anchor spacing (1: all positions are anchors) and chunks of whole sequences
-    and of a few positions give the predictor of the formulas."""
+def test_fast_memorizing_anchors_and_chunks_match_brute_force(monkeypatch, anchor_every, chunk):
+    """Every anchor spacing of fastdata's predictors (1: all positions are anchors) and chunks of whole
+    sequences and of a few positions give the predictor of the formulas."""
     T = sample_chains(40, 5, 1.0, gen(7)).double()
     T = T / T.sum(1, keepdim=True)
     seqs, _ = sample_sequences(T, 4, 17, gen(8))
-    monkeypatch.setattr(bayes, "ANCHOR_EVERY", anchor_every)
+    monkeypatch.setattr(fastdata, "ANCHOR_EVERY", anchor_every)
     monkeypatch.setattr(bayes, "CHUNK_ELEMENTS", chunk)
-    torch.testing.assert_close(one_mem(seqs, T), brute_mem(seqs, T, False))
-    torch.testing.assert_close(two_mem(seqs, T), brute_mem(seqs, T, True))
+    torch.testing.assert_close(fastdata.one_mem(seqs, T), brute_mem(seqs, T, False))
+    torch.testing.assert_close(fastdata.two_mem(seqs, T), brute_mem(seqs, T, True))
 
 
-def test_chunking_does_not_change_the_result(monkeypatch):
+@pytest.mark.parametrize("mem", MEMORIZING)
+def test_chunking_does_not_change_the_result(monkeypatch, mem):
     T = TaskSet.create(40, seed=2).T
     seqs, _ = sample_sequences(T, 9, 33, gen(2))
-    full = [f(seqs, T) for f in (one_mem, two_mem)] + [two_gen(seqs, 10)]
+    full = [f(seqs, T) for f in (mem.one_mem, mem.two_mem)] + [two_gen(seqs, 10)]
     monkeypatch.setattr(bayes, "CHUNK_ELEMENTS", 40 * 33 * 2)  # two sequences per chunk, ragged end
-    chunked = [f(seqs, T) for f in (one_mem, two_mem)] + [two_gen(seqs, 10)]
+    chunked = [f(seqs, T) for f in (mem.one_mem, mem.two_mem)] + [two_gen(seqs, 10)]
     for a, b in zip(full, chunked):
         torch.testing.assert_close(a, b)
 
 
-def test_predictors_are_normalized_and_predict_dispatches_to_the_formulas():
+@pytest.mark.parametrize("predict", [bayes.predict, fastdata.predict], ids=["plain", "fast"])
+def test_predictors_are_normalized_and_predict_dispatches_to_the_formulas(predict):
     tasks = TaskSet.create(50, seed=3)
     seqs, _ = tasks.batch(6, 40, gen(3))
     for name in bayes.PREDICTORS:
-        logp = bayes.predict(name, seqs, tasks.T)
+        logp = predict(name, seqs, tasks.T)
         assert logp.shape == (6, 40, 10) and logp.dtype == tasks.T.dtype
         torch.testing.assert_close(logp.exp().sum(-1), torch.ones(6, 40))
     # each name is its own formula (a normalized but wrong predictor passes the check above)
@@ -143,15 +168,16 @@ def test_predictors_are_normalized_and_predict_dispatches_to_the_formulas():
     brute = {"1gen": brute_gen(s, 10, False), "2gen": brute_gen(s, 10, True),
              "1mem": brute_mem(s, T, False), "2mem": brute_mem(s, T, True)}
     for name in bayes.PREDICTORS:
-        torch.testing.assert_close(bayes.predict(name, s, T), brute[name])
+        torch.testing.assert_close(predict(name, s, T), brute[name])
 
 
-def test_memorizing_with_one_chain_is_that_chain():
+@pytest.mark.parametrize("mem", MEMORIZING)
+def test_memorizing_with_one_chain_is_that_chain(mem):
     T = sample_chains(1, 6, 1.0, gen(4))
     seqs, _ = sample_sequences(T, 4, 30, gen(5))
     expected = T[0][:, seqs].permute(1, 2, 0).log()  # T[:, s_n]
-    torch.testing.assert_close(one_mem(seqs, T), expected)
-    torch.testing.assert_close(two_mem(seqs, T), expected)
+    torch.testing.assert_close(mem.one_mem(seqs, T), expected)
+    torch.testing.assert_close(mem.two_mem(seqs, T), expected)
 
 
 def test_losses_and_divergence_match_loops():
@@ -189,10 +215,12 @@ def test_two_gen_converges_to_the_true_chain():
     assert abs(late - asymptotic_loss_2gen(T)) < 0.03 and early > late
 
 
-def test_large_K_fits_in_memory():
-    """K = 8192, B = 256, L = 257 within 4 GB peak resident memory (measured in a fresh process)."""
+@pytest.mark.parametrize("mem", ["bayes", "fastdata"])
+def test_large_K_fits_in_memory(mem):
+    """K = 8192, B = 256, L = 257 within 4 GB peak resident memory (measured in a fresh process), for the plain
+    and the fast memorizing predictors: without their chunks, one (B, L, K) float32 array is 2.2 GB."""
     code = (
-        "import resource, torch; from markov import TaskSet; from bayes import two_mem, one_mem\n"
+        f"import resource, torch; from markov import TaskSet; from {mem} import two_mem, one_mem\n"
         "t = TaskSet.create(8192, seed=0); s, _ = t.batch(256, 257, torch.Generator().manual_seed(0))\n"
         "a = two_mem(s, t.T); b = one_mem(s, t.T); assert a.isfinite().all() and b.isfinite().all()\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
@@ -209,6 +237,10 @@ def test_large_K_fits_in_memory():
     lambda: one_mem(torch.tensor([[0, 1]]), torch.ones(3, 10, 9) / 10),
     lambda: one_gen(torch.tensor([[0.0, 1.0]]), 10),
     lambda: one_gen(torch.tensor([[0, 1]]), 1),
+    lambda: fastdata.two_mem(torch.tensor([[0, 1]]), torch.rand(3, 10, 10)),
+    lambda: fastdata.one_mem(torch.tensor([[0, 1]]), torch.ones(3, 10, 9) / 10),
+    lambda: fastdata.two_mem(torch.tensor([[0, 10]]), torch.ones(3, 10, 10) / 10),
+    lambda: bayes.two_mem(torch.tensor([[0, 10]]), torch.ones(3, 10, 10) / 10),
 ])
 def test_bad_input_is_a_one_line_value_error(call):
     with pytest.raises(ValueError) as err:

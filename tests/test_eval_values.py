@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import evaluation
+import fastdata
 from bayes import PREDICTORS, nll, predict
 from markov import TaskSet
 from train import Config, eval_steps
@@ -82,6 +83,22 @@ def test_divergence_is_the_mean_of_the_two_splits():
         kl = sum((p[b, n].exp() * (p[b, n] - q[b, n])).sum().item() for b in range(B) for n in range(cfg.N))
         halves.append(kl / (B * cfg.N))
     assert m["kl_1gen"] == pytest.approx(0.5 * halves[0] + 0.5 * halves[1], rel=1e-4)
+
+
+def test_evaluation_data_takes_its_predictors_from_the_predict_argument():
+    """make_eval_data computes the predictors with bayes.predict, or with the `predict` it is given (train.py
+    passes the engine's fastdata.predict): the same sequences, each set of levels exactly its own predictor's,
+    and the two within float32 rounding of each other."""
+    cfg, tasks, plain = setup()
+    fast = evaluation.make_eval_data(cfg, tasks, predict=fastdata.predict)
+    for split in ("train", "gen"):
+        seqs = plain[split]
+        assert torch.equal(fast[split], seqs)
+        for name in PREDICTORS:
+            assert torch.equal(plain[f"{split}_{name}"], predict(name, seqs, tasks.T)[:, :-1])
+            assert torch.equal(fast[f"{split}_{name}"], fastdata.predict(name, seqs, tasks.T)[:, :-1])
+            torch.testing.assert_close(fast[f"{split}_{name}"], plain[f"{split}_{name}"], atol=1e-5, rtol=0)
+            assert fast[f"{split}_loss_{name}"] == pytest.approx(plain[f"{split}_loss_{name}"], rel=1e-6)
 
 
 def test_eval_steps_are_log_spaced():

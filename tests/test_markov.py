@@ -1,8 +1,10 @@
-"""markov.py against independent computations: numpy eigenvectors, sequential loops, sample statistics."""
+"""markov.py against independent computations: numpy eigenvectors, sequential loops, sample statistics; and the
+engine's fast sampler (fastdata.py) against markov.py's loop, bit for bit."""
 import numpy as np
 import pytest
 import torch
 
+import fastdata
 import markov
 from markov import TaskSet, ablate_bias, sample_chains, sample_sequences, stationary
 
@@ -36,6 +38,40 @@ def test_stationary_matches_numpy_eigenvector():
     torch.testing.assert_close(p.sum(-1), torch.ones(20))
 
 
+@pytest.mark.parametrize("length", [1, 2, 3, 7, 11])
+def test_sampler_is_the_inverse_cdf_loop_over_the_drawn_uniforms(length):
+    """sample_sequences by hand, one scalar at a time: the chains, then u0 (n, 1) and u (block, nb, n) from the
+    generator in that order, block = round(sqrt(length - 1)), position k * block + j + 1 taking u[j, k]; s_0 is
+    the first state whose stationary CDF exceeds u0, s_t the first whose CDF in column s_{t-1} exceeds u_t.
+    Lengths 7 and 11 lay positions out in 2 x 3 and 3 x 4 (a last block past the end)."""
+    T = sample_chains(4, 5, 1.0, gen(20))
+    n = 3
+    seqs, idx = sample_sequences(T, n, length, gen(21))
+    g = gen(21)
+    want_idx = torch.randint(4, (n,), generator=g)
+    u0 = torch.rand(n, 1, generator=g)
+    block = max(1, round((length - 1) ** 0.5))
+    u = torch.rand(block, -(-(length - 1) // block), n, generator=g) if length > 1 else None
+    p = stationary(T)
+
+    def first_above(probs, x):  # inverse CDF at x, the last state if rounding leaves the CDF below x
+        total = 0.0
+        for state, q in enumerate(probs.tolist()):
+            total = np.float32(total + q)  # the CDF as torch.cumsum rounds it, in float32
+            if total > x:
+                return state
+        return len(probs) - 1
+
+    assert torch.equal(idx, want_idx)
+    for b in range(n):
+        k = want_idx[b]
+        s = first_above(p[k], u0[b, 0].item())
+        assert seqs[b, 0] == s
+        for t in range(1, length):
+            s = first_above(T[k, :, s], u[(t - 1) % block, (t - 1) // block, b].item())
+            assert seqs[b, t] == s, (b, t)
+
+
 def test_compose_equals_sequential_loop():
     g = gen(3)
     for L, n, C in [(2, 3, 4), (17, 5, 10), (100, 2, 3), (257, 4, 10)]:
@@ -51,7 +87,26 @@ def test_compose_equals_sequential_loop():
             for t in range(1, L):
                 s = flat[t - 1, b, s].item()
                 ref[b, t] = s
-        assert torch.equal(markov._compose(s0, step.clone())[:, :L], ref)
+        assert torch.equal(fastdata._compose(s0, step.clone())[:, :L], ref)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+@pytest.mark.parametrize("length", [1, 2, 3, 7, 17, 130])
+@pytest.mark.parametrize("C", [2, 10])
+def test_fast_sampler_is_the_plain_loop(C, length, n):
+    """fastdata's scan = markov's loop over positions, bit for bit, on chains with tiny and zero entries
+    (a CDF with ties, a column summing to just under one); lengths 7 and 130 leave a last block past the
+    end of the sequence (positions laid out 2 x 3 and 11 x 12)."""
+    g = gen(30 + C)
+    T = sample_chains(6, C, 0.1, g)  # alpha = 0.1: many entries near zero
+    T[0, :, 0] = 0.0
+    T[0, -1, 0] = 1.0  # a column with one certain transition
+    T[1, :, 0] = 1 / C  # (so that state 1 below is not the only state that chain 1 returns to)
+    T[1, :, 1] = torch.linspace(0, 1, C) / torch.linspace(0, 1, C).sum()  # a zero entry first
+    tasks = TaskSet(T=T, p=stationary(T))
+    want = tasks.batch(n, length, gen(40))
+    got = fastdata.batches([tasks], n, length, [gen(40)])
+    assert torch.equal(got[0][0], want[0]) and torch.equal(got[1][0], want[1])
 
 
 def test_sampler_statistics():
@@ -156,7 +211,7 @@ DEVICES = ["cpu"] + ["cuda"] * torch.cuda.is_available()
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("length", [1, 2, 17, 65])
 def test_batches_of_many_task_sets_are_their_own_batches(length, device):
-    """markov.batches (an ensemble's sampling) = each task set's batch() from its own generator, exactly,
+    """fastdata.batches (an ensemble's sampling) = each task set's batch() from its own generator, exactly,
     and leaves every generator where batch() leaves it; task sets of different K (one beyond a block of
     64 chains), and a K = inf source, which goes member by member. On CUDA too: batched kernels see more
     rows than one member's, which must not change a member's numbers."""
@@ -166,7 +221,7 @@ def test_batches_of_many_task_sets_are_their_own_batches(length, device):
     sources = [TaskSet.create(K, seed=s, device=device) for K, s in ((3, 0), (70, 1), (9, 2))]
     for group in (sources, sources[:2] + [markov.FreshChains(device=device)]):
         got_g, want_g = gens(), gens()
-        seqs, chains = markov.batches(group, 6, length, got_g)
+        seqs, chains = fastdata.batches(group, 6, length, got_g)
         want = [t.batch(6, length, g) for t, g in zip(group, want_g)]
         assert seqs.shape == (3, 6, length) and chains.shape == (3, 6)
         for e, (s, c) in enumerate(want):
@@ -177,21 +232,21 @@ def test_batches_of_many_task_sets_are_their_own_batches(length, device):
 
 def test_batches_refuse_mixed_state_counts_and_missing_generators():
     with pytest.raises(ValueError, match="one number of states"):
-        markov.batches([TaskSet.create(3), TaskSet.create(3, C=4)], 2, 5, [torch.Generator(), torch.Generator()])
+        fastdata.batches([TaskSet.create(3), TaskSet.create(3, C=4)], 2, 5, [torch.Generator(), torch.Generator()])
     with pytest.raises(ValueError, match="one generator per source"):
-        markov.batches([TaskSet.create(3), TaskSet.create(4)], 2, 5, [torch.Generator()])
+        fastdata.batches([TaskSet.create(3), TaskSet.create(4)], 2, 5, [torch.Generator()])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batches_never_wait_for_the_gpu():
-    """The host samples step t + 1 while the GPU runs step t: markov.batches must not synchronize. A
-    host-to-device copy of a CPU tensor does; with one in markov.batches, the single graphed run with
+    """The host samples step t + 1 while the GPU runs step t: fastdata.batches must not synchronize. A
+    host-to-device copy of a CPU tensor does; with one in fastdata.batches, the single graphed run with
     sampling fell from 428 to 228 steps/s on an H100 (its step alone: 654)."""
     sources = [TaskSet.create(K, seed=s, device="cuda") for K, s in ((3, 0), (70, 1))]
     gens = [torch.Generator("cuda").manual_seed(s) for s in (0, 1)]
-    markov.batches(sources, 4, 9, gens)  # first call: lazy initialization may synchronize
+    fastdata.batches(sources, 4, 9, gens)  # first call: lazy initialization may synchronize
     torch.cuda.set_sync_debug_mode("error")
     try:
-        markov.batches(sources, 4, 9, gens)
+        fastdata.batches(sources, 4, 9, gens)
     finally:
         torch.cuda.set_sync_debug_mode("default")
