@@ -15,10 +15,11 @@ weights and the same batches (its own task set and generator), and AdamW is elem
 stacked AdamW state is exactly member e's own state (same hyper-parameters, same step count). The only
 difference is floating-point rounding: batched matmuls may sum in another order than single ones.
 
-On CUDA the attention, the layer norm, the MLP and the embedding go through Triton kernels whose
-autograd.Functions have vmap rules: the members' sequences become more sequences (or, with a position bias,
-their heads more heads; kernels/attention.py, _Attention.vmap), their rows more rows (kernels/layer_norm.py),
-and their weights and embedding tables a grid axis of the kernel (kernels/mlp.py, kernels/embedding.py).
+On CUDA both trainers run the model with the Triton kernels (fastpath.accelerate; the switch: kernels=None keeps
+the plain model). The kernels' autograd.Functions have vmap rules: the members' sequences become more sequences
+(or, with a position bias, their heads more heads; kernels/attention.py, _Attention.vmap), their rows more rows
+(kernels/layer_norm.py), and their weights and embedding tables a grid axis of the kernel (kernels/mlp.py,
+kernels/embedding.py).
 """
 import copy
 
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
+import fastpath
 from transformer import Transformer, phi_beta, phi_delta
 
 # ----------------------------------------------------------------------------- what is computed per model
@@ -78,12 +80,20 @@ def mixed_precision(enabled: bool, device: torch.device):
 # ----------------------------------------------------------------------------- trainers
 
 
+def on_device(model: Transformer, kernels: fastpath.Kernels | None) -> Transformer:
+    """The model as the trainers run it: on CUDA with the kernels of `kernels` (fastpath.accelerate, in place),
+    elsewhere or with kernels=None the plain model."""
+    on_cuda = next(model.parameters()).is_cuda
+    return fastpath.accelerate(model, kernels) if kernels is not None and on_cuda else model
+
+
 class Single:
     """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
     not vmapped, so that a single run computes bit for bit what it did before ensembles existed."""
 
-    def __init__(self, model: Transformer, capturable: bool = False, bf16: bool = False, **adamw):
-        self.module, self.bf16 = model, bf16
+    def __init__(self, model: Transformer, capturable: bool = False, bf16: bool = False,
+                 kernels: fastpath.Kernels | None = fastpath.Kernels(), **adamw):
+        self.module, self.bf16 = on_device(model, kernels), bf16
         self.opt = torch.optim.AdamW(model.parameters(), capturable=capturable, **adamw)
 
     def parameters(self) -> list[torch.Tensor]:
@@ -118,10 +128,11 @@ class Ensemble:
     Members may differ in anything that is not a shape of the step (K, seed, task set); N, batch, D
     and C are common (train.py checks)."""
 
-    def __init__(self, models: list[Transformer], capturable: bool = False, bf16: bool = False, **adamw):
+    def __init__(self, models: list[Transformer], capturable: bool = False, bf16: bool = False,
+                 kernels: fastpath.Kernels | None = fastpath.Kernels(), **adamw):
         self.E, self.bf16 = len(models), bf16
-        self.template = copy.deepcopy(models[0]).to("meta")  # the architecture; weights come from self.params
-        self.scratch = copy.deepcopy(models[0])  # one member's weights are copied here to evaluate or save it
+        self.scratch = on_device(copy.deepcopy(models[0]), kernels)  # one member's weights go here to evaluate or save it
+        self.template = copy.deepcopy(self.scratch).to("meta")  # the architecture; weights come from self.params
         self.params, self.buffers = stack_module_state(models)  # name -> (E, ...) leaf tensors
         self.opt = torch.optim.AdamW(self.params.values(), capturable=capturable, **adamw)
 

@@ -70,7 +70,7 @@ def _attention(att, x: torch.Tensor, parts: dict, q_in: torch.Tensor, k_in: torc
     k = att.W_K((k_in - mu) * r).view(B, 1, N, D)
     v = att.W_V((x - mu) * r).view(B, 1, N, D)
     bias = att.P[:, :N] if att.P is not None else None
-    out, A = attend(q, k, v, bias, att.rotary, need_weights=True)
+    out, A = attend(q, k, v, bias, att.rotary)
     A = A[:, 0]  # (B, N, N)
     shares = {name: A @ att.W_V((c - c.mean(-1, keepdim=True)) * r) for name, c in parts.items()}  # eq. expandedatt2
     return out.view(B, N, D), A, shares

@@ -39,7 +39,8 @@ from bench.bench_train import load_attention, load_attention_module  # noqa: E40
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
 from train import parse_list  # noqa: E402
-from kernels.attention import Tile, _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
+from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
+from kernels.tiles import Tile, save_tiles  # noqa: E402
 
 try:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -354,7 +355,7 @@ def main():
             traceback.print_exc()
             attn.TILES = {}
         if args.write_tiles and attn.TILES:
-            attn.save_tiles(attn.TILES, args.write_tiles, device=record["device"], torch=torch.__version__,
+            save_tiles(attn.TILES, args.write_tiles, device=record["device"], torch=torch.__version__,
                             triton=triton.__version__, source="python " + shlex.join(["bench/bench_attention.py", *sys.argv[1:]]))
     tuned = dict(attn.TILES)
     record["tiles"] = {repr(k): list(v) for k, v in tuned.items()}

@@ -24,9 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
 from fastdata import batches  # noqa: E402
+from fastpath import Kernels  # noqa: E402
+from kernels import attention as attention_kernel  # noqa: E402
 from markov import TaskSet, check_int  # noqa: E402
 from train import PRESETS  # noqa: E402
-import transformer  # noqa: E402
 from transformer import Transformer  # noqa: E402
 
 
@@ -55,23 +56,16 @@ def load_attention_module(path):
     if hasattr(module, "TILES") and not module.TILES:
         gather = "gather" in module.Tile._fields  # its diagonal method, a bool then
         module.TILES = {key: module.Tile(*tile[:4], *([tile.diagonal == "gather"] if gather else []))
-                        for key, tile in transformer.kernel.TILES.items() if tile.diagonal != "store"}
+                        for key, tile in attention_kernel.TILES.items() if tile.diagonal != "store"}
     return module
 
 
-def unfused_add_layer_norm(x: torch.Tensor, r: torch.Tensor):
-    """The residual add apart from the layer norm kernel (the variant "unfused add")."""
-    s = x + r
-    return s, transformer.layer_norm(s)
-
-
-# variant -> the attributes of transformer.py it replaces (the model looks them up at run time); "bf16 <variant>"
-# is the same in mixed precision
-PATCHES = {
-    "torch LN": {"use_layer_norm_kernel": lambda *xs: False},  # torch's layer norm and separate adds
-    "unfused add": {"add_layer_norm": unfused_add_layer_norm},
-    "torch MLP": {"use_mlp_kernel": lambda h, dtype: False},
-    "torch embedding": {"use_embedding_kernel": lambda W: False},
+# variant -> the pieces of the fast path (fastpath.Kernels) it turns off; "bf16 <variant>" is the same in mixed precision
+VARIANTS = {
+    "torch LN": Kernels(layer_norm=False, fuse_add=False),  # torch's layer norm and separate residual adds
+    "unfused add": Kernels(fuse_add=False),
+    "torch MLP": Kernels(mlp=False),
+    "torch embedding": Kernels(embedding=False),
 }
 
 
@@ -98,16 +92,17 @@ def step_flops(B: int, N: int, C: int, D: int) -> float:
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False, bf16: bool = False):
+def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False, bf16: bool = False,
+          kernels: Kernels = Kernels()):
     """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build
-    (bf16: in mixed precision, train.py --bf16),
+    (bf16: in mixed precision, train.py --bf16; kernels: the fast path's pieces on CUDA),
     and a function drawing every member's batch from its own generator, as train.py does each step
     (fastdata.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
     adamw = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3, capturable=graph)
-    trainer = Ensemble(models, bf16=bf16, **adamw) if E > 1 else Single(models[0], bf16=bf16, **adamw)
+    trainer = Ensemble(models, bf16=bf16, kernels=kernels, **adamw) if E > 1 else Single(models[0], bf16=bf16, kernels=kernels, **adamw)
 
     def sample():
         if loop_sampling:
@@ -118,7 +113,7 @@ def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = Fal
 
 
 def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False,
-          bf16: bool = False) -> tuple[float, float, str]:
+          bf16: bool = False, kernels: Kernels = Kernels()) -> tuple[float, float, str]:
     """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models;
     the peak counts what this case allocates (weights, optimizer, graph, activations), not earlier cases' leftovers."""
     if device.type == "cuda":
@@ -127,7 +122,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampli
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    trainer, sample = setup(E, graph, N, B, device, loop_sampling, bf16)
+    trainer, sample = setup(E, graph, N, B, device, loop_sampling, bf16, kernels)
     step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
     batch = sample()
     fixed = timed(lambda: step(*batch), device, repeats)
@@ -211,25 +206,21 @@ def main():
           "bf16 = mixed precision (train.py --bf16)")
     print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
     base = None
-    this_attention = transformer.kernel.attention
+    this_attention = attention_kernel.attention
     for E, graph, variant in cases:
         bf16 = variant.startswith("bf16")
-        patches = PATCHES.get(variant.removeprefix("bf16").strip(), {})
-        saved = {name: getattr(transformer, name) for name in patches}
-        for name, value in patches.items():
-            setattr(transformer, name, value)
-        previous = variant.removeprefix("bf16").strip() == "previous kernel"
-        transformer.kernel.attention = load_attention(args.previous) if previous else this_attention
-        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling", bf16=bf16)
-        for name, value in saved.items():
-            setattr(transformer, name, value)
+        piece = variant.removeprefix("bf16").strip()
+        # an earlier kernel file replaces the attention function for its rows (the fast path calls it by name)
+        attention_kernel.attention = load_attention(args.previous) if piece == "previous kernel" else this_attention
+        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling", bf16=bf16,
+                                    kernels=VARIANTS.get(piece, Kernels()))
         rate, rate_sampled = E / fixed, E / sampled
         base = base or (rate, rate_sampled)
         print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>20} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
               f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
-    transformer.kernel.attention = this_attention
+    attention_kernel.attention = this_attention
     if args.profile and cuda:
         for E, bf16 in ((max(sizes), False), (max(sizes), True), (1, True)):
             print(f"one eager step of {E} model{'s' * (E > 1)}{', bf16' if bf16 else ''}:")

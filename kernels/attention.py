@@ -1,57 +1,64 @@
-"""Fused causal relative-position attention in Triton: forward, backward, and the PyTorch oracle.
+"""Fused causal relative-position attention in Triton (Appendix "Network architecture", "Minimal Network for
+Generalization"): the score formula, its plain-torch reference, and the kernels that compute it.
 
-Causal softmax attention over q, k, v of shape (B, H, N, d) with the two relative-position
-schemes the paper uses (Appendix "Network architecture", "Minimal Network for Generalization"):
+Causal softmax attention over q, k, v of shape (B, H, N, d):
 
   score(i, j) = <R_i q_i, R_j k_j> / sqrt(d) + bias[h, i - j]        for j <= i
+  A_ij = softmax_j score(i, j),   out_i = sum_{j <= i} A_ij v_j
 
 where R_n is the rotary embedding at position n (interleaved pairs (2f, 2f + 1) rotated by the
-angle n * 10000^(-2f/d)) and bias is a learned table P_{j-i} of shape (H, N). Either, both or
+angle n * 10000^(-2f/d)) and bias is a learned table P_{i-j} of shape (H, N). Either, both or
 neither may be used.
 
-Layout, top to bottom as in the Triton fused-attention tutorial:
-  rotary kernel -> forward kernel -> backward kernels (dq with delta and the bias gradient, then
-  dk/dv) -> tile table -> torch.autograd.Function -> public `attention` -> readouts -> reference.
+Top to bottom, in the order of the Triton fused-attention tutorial:
+  the reference (attention_scores, attention_reference; transformer.py's attention) -> forward kernels
+  (the rotary pre-pass, the online softmax) -> backward kernels (dq with delta and the bias gradient,
+  then dk/dv) -> launchers -> torch.autograd.Function and its vmap rule -> the public `attention`,
+  `attention_forward` and the readout `attention_rows`.
 
 Launches per call: forward = rotate q and k once (one launch, skipped without rotary) + the
 attention kernel; backward = dq + dk/dv (+ a memset and a few small torch ops for the bias gradient).
 The backward kernels work on the rotated q, k saved by the forward and rotate dq, dk back once,
 when they store them (the transpose rotation, angle -theta).
 
-The bias gradient dbias[h, r] = sum_{b, i - j = r} dS[b, h, i, j] is a reduction along diagonals,
-deterministic (no atomics), by one of three methods (the tile's `diagonal`, chosen by the sweep):
-  "gather"  the dq kernel skews each square (BLOCK, BLOCK) tile of dS with one in-register gather,
-            so that its diagonals become columns, and writes the column sums to a private slot per
-            (batch, head, query block, block lag); one fixed-order torch sum adds the slots
-  "mask"    the same slots from a (BLOCK, BLOCK, BLOCK) mask (the first version; 16-row tiles only)
-  "store"   the dq kernel writes dS itself (B, H, N, N), at and below the diagonal; torch sums it
-            over the batch and then along the diagonals of the (H, N, N) sum through a strided view.
-            More memory traffic (and a transient B H N^2 buffer: 1 GB for 64 bf16 models with a bias at
-            N = 256, 4 GB at N = 512), but no in-register work and tiles of any shape. In bf16, dS is
-            stored rounded to bf16, as the dq and dk dots already use it
-
-Tile sizes, warps and pipeline stages come from `TILES`, a table written from a sweep measured on a
-GPU (`python bench/bench_attention.py --sweep`; README). Every tl.dot tile is >= 16 in each
-dimension (d in {16, 32, 64, 128}, blocks >= 16), so code that passes in the interpreter
+The bias gradient dbias[h, r] = sum_{b, i - j = r} dS[b, h, i, j], a sum along the diagonals of dS, is
+kernels/bias_gradient.py (three methods, one per tile). Tile sizes, warps and pipeline stages come from
+`TILES`, the table kernels/tiles.py reads, written from a sweep measured on a GPU. Every tl.dot tile is >= 16
+in each dimension (d in {16, 32, 64, 128}, blocks >= 16), so code that passes in the interpreter
 (TRITON_INTERPRET=1, the CPU tests) also compiles for a GPU.
 """
-import json
 import math
 import os
-from typing import NamedTuple
 
 import torch
+
+from kernels import bias_gradient
+from kernels.tiles import Tile, load_tiles
 
 try:
     import triton
     import triton.language as tl
 
+    from kernels.bias_gradient import store_tile  # what the bias gradient needs of a dS tile
     from kernels.common import operand  # a dot operand that also works in the interpreter
-except ImportError:  # the model falls back to the reference; the kernel needs triton
+except ImportError:  # the model's path is the reference (transformer.py); the kernels need triton
     triton = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 ROTARY_BASE = 10000.0
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+def _check(q, k, v, bias):
+    if not (q.shape == k.shape == v.shape and q.dim() == 4):
+        raise ValueError(f"q, k, v must share a shape (B, H, N, d), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, N, d = q.shape
+    if d not in (16, 32, 64, 128):
+        raise ValueError(f"head dimension d must be 16, 32, 64 or 128, got {d}")
+    if bias is not None and bias.shape != (H, N):
+        raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
 
 
 def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,23 +68,39 @@ def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return angle.cos(), angle.sin()
 
 
-_TABLES: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R_n x in fp32 for rows x (..., N, d) and their angles' cos, sin (N, d/2): each pair rotated."""
+    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2)
 
 
-def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' (N, d) tables, one entry per column so that tiles load contiguously: cos at
-    both columns of a pair, and -sin, +sin at its first and second column. Cached (building them
-    is ten small launches, more than the rotation itself), never evicted (a captured CUDA graph may
-    read them), and not cached when first built inside a capture (they would hold nothing until the
-    graph's first replay)."""
-    key = (N, d, device)
-    if key not in _TABLES:
-        cos, sin = rotary_tables(N, d, device)
-        tables = cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return tables
-        _TABLES[key] = tables
-    return _TABLES[key]
+def attention_scores(q, k, bias=None, rotary=False, rows=None) -> torch.Tensor:
+    """Causally masked scores (B, H, len(rows), N) of the query rows `rows` (default: all), in fp32."""
+    B, H, N, d = q.shape
+    if rows is not None:
+        rows = torch.as_tensor(rows, device=q.device)
+        q = q[:, :, rows]
+    else:
+        rows = torch.arange(N, device=q.device)
+    if rotary:
+        cos, sin = rotary_tables(N, d, q.device)
+        q, k = _rotate_reference(q, cos[rows], sin[rows]), _rotate_reference(k, cos, sin)  # fp32
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
+    rel = rows.view(-1, 1) - torch.arange(N, device=q.device).view(1, -1)  # i - j
+    if bias is not None:
+        s = s + bias[:, rel.clamp(0, N - 1)].float().unsqueeze(0)
+    return s.masked_fill(rel < 0, float("-inf"))
+
+
+def attention_reference(q, k, v, bias=None, rotary=False):
+    """Plain-PyTorch oracle with the semantics of `attention` (transformer.attend, the model's attention, is
+    the same computation keeping A)."""
+    _check(q, k, v, bias)
+    A = torch.softmax(attention_scores(q, k, bias, rotary), -1)
+    return (A @ v.float()).to(v.dtype)
+
+
+# ----------------------------------------------------------------------------- the kernels
 
 
 if triton is not None:
@@ -103,7 +126,7 @@ if triton is not None:
         sin = tl.load(Sin + pos[:, None] * D + offs_d[None, :], mask=mask[:, None], other=0.0)
         return cos, sin
 
-    # ------------------------------------------------------------------------- rotary pre-pass
+    # ------------------------------------------------------------------------- forward: the rotary pre-pass
 
     @triton.jit
     def _rotate_rows(X, XR, idx, mask, cos, sin, SEQS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
@@ -128,13 +151,7 @@ if triton is not None:
         _rotate_rows(Q, QR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
         _rotate_rows(K, KR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
 
-    @triton.jit
-    def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
-        """The gradient with respect to the unrotated rows: the transpose rotation (angle -theta)."""
-        if ROTARY:
-            cos, sin = _load_angles(Cos, Sin, offs, offs < N, D)
-            dx = dx * cos - _swap_pairs(dx, BLOCK, D) * sin
-        return dx
+    # ------------------------------------------------------------------------- forward: the online softmax
 
     @triton.jit
     def _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS: tl.constexpr):
@@ -145,8 +162,6 @@ if triton is not None:
         if HAS_BIAS:
             s += tl.load(Bias + h * N + rel, mask=valid & (rel < N), other=0.0)
         return tl.where(valid, s, float("-inf")), valid
-
-    # ------------------------------------------------------------------------- forward
 
     @triton.jit
     def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale,
@@ -184,6 +199,14 @@ if triton is not None:
     # ------------------------------------------------------------------------- backward
 
     @triton.jit
+    def _unrotate(dx, Cos, Sin, offs, N, ROTARY: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+        """The gradient with respect to the unrotated rows: the transpose rotation (angle -theta)."""
+        if ROTARY:
+            cos, sin = _load_angles(Cos, Sin, offs, offs < N, D)
+            dx = dx * cos - _swap_pairs(dx, BLOCK, D) * sin
+        return dx
+
+    @triton.jit
     def _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS: tl.constexpr):
         """Recompute P = exp(S - lse) for a tile and dS = P (dP - delta) with dP = dO V^T."""
         s, valid = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
@@ -192,38 +215,12 @@ if triton is not None:
         return p, p * (dp - delta[:, None])
 
     @triton.jit
-    def _diagonal_sums(ds, BLOCK: tl.constexpr, GATHER: tl.constexpr):
-        """Sums along the diagonals of a square (BLOCK, BLOCK) tile, row a, column c:
-        lower[t] over a - c = t, upper[t] over a - c = t - BLOCK (t in [0, BLOCK); upper[0] = 0).
-
-        GATHER: skew the tile, G[a, t] = ds[a, (a - t) mod BLOCK], so that each diagonal is the part
-        of a column above or below the main diagonal of G (BLOCK^2 work). Otherwise: a (BLOCK,
-        BLOCK, BLOCK) mask per half, only sensible at BLOCK = 16 (the first version's method)."""
-        a = tl.arange(0, BLOCK)[:, None]
-        t = tl.arange(0, BLOCK)[None, :]
-        if GATHER:
-            g = tl.gather(ds, (a - t + BLOCK) % BLOCK, axis=1)
-            lower = tl.sum(tl.where(a >= t, g, 0.0), axis=0)
-            upper = tl.sum(tl.where(a < t, g, 0.0), axis=0)
-        else:
-            lag = a[:, :, None] - tl.arange(0, BLOCK)[None, :, None]  # (a, c, 1): a - c
-            t3 = tl.arange(0, BLOCK)[None, None, :]
-            lower = tl.sum(tl.sum(tl.where(lag == t3, ds[:, :, None], 0.0), axis=0), axis=0)
-            upper = tl.sum(tl.sum(tl.where(lag == t3 - BLOCK, ds[:, :, None], 0.0), axis=0), axis=0)
-        return lower, upper
-
-    @triton.jit
     def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, Out, DO, Lse, Delta, DQ, DBias, N, H, scale,
                        HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
         """One program per query block: delta = rowsum(dO * O) (stored for the dk/dv kernel),
-        dQ = dS K / sqrt(d) rotated back, and with a bias what the bias gradient needs of every dS tile.
-
-        DIAGONAL "store": the tile itself, into DBias[bh] (N, N) at its rows and columns. Otherwise
-        the tiles are square (BLOCK_M = BLOCK_N = BLOCK) and tile (m, n) at block lag L = m - n holds
-        i - j = L BLOCK + (a - c): its lower sums go to r = L BLOCK + t, its upper sums to
-        r = (L - 1) BLOCK + t. Both land in DBias[bh, m, L, 0:2, :], a slot no other program writes
-        (_sum_slots adds them)."""
+        dQ = dS K / sqrt(d) rotated back, and with a bias what the bias gradient needs of every dS tile
+        (bias_gradient.store_tile, by the method DIAGONAL)."""
         pid_m = tl.program_id(0)
         start_m = pid_m * BLOCK_M
         bh = tl.program_id(1)
@@ -248,16 +245,8 @@ if triton is not None:
             v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(operand(ds, DT, UPCAST), k)
-            if HAS_BIAS and DIAGONAL == "store":
-                tl.store(DBias + bh * N * N + offs_m[:, None] * N + offs_n[None, :], ds.to(DBias.dtype.element_ty),
-                         mask=row_mask & (offs_n[None, :] < N))
-            elif HAS_BIAS:
-                lower, upper = _diagonal_sums(ds, BLOCK_M, DIAGONAL == "gather")
-                n_blocks = tl.cdiv(N, BLOCK_M)
-                slot = DBias + ((bh * n_blocks + pid_m) * n_blocks + pid_m - start_n // BLOCK_N) * (2 * BLOCK_M)
-                t = tl.arange(0, BLOCK_M)
-                tl.store(slot + t, lower)
-                tl.store(slot + BLOCK_M + t, upper)
+            if HAS_BIAS:
+                store_tile(ds, DBias, bh, pid_m, start_n, offs_m, offs_n, N, row_mask, BLOCK_M, BLOCK_N, DIAGONAL)
         dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK_M)
         tl.store(DQ + offset + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
 
@@ -293,49 +282,10 @@ if triton is not None:
         tl.store(DV + offset + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
 
 
-# ----------------------------------------------------------------------------- tiles
+# ----------------------------------------------------------------------------- launchers
 
 
-DIAGONALS = ("gather", "mask", "store")  # the bias gradient's methods (module docstring)
-
-
-class Tile(NamedTuple):
-    """One kernel's launch shape: query rows and key rows per tile, warps, software-pipelining
-    stages, and (dq with a bias only) the bias gradient's method, one of DIAGONALS."""
-    block_m: int
-    block_n: int
-    warps: int = 4
-    stages: int = 2
-    diagonal: str = "gather"
-
-
-TILES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiles.json")
-
-
-def load_tiles(path: str = TILES_FILE) -> dict[tuple[str, str, bool, bool], "Tile"]:
-    """The tile table (kernel, dtype, bias, long) -> Tile, long = N > 512, from the JSON file that
-    `bench_attention.py --sweep` writes (README: the card, the candidates, the times); empty if absent."""
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        entries = json.load(f)["tiles"]
-    return {(e["kernel"], e["dtype"], e["bias"], e["long"]): Tile(*e["tile"][:4], *map(_diagonal, e["tile"][4:]))
-            for e in entries}
-
-
-def _diagonal(method) -> str:
-    """A table's diagonal method; tables written before "store" existed hold a bool, gather or not."""
-    return {True: "gather", False: "mask"}[method] if isinstance(method, bool) else method
-
-
-def save_tiles(tiles: dict, path: str, **about):
-    """Write a tile table in load_tiles' format, with `about` (device, versions) beside it."""
-    entries = [{"kernel": k[0], "dtype": k[1], "bias": k[2], "long": k[3], "tile": list(t)} for k, t in sorted(tiles.items())]
-    with open(path, "w") as f:
-        json.dump({**about, "tiles": entries}, f, indent=1)
-
-
-TILES = load_tiles()  # absent keys fall back to DEFAULT_TILE
+TILES = load_tiles()  # (kernel, dtype, bias, N > 512) -> Tile; absent keys fall back to DEFAULT_TILE
 DEFAULT_TILE = Tile(64, 64, 4, 2)
 INTERPRET_TILE = Tile(64, 64)  # the interpreter runs a program's tile as one numpy array: larger is faster
 
@@ -346,21 +296,27 @@ def _tile(kernel: str, dtype: torch.dtype, has_bias: bool, N: int) -> Tile:
     return TILES.get((kernel, str(dtype).removeprefix("torch."), has_bias, N > 512), DEFAULT_TILE)
 
 
-# ----------------------------------------------------------------------------- launchers
-
-
 def _upcast(q) -> bool:
     return INTERPRET and q.dtype == torch.bfloat16
 
 
-def _check(q, k, v, bias):
-    if not (q.shape == k.shape == v.shape and q.dim() == 4):
-        raise ValueError(f"q, k, v must share a shape (B, H, N, d), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    B, H, N, d = q.shape
-    if d not in (16, 32, 64, 128):
-        raise ValueError(f"head dimension d must be 16, 32, 64 or 128, got {d}")
-    if bias is not None and bias.shape != (H, N):
-        raise ValueError(f"bias must have shape (H, N) = ({H}, {N}), got {tuple(bias.shape)}")
+_TABLES: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' (N, d) tables, one entry per column so that tiles load contiguously: cos at
+    both columns of a pair, and -sin, +sin at its first and second column. Cached (building them
+    is ten small launches, more than the rotation itself), never evicted (a captured CUDA graph may
+    read them), and not cached when first built inside a capture (they would hold nothing until the
+    graph's first replay)."""
+    key = (N, d, device)
+    if key not in _TABLES:
+        cos, sin = rotary_tables(N, d, device)
+        tables = cos.repeat_interleave(2, -1).contiguous(), torch.stack([-sin, sin], -1).reshape(N, d).contiguous()
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return tables
+        _TABLES[key] = tables
+    return _TABLES[key]
 
 
 ROTATE_BLOCK, ROTATE_SEQS = 32, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
@@ -391,31 +347,18 @@ def _forward(q, k, v, bias, tile=None):
 
 def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None):
     """(dq, delta, dbias): dq rotated back, delta = rowsum(dO * O), and with a bias its gradient (H, N)
-    in fp32 (else None), from the kernel's slots (_sum_slots) or its stored dS (_sum_stored)."""
+    in fp32 (else None), from what the kernel wrote for it (kernels/bias_gradient.py)."""
     B, H, N, d = q.shape
     tile = tile or _tile("dq", q.dtype, bias is not None, N)
-    store = tile.diagonal == "store"
-    if tile.diagonal not in DIAGONALS:
-        raise ValueError(f"a tile's diagonal method must be one of {DIAGONALS}, got {tile.diagonal!r}")
-    if bias is not None and not store and tile.block_m != tile.block_n:
-        raise ValueError(f"the bias gradient by {tile.diagonal!r} needs square dq tiles, got {tile}")
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
-    n_blocks = triton.cdiv(N, tile.block_m)
-    if bias is None:
-        partial = q  # a dummy, never touched
-    elif store:  # the kernel writes dS at and below the diagonal; the rest is never read
-        partial = torch.empty(B * H, N, N, device=q.device, dtype=q.dtype)
-    else:
-        partial = torch.zeros(B * H, n_blocks, n_blocks, 2, tile.block_m, device=q.device)
+    written = bias_gradient.buffer(tile, B, H, N, q.device, q.dtype) if bias is not None else q  # q: a dummy
     dq = torch.empty_like(q)
     delta = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
-    _bwd_dq_kernel[(n_blocks, B * H)](
-        q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, partial, N, H, 1.0 / math.sqrt(d),
+    _bwd_dq_kernel[(triton.cdiv(N, tile.block_m), B * H)](
+        q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, written, N, H, 1.0 / math.sqrt(d),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, DIAGONAL=tile.diagonal, num_warps=tile.warps, num_stages=tile.stages)
-    if bias is None:
-        return dq, delta, None
-    return dq, delta, (_sum_stored if store else _sum_slots)(partial, B, H, N)
+    return dq, delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
 
 
 def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
@@ -430,25 +373,7 @@ def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
     return dk, dv
 
 
-def _sum_stored(ds: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
-    """dbias (H, N) from dS (B * H, N, N) as the dq kernel stored it: valid at and below the diagonal,
-    never written above it. Summed over the batch first (elementwise, so whatever sits above the
-    diagonal stays there), then along diagonals: in the (H, N, N) sum padded with N * N zeros, the
-    view (h, r, j) -> offset r N + j (N + 1) reads element (j + r, j), on diagonal r, while j + r < N,
-    and the zero padding after that; it never reads above the diagonal."""
-    total = ds.view(B, H, N, N).sum(0, dtype=torch.float32).view(H, N * N)
-    padded = torch.cat([total, total.new_zeros(H, N * N)], 1)  # (H, 2 N^2)
-    return padded.as_strided((H, N, N), (2 * N * N, N, N + 1)).sum(-1)
-
-
-def _sum_slots(slots: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
-    """dbias (H, N) from the dq kernel's slots (B * H, m, lag, 2, BLOCK), in a fixed order: lag L's
-    lower sums are r = L BLOCK + t, its upper sums r = (L - 1) BLOCK + t."""
-    _, nb, _, _, block = slots.shape
-    per_lag = slots.view(B, H, nb, nb, 2, block).sum((0, 2))  # (H, lag, 2, BLOCK)
-    dbias = per_lag[:, :, 0].reshape(H, nb * block)
-    dbias[:, : (nb - 1) * block] += per_lag[:, 1:, 1].reshape(H, (nb - 1) * block)
-    return dbias[:, :N]
+# ----------------------------------------------------------------------------- autograd and vmap
 
 
 class _Attention(torch.autograd.Function):
@@ -513,6 +438,9 @@ class _Attention(torch.autograd.Function):
         return tuple(unfold(x) for x in outputs), (0,) * len(outputs)
 
 
+# ----------------------------------------------------------------------------- public functions
+
+
 def _apply(q, k, v, bias, rotary):
     if triton is None:
         raise RuntimeError("the attention kernel needs triton")
@@ -535,41 +463,8 @@ def attention_forward(q, k, v, bias=None, rotary=False):
     return _apply(q, k, v, bias, rotary)
 
 
-# ----------------------------------------------------------------------------- readouts and reference
-
-
-def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2)
-
-
-def attention_scores(q, k, bias=None, rotary=False, rows=None) -> torch.Tensor:
-    """Causally masked scores (B, H, len(rows), N) of the query rows `rows` (default: all), in fp32."""
-    B, H, N, d = q.shape
-    if rows is not None:
-        rows = torch.as_tensor(rows, device=q.device)
-        q = q[:, :, rows]
-    else:
-        rows = torch.arange(N, device=q.device)
-    if rotary:
-        cos, sin = rotary_tables(N, d, q.device)
-        q, k = _rotate_reference(q, cos[rows], sin[rows]), _rotate_reference(k, cos, sin)  # fp32
-    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
-    rel = rows.view(-1, 1) - torch.arange(N, device=q.device).view(1, -1)  # i - j
-    if bias is not None:
-        s = s + bias[:, rel.clamp(0, N - 1)].float().unsqueeze(0)
-    return s.masked_fill(rel < 0, float("-inf"))
-
-
 def attention_rows(q, k, lse, rows, bias=None, rotary=False) -> torch.Tensor:
     """Readout helper: attention weights A[b, h, i, :] of the rows i from q, k and the forward's
     saved log-sum-exp, without materializing the full matrix during training."""
     rows = torch.as_tensor(rows, device=q.device)
     return (attention_scores(q, k, bias, rotary, rows) - lse[:, :, rows, None]).exp()
-
-
-def attention_reference(q, k, v, bias=None, rotary=False):
-    """Plain-PyTorch oracle with the semantics of `attention` (and the model's path without CUDA)."""
-    _check(q, k, v, bias)
-    A = torch.softmax(attention_scores(q, k, bias, rotary), -1)
-    return (A @ v.float()).to(v.dtype)

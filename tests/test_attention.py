@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernels import attention as attn
+from kernels import bias_gradient, tiles
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP32_TOL = dict(rtol=1e-5, atol=1e-5) if DEVICE == "cpu" else dict(rtol=5e-3, atol=5e-3)  # tf32 dots on GPUs
@@ -254,7 +255,7 @@ def test_diagonal_sums_match_a_loop():
                 if t:
                     slots[:, m, m - n, 1, t] = tile.diagonal(block - t, 1, 2).sum(-1)
     want = torch.stack([ds.tril().diagonal(-r, 2, 3).sum((0, -1)) for r in range(N)], -1)  # (H, N)
-    torch.testing.assert_close(attn._sum_slots(slots, B, H, N), want)
+    torch.testing.assert_close(bias_gradient._sum_slots(slots, B, H, N), want)
 
 
 def test_sum_of_stored_ds_matches_a_loop():
@@ -268,17 +269,17 @@ def test_sum_of_stored_ds_matches_a_loop():
             for i in range(r, N):
                 want[h, r] += sum(ds[b * H + h, i, i - r] for b in range(B))
     above = torch.ones(N, N, dtype=torch.bool).triu(1)
-    torch.testing.assert_close(attn._sum_stored(ds.masked_fill(above, float("nan")), B, H, N), want)
+    torch.testing.assert_close(bias_gradient._sum_stored(ds.masked_fill(above, float("nan")), B, H, N), want)
 
 
 def test_tile_table_round_trip(monkeypatch, tmp_path):
     """The table bench_attention.py --sweep writes is the table _tile reads on a GPU."""
-    tiles = {("dq", "bfloat16", True, False): attn.Tile(32, 32, 8, 3, "mask"), ("fwd", "float32", False, True): attn.Tile(128, 64, 8, 2)}
+    table = {("dq", "bfloat16", True, False): attn.Tile(32, 32, 8, 3, "mask"), ("fwd", "float32", False, True): attn.Tile(128, 64, 8, 2)}
     path = str(tmp_path / "tiles.json")
-    attn.save_tiles(tiles, path, device="test")
-    assert attn.load_tiles(path) == tiles
+    tiles.save_tiles(table, path, device="test")
+    assert tiles.load_tiles(path) == table
     monkeypatch.setattr(attn, "INTERPRET", False)
-    monkeypatch.setattr(attn, "TILES", attn.load_tiles(path))
+    monkeypatch.setattr(attn, "TILES", tiles.load_tiles(path))
     assert attn._tile("dq", torch.bfloat16, True, 256) == attn.Tile(32, 32, 8, 3, "mask")
     assert attn._tile("fwd", torch.float32, False, 1024) == attn.Tile(128, 64, 8, 2)
     assert attn._tile("fwd", torch.float32, False, 513) == attn.Tile(128, 64, 8, 2)  # long: N > 512
@@ -286,7 +287,7 @@ def test_tile_table_round_trip(monkeypatch, tmp_path):
     legacy = json.load(open(path))  # a table written before "store" existed: a bool, gather or not
     legacy["tiles"][0]["tile"][4] = False
     json.dump(legacy, open(path, "w"))
-    assert attn.load_tiles(path)[("dq", "bfloat16", True, False)] == attn.Tile(32, 32, 8, 3, "mask")
+    assert tiles.load_tiles(path)[("dq", "bfloat16", True, False)] == attn.Tile(32, 32, 8, 3, "mask")
 
 
 def test_large_bias_gives_finite_gradients():

@@ -4,11 +4,7 @@ import math
 import pytest
 import torch
 
-import transformer
 from kernels import attention as kernel
-from kernels import embedding as embedding_kernel
-from kernels import layer_norm as ln_kernel
-from kernels import mlp as mlp_kernel
 from transformer import Transformer, attend, behavioral_divergence, n_A, phi_beta, phi_delta
 
 
@@ -103,7 +99,7 @@ def test_gradient_reweighting_keeps_the_forward_and_scales_the_previous_token_gr
     assert not torch.allclose(grads[1.0], grads[0.0])
     # reference: with w = 0 the previous-token entries of A1 pass no gradient
     q = torch.randn(1, 1, 6, 16, requires_grad=True)
-    out, A = attend(q, q.detach(), torch.randn(1, 1, 6, 16), rotary=True, need_weights=True, prev_weight=0.0)
+    out, A = attend(q, q.detach(), torch.randn(1, 1, 6, 16), rotary=True, prev_weight=0.0)
     g = torch.autograd.grad(torch.diagonal(A[0, 0], -1).sum(), q, allow_unused=True)[0]
     assert g is None or torch.equal(g, torch.zeros_like(g))
 
@@ -116,7 +112,7 @@ def test_gradient_reweighting_is_the_written_out_formula(w):
     g = gen(7)
     q, k, v = (torch.randn(2, 1, 9, 16, generator=g, requires_grad=True) for _ in range(3))
     r = torch.randn(2, 1, 9, 16, generator=g)
-    out, A = attend(q, k, v, rotary=True, need_weights=True, prev_weight=w)
+    out, A = attend(q, k, v, rotary=True, prev_weight=w)
     got = torch.autograd.grad((out * r).sum(), (q, k, v))
     A_plain = torch.softmax(kernel.attention_scores(q, k, rotary=True), -1)
     out_plain = A_plain @ v
@@ -130,52 +126,6 @@ def test_gradient_reweighting_is_the_written_out_formula(w):
         torch.testing.assert_close(a, b)
     plain = torch.autograd.grad((out_plain * r).sum(), q)[0]
     assert not torch.allclose(got[0], plain, atol=1e-4)  # w < 1 changes the gradient
-
-
-def test_use_kernel_is_cuda_with_triton():
-    """The switch itself (the CUDA tests below check that the kernel runs)."""
-    class Fake:
-        def __init__(self, is_cuda):
-            self.is_cuda = is_cuda
-    assert transformer.use_kernel(Fake(True)) == (kernel.triton is not None)
-    assert not transformer.use_kernel(Fake(False))
-
-
-def spy_on_kernel(monkeypatch) -> dict:
-    """Count the calls of the kernel's entry points made by transformer.attend."""
-    calls = {"attention": 0, "attention_forward": 0}
-    for name in calls:
-        fn = getattr(kernel, name)
-
-        def counted(*args, _fn=fn, _name=name, **kwargs):
-            calls[_name] += 1
-            return _fn(*args, **kwargs)
-
-        monkeypatch.setattr(kernel, name, counted)
-    return calls
-
-
-@pytest.mark.skipif(kernel.triton is None or torch.cuda.is_available(),
-                    reason="runs the kernel on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
-def test_attend_takes_the_kernel_when_use_kernel_says_so(monkeypatch):
-    """With use_kernel forced on (the interpreter on a CPU) the model calls the kernel, once per layer,
-    and gives the reference's numbers; gradient reweighting still takes the reference path."""
-    model = Transformer(D=16)
-    model.reset_parameters(gen(3))
-    s = seqs(B=2, N=20)
-    ref_logits, ref_c = model(s, cache=True)
-    calls = spy_on_kernel(monkeypatch)
-    monkeypatch.setattr(transformer, "use_kernel", lambda q: True)
-    logits = model(s)
-    assert calls == {"attention": 2, "attention_forward": 0}
-    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
-    logits, c = model(s, cache=True)
-    assert calls == {"attention": 2, "attention_forward": 2}
-    torch.testing.assert_close(c["A2"], ref_c["A2"], rtol=1e-4, atol=1e-4)
-    reweighted = Transformer(D=16, prev_weight=0.5)
-    reweighted.load_state_dict(model.state_dict())
-    reweighted(s)
-    assert calls["attention"] == 3  # layer 2 only
 
 
 def test_readouts_on_hand_built_attention():
@@ -212,119 +162,10 @@ def test_behavioral_divergence_is_the_mean_of_the_two_splits():
     assert d.item() == pytest.approx(ref.item())
 
 
-def torch_blocks(monkeypatch):
-    """The model with torch's layer norm, residual adds and MLP instead of the Triton kernels."""
-    monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: False)
-    monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: False)
-    monkeypatch.setattr(transformer, "use_embedding_kernel", lambda W: False)
-
-
-def loss_and_grads(model, s):
-    loss = torch.nn.functional.cross_entropy(model(s[:, :-1]).reshape(-1, 10).float(), s[:, 1:].reshape(-1))
-    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
-
-
-@pytest.mark.skipif(mlp_kernel.triton is None or torch.cuda.is_available(),
-                    reason="runs the kernels on CPU tensors in Triton's interpreter; on CUDA the next tests check the path")
-@pytest.mark.parametrize("mlp1, n_tasks", [(True, 0), (False, 0), (True, 3)])
-def test_model_with_the_layer_norm_and_mlp_kernels(monkeypatch, mlp1, n_tasks):
-    """With the embedding, layer norm (residual add fused) and MLP kernels forced on (the interpreter on a CPU), the
-    model's loss and every weight's gradient are torch's: the kernels are wired in where the blocks were."""
-    model = Transformer(D=16, mlp1=mlp1, n_tasks=n_tasks)  # with task injection MLP1 reads LN(y1 + task vector)
-    model.reset_parameters(gen(3))
-    s = seqs(B=2, N=21)
-    calls = {"mlp": 0, "add_layer_norm": 0, "embedding": 0}
-    for module, name in ((mlp_kernel, "mlp"), (ln_kernel, "add_layer_norm"), (embedding_kernel, "embedding")):
-        def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
-            calls[_name] += 1
-            return _fn(*args, **kwargs)
-        monkeypatch.setattr(module, name, counted)
-    monkeypatch.setattr(transformer, "use_layer_norm_kernel", lambda *xs: True)
-    monkeypatch.setattr(transformer, "use_mlp_kernel", lambda h, dtype: True)
-    monkeypatch.setattr(transformer, "use_embedding_kernel", lambda W: True)
-    got = loss_and_grads(model, s)
-    assert calls == {"mlp": 1 + mlp1, "add_layer_norm": 2 + mlp1, "embedding": 1}
-    torch_blocks(monkeypatch)
-    for a, b in zip(got, loss_and_grads(model, s)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("precision", ["bf16", "tf32"])
-def test_cuda_model_kernels_match_torch_blocks(monkeypatch, precision):
-    """Compiled, in the two precisions that take the MLP kernel: loss and gradients with the kernels against
-    the same model with torch's embedding, layer norm, adds and MLP (relative error of each gradient, in norm)."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
-    model = Transformer(D=64).cuda()
-    model.reset_parameters(torch.Generator("cuda").manual_seed(1))
-    s = seqs(B=8, N=100).cuda()
-
-    def run():
-        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
-            return loss_and_grads(model, s)
-
-    calls = {"mlp": 0, "embedding": 0}
-    for module, name in ((mlp_kernel, "mlp"), (embedding_kernel, "embedding")):
-        def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
-            calls[_name] += 1
-            return _fn(*args, **kwargs)
-        monkeypatch.setattr(module, name, counted)
-    got = run()
-    assert calls == {"mlp": 2, "embedding": 1}
-    torch_blocks(monkeypatch)
-    for i, (a, b) in enumerate(zip(got, run())):
-        assert (a - b).float().norm() <= 2e-2 * b.float().norm() + 1e-6, f"output {i}"
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_model_uses_the_kernel_with_the_reference_numerics(monkeypatch):
-    model = Transformer(D=64).cuda()
-    s = seqs(B=8, N=100).cuda()
-    calls = spy_on_kernel(monkeypatch)
-    logits, c = model(s, cache=True)
-    assert calls["attention_forward"] == 2  # the kernel ran, in both layers
-    ref = Transformer(D=64)
-    ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
-    ref_logits, ref_c = ref(s.cpu(), cache=True)
-    torch.testing.assert_close(logits.cpu(), ref_logits, rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(c["A2"].cpu(), ref_c["A2"], rtol=2e-2, atol=2e-2)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("position", ["rotary", "bias"])
-def test_cuda_model_gradients_match_the_reference(position):
-    """A training step's gradients through the compiled kernel match the CPU reference path."""
-    model = Transformer(D=64, position=position)
-    model.reset_parameters(gen(1))
-    with torch.no_grad():  # a bias that is not zero, so its gradient path is exercised too
-        for name, p in model.named_parameters():
-            if name.endswith(".P"):
-                p.normal_(0, 0.5, generator=gen(2))
-    s = seqs(B=8, N=100)
-    grads = []
-    for device in ("cuda", "cpu"):
-        m = Transformer(D=64, position=position)
-        m.load_state_dict(model.state_dict())
-        m.to(device)
-        x = s.to(device)
-        loss = torch.nn.functional.cross_entropy(m(x[:, :-1]).reshape(-1, 10), x[:, 1:].reshape(-1))
-        grads.append([g.cpu() for g in torch.autograd.grad(loss, list(m.parameters()))])
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
-
-
-def test_tf32_read_from_either_of_torchs_switches():
-    """train.py --tf32 sets torch's older allow_tf32 flag; a process may set the newer fp32_precision switch
-    instead, after which reading the older flag raises. The MLP dispatch reads either, and only for CUDA tensors:
-    a CPU model still runs."""
-    matmul = torch.backends.cuda.matmul
-    if not hasattr(matmul, "fp32_precision"):
-        pytest.skip("this torch has only the older switch")
-    old = matmul.fp32_precision
-    try:
-        matmul.fp32_precision = "tf32"
-        assert transformer._tf32()
-        assert Transformer(D=16)(seqs()).shape == (3, 20, 10)
-    finally:
-        matmul.fp32_precision = old
-    assert not transformer._tf32()
+def test_a_position_bias_is_as_long_as_max_len():
+    """P_{i-j} has max_len entries: a longer sequence is an error, not a silently shorter table."""
+    model = Transformer(D=16, position="bias", max_len=12)
+    assert model(seqs(N=12)).shape == (3, 12, 10)
+    with pytest.raises(ValueError, match="exceeds max_len 12"):
+        model(seqs(N=13))
+    assert Transformer(D=16, max_len=12)(seqs(N=13)).shape == (3, 13, 10)  # rotary positions have no table
