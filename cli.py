@@ -11,6 +11,7 @@ defined once here so that a name means one thing everywhere:
   --out DIR               one run directory (train.py); --root DIR a directory of runs (thresholds.py)
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -135,6 +136,22 @@ def writable_dir(path: str, flag: str) -> str:
     except OSError as e:
         raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
     return path
+
+
+def read_json(path: str, keys: tuple[str, ...], writer: str, flag: str = "--replot") -> dict:
+    """The JSON object at `path` holding every one of `keys` (what a --replot draws from), or one line
+    on what is missing or broken; writer: the command that writes the file."""
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except OSError as e:
+        raise ValueError(f"{flag}: cannot read {path} ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{flag}: {path} is not valid JSON ({e})") from None
+    missing = [k for k in keys if not isinstance(result, dict) or k not in result]
+    if missing:
+        raise ValueError(f"{flag}: {path} lacks {', '.join(missing)} (not written by {writer}; rerun it)")
+    return result
 
 
 # ----------------------------------------------------------------------------- parallel runs

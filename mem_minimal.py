@@ -15,7 +15,8 @@ K2_hat (the minimal model's K2*) is the largest K at which the model still beats
 training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found by binary search in K
 (powers of two) with the zero crossing interpolated in log K between the bracketing runs.
 
-    python mem_minimal.py                  # quick preset (CPU, ~1 h on 2 cores, estimated: 48 K2_hat searches)
+    python mem_minimal.py                  # quick preset (CPU: 32 min on 2 cores from a fresh clone)
+    python mem_minimal.py --replot         # only redraw mem_heatmaps.png from figures/mem_minimal.json
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
     python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
     python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
@@ -27,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as ticker
 import numpy as np
 import torch
 import torch.nn as nn
@@ -306,6 +308,11 @@ def plot_k2_hat(ax, K2: dict):
             ax.plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    D_phis = sorted({int(d) for by_D in K2.values() for d in by_D})
+    ax.set_xticks(D_phis, [str(d) for d in D_phis])
+    # K2_hat spans less than two octaves: ticks at 1, 1.25, 1.5, 1.75 x 2^k, not at the powers of 2 alone
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=2, subs=(1.0, 1.25, 1.5, 1.75)))
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("D_phi")
     ax.set_ylabel("K2_hat")
     ax.legend(title="(l1, l2)", fontsize=8)
@@ -343,17 +350,7 @@ HEATMAP_KEYS = ("preset", "iters", "heatmap", "K2_hat")  # what plot_heatmaps re
 
 def replot(figures: str):
     """--replot: the figure again from FIGURES/mem_minimal.json, or one line on what is missing or broken."""
-    path = os.path.join(figures, "mem_minimal.json")
-    try:
-        with open(path) as f:
-            result = json.load(f)
-    except OSError as e:
-        raise ValueError(f"--replot: cannot read {path} ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--replot: {path} is not valid JSON ({e})") from None
-    missing = [k for k in HEATMAP_KEYS if not isinstance(result, dict) or k not in result]
-    if missing:
-        raise ValueError(f"--replot: {path} lacks {', '.join(missing)} (not written by mem_minimal.py)")
+    result = cli.read_json(os.path.join(figures, "mem_minimal.json"), HEATMAP_KEYS, "mem_minimal.py")
     plot_heatmaps(result, os.path.join(figures, "mem_heatmaps.png"))
 
 

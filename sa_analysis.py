@@ -13,6 +13,7 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from sa_model import C
 
@@ -65,11 +66,13 @@ def fit_tau(tau_by_N: dict) -> dict:
             Ns.append(int(N))
             means.append(float(np.mean(finite)))
     if len(Ns) < 2:
-        return {"slope_vs_N_over_logN": math.nan, "slope_vs_N": math.nan, "prefactor": math.nan, "N": Ns}
+        return {"slope_vs_N_over_logN": math.nan, "slope_vs_N": math.nan, "prefactor_vs_N": math.nan,
+                "prefactor": math.nan, "N": Ns}
     Ns, means = np.array(Ns, float), np.array(means)
     x = Ns / np.log(Ns)
+    slope, intercept = np.polyfit(np.log(Ns), np.log(means), 1)
     return {"slope_vs_N_over_logN": float(np.polyfit(np.log(x), np.log(means), 1)[0]),
-            "slope_vs_N": float(np.polyfit(np.log(Ns), np.log(means), 1)[0]),
+            "slope_vs_N": float(slope), "prefactor_vs_N": float(np.exp(intercept)),  # tau = prefactor_vs_N N^slope_vs_N
             "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist()}
 
 
@@ -119,54 +122,107 @@ def plot_dynamics(dyn: dict, path: str):
 
 def plot_theory(result: dict, path: str):
     """F_d against d with the closed form F_1, and the loss landscape over (beta, delta) with w
-    optimized (Fig. 6a); the near-origin landscapes are Fig. A7's (`plot_trajectories`)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    optimized (Fig. 6a); the near-origin landscapes are Fig. A7's (`plot_trajectories`). Returns the
+    figure (closed)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     d = np.arange(1, len(result["F_d"]) + 1)
-    axes[0].semilogy(d, np.abs(result["F_d"]), "o-", label="|F_d| (Monte Carlo)")
-    axes[0].axhline(result["F1_exact"], color="k", ls="--", label="F_1 = (C-1)/(C^2 alpha + C)")
-    axes[0].set_xlabel("d")
-    axes[0].set_title("F_d = <sum_mu (T^{d+1})_{mu mu}> - 1")
-    axes[0].legend(fontsize=8)
+    axes[0].semilogy(d, np.abs(result["F_d"]), "o-", label="$|F_d|$ (Monte Carlo)")
+    axes[0].axhline(result["F1_exact"], color="k", ls="--", label=r"$F_1 = (C-1)/(C^2\alpha + C)$ (exact)")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_xlabel("d (lag)")
+    axes[0].set_ylabel("$|F_d|$")
+    axes[0].set_title(r"$F_d = \langle \sum_\mu (T^{d+1})_{\mu\mu} \rangle - 1$ over $\mathcal{D}_T$")
+    axes[0].legend(fontsize=9)
     L = result["landscape"]
     im = axes[1].pcolormesh(L["beta"], L["delta"], np.array(L["loss"]), shading="nearest", cmap="viridis")
-    fig.colorbar(im, ax=axes[1])
-    axes[1].set_xlabel("beta")
-    axes[1].set_ylabel("delta")
-    axes[1].set_title(f"loss at N = {L['N']}, w_A..w_D optimized", fontsize=9)
+    fig.colorbar(im, ax=axes[1], label="loss")
+    axes[1].set_xlabel(r"$\beta$")
+    axes[1].set_ylabel(r"$\delta$")
+    axes[1].set_title(f"reduced model's loss at N = {L['N']}, $w_A \\ldots w_D$ optimized (Fig. 6a)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def plot_parameters(run: dict, path: str):
-    """Fig. 5c and Fig. A4 over training: the paper's normalized views (P1 as positional attention,
-    M2's h.x block as attention by content, M1 likewise; `normalized_parameters`), then the raw
-    P1, P2 and the four C x C blocks of M2 (key . query)."""
-    snaps = sorted(run["snapshots"].items(), key=lambda kv: int(kv[0]))
-    fig, axes = plt.subplots(len(snaps), 8, figsize=(21, 2.4 * len(snaps)), squeeze=False)
-    for row, (t, p) in zip(axes, snaps):
-        view = normalized_parameters(p)
-        P1, P2, M2 = np.array(p["P1"]), np.array(p["P2"]), np.array(p["M2"])
-        row[0].bar(range(8), view["P1"][:8])
-        row[0].set_ylim(0, 1)
-        row[0].set_title(f"t = {t}: softmax P1, lag i - j < 8", fontsize=8)
-        for ax, key, title in ((row[1], "M2_hx", "M2 h.x normalized (beta)"), (row[2], "M1", "M1 normalized")):
-            ax.imshow(np.array(view[key]), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{title}: key x query", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-        row[3].bar(range(8), P1[:8], color="gray")
-        row[3].bar(range(8), P2[:8], color="tab:orange", alpha=0.6)
-        row[3].set_title("raw P1 (gray), P2[N - i] (orange)", fontsize=8)
-        lim = max(1e-6, np.abs(M2).max())
-        for k, (name, block) in enumerate((("x.x", M2[:C, :C]), ("x.h", M2[:C, C:]), ("h.x (beta)", M2[C:, :C]), ("h.h", M2[C:, C:]))):
-            row[4 + k].imshow(block, cmap="RdBu_r", vmin=-lim, vmax=lim)
-            row[4 + k].set_title(f"raw M2 {name} (key . query)", fontsize=8)
-            row[4 + k].set_xticks([])
-            row[4 + k].set_yticks([])
+    """Fig. 5c and Fig. A4 over training, at the run's snapshots after t = 0 (all parameters start at
+    zero). Top (Fig. 5c): the paper's normalized views (`normalized_parameters`): P1 as positional
+    attention against the lag, and M2's h.x block as attention by content at three times. Bottom (Fig.
+    A4): raw P1 and P2 against the lag, raw M1 and M2 at the last snapshot, and the mean diagonal of M1
+    and of each C x C block of M2 against t, from 0. Returns the figure (closed)."""
+    every = sorted((int(t), p) for t, p in run["snapshots"].items())
+    snaps = [(t, p) for t, p in every if t > 0]
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(snaps)))
+    lags = np.arange(8)
+    fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
+    top, bottom = axes
+
+    for (t, p), c in zip(snaps, colors):
+        top[0].plot(lags, normalized_parameters(p)["P1"][:8], "o-", color=c, label=f"t = {t}")
+    top[0].set_yscale("log")
+    top[0].set_xticks(lags)
+    top[0].set_xlabel("lag i - j")
+    top[0].set_ylabel("attention weight (softmax over all lags)")
+    top[0].set_title("Fig. 5c top: layer-1 positional attention\nsoftmax(P1) at lags 0..7")
+    top[0].legend(fontsize=9)
+    shown = [snaps[i] for i in sorted({round(k * (len(snaps) - 1) / 2) for k in range(3)})]  # first, middle, last
+    views = [np.array(normalized_parameters(p)["M2_hx"]) for _, p in shown]
+    vmax = max(v.max() for v in views)
+    for ax, (t, _), view in zip(top[1:], shown, views):
+        im = ax.imshow(view, cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_xticks(range(0, C, 3))
+        ax.set_yticks(range(0, C, 3))
+        ax.set_xlabel("query state mu (x_N)")
+        ax.set_ylabel("key's layer-1 content nu (h_i)")
+        ax.set_title(f"Fig. 5c bottom, t = {t}: layer-2 attention\nby content, softmax over nu of M2's h.x")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="attention weight")
+    for ax in top[1 + len(views):]:
+        ax.axis("off")
+
+    for (t, p), c in zip(snaps, colors):
+        bottom[0].plot(lags, np.array(p["P1"])[:8], "o-", color=c, label=f"P1, t = {t}")
+        bottom[0].plot(lags, np.array(p["P2"])[:8], "x--", color=c, label=f"P2, t = {t}")
+    bottom[0].axhline(0, color="k", lw=0.5)
+    bottom[0].set_xticks(lags)
+    bottom[0].set_xlabel("lag (P1: i - j; P2: N - i)")
+    bottom[0].set_ylabel("raw bias")
+    bottom[0].set_title("raw P1 (o, solid) and P2 (x, dashed)")
+    bottom[0].legend(fontsize=7, ncol=2)
+    t_last, last = snaps[-1]
+    for ax, key in ((bottom[1], "M1"), (bottom[2], "M2")):
+        M = np.array(last[key])
+        lim = max(1e-6, np.abs(M).max())
+        im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
+        fig.colorbar(im, ax=ax, fraction=0.046, label="raw value")
+        if key == "M1":
+            ax.set_xlabel("query state")
+            ax.set_ylabel("key state")
+        else:  # rows: the key's [x; h], columns: the query's
+            for edge in (C - 0.5,):
+                ax.axhline(edge, color="k", lw=0.8)
+                ax.axvline(edge, color="k", lw=0.8)
+            ax.set_xticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x (state)", "h (layer 1)"])
+            ax.set_yticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x", "h"])
+            ax.set_xlabel("query component")
+            ax.set_ylabel("key component")
+        ax.set_title(f"raw {key} at t = {t_last} (key . query)")
+    blocks = {"M1": ("M1", slice(None), slice(None)), "M2 x.x": ("M2", slice(None, C), slice(None, C)),
+              "M2 x.h": ("M2", slice(None, C), slice(C, None)), "M2 h.x (beta)": ("M2", slice(C, None), slice(None, C)),
+              "M2 h.h": ("M2", slice(C, None), slice(C, None))}
+    for label, (key, rows, cols) in blocks.items():
+        bottom[3].plot([t for t, _ in every], [np.diag(np.array(p[key])[rows, cols]).mean() for _, p in every], "o-",
+                       label=label)
+    bottom[3].axhline(0, color="k", lw=0.5)
+    bottom[3].set_xlabel("iteration t")
+    bottom[3].set_ylabel("mean diagonal entry")
+    bottom[3].set_title("Fig. A4: the diagonals of M1 and M2's blocks")
+    bottom[3].legend(fontsize=8)
+    fig.suptitle(f"SA-transformer parameters over training (N = {run['run']['N']}, control, seed {run['run']['seed']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+    return fig
 
 
 def plot_trajectories(origin: dict, runs: dict, path: str):
@@ -200,8 +256,9 @@ def plot_trajectories(origin: dict, runs: dict, path: str):
 
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     """Fig. 6b-c: beta and delta against t (control vs ablation; full, reduced and frozen-w models),
-    tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top) and the transformer
-    (Fig. 6c bottom), each with its fit tau = a N / log N. Returns the figure (closed)."""
+    tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
+    tau = a N / log N, and the transformer (Fig. 6c bottom) with the power law fitted to it and that law.
+    Returns the figure (closed)."""
     fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
@@ -225,9 +282,11 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_xlabel("iteration t")
         ax.set_title(f"{key} (mean over seeds); exponents in sa_scaling.json", fontsize=9)
         ax.legend(fontsize=6)
-    panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer"),
-              (axes[3], (("tau_transformer", "control"),), "transformer, no MLP1, non-AR"))
-    for ax, series, title in panels:
+    # the transformer's panel draws the power law its runs give, with the paper's law as a labelled reference:
+    # in the quick preset its tau falls with N (N = 24..64), and the law's fit alone would draw a rising line
+    panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False),
+              (axes[3], (("tau_transformer", "control"),), "transformer, no MLP1, non-AR", True))
+    for ax, series, title, free in panels:
         slopes = []
         for key, setting in series:
             points = [(int(N), tau) for N, taus in result[key].items() for tau in taus if np.isfinite(tau)]
@@ -236,18 +295,27 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
                 continue
             ax.plot(*zip(*points), "o", color=COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
             Ns = np.array(fit["N"], float)
-            ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=COLORS[setting], label=f"{fit['prefactor']:.0f} N / log N")
-            slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
+            if free:
+                ax.plot(Ns, fit["prefactor_vs_N"] * Ns ** fit["slope_vs_N"], "-", color=COLORS[setting],
+                        label=f"fit: {fit['prefactor_vs_N']:.3g} N^{fit['slope_vs_N']:.2f}")
+                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
+                        label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
+                slopes.append(f"tau ~ N^{fit['slope_vs_N']:.2f} (paper: N / log N)")
+            else:
+                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=COLORS[setting], label=f"{fit['prefactor']:.0f} N / log N")
+                slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
         if not slopes:
             ax.text(0.5, 0.5, "not run (add --transformer)" if not result[series[0][0]] else "no transition within the budget",
                     ha="center", transform=ax.transAxes)
             ax.set_title(title)
             continue
+        Ns = sorted({int(N) for key, _ in series for N in result[key]})
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_xticks(Ns, [str(N) for N in Ns])
         ax.set_xlabel("N")
         ax.set_ylabel("tau_2Gen (iterations)")
-        ax.set_title(f"{title}: slope vs N / log N: {', '.join(slopes)}", fontsize=9)
+        ax.set_title(f"{title}: {', '.join(slopes)}" if free else f"{title}: slope vs N / log N: {', '.join(slopes)}", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

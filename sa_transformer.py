@@ -9,8 +9,13 @@ SGD on fresh chains (K = infinity) at the last position, tau_2Gen as the halfway
 loss between the 1-Gen plateau and 2-Gen, the control and bias-ablation series of tau_2Gen(N) fitted
 against N / log N, and the non-autoregressive transformer without MLP1 (Fig. 6c bottom).
 
-    python sa_transformer.py                 # quick preset (CPU)
+    python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores, 83 min with --transformer)
     python sa_transformer.py --preset paper  # the paper's sizes and seeds
+    python sa_transformer.py --replot        # only redraw the five figures from figures/sa_scaling.json
+
+figures/sa_scaling.json holds every number the figures draw: the fits, the landscapes and the
+trajectories of the dynamics runs ("runs": t, masked loss, beta, delta, w; the first control run's
+parameter snapshots).
 """
 import json
 import math
@@ -326,7 +331,35 @@ def landscapes(P: dict) -> dict:
     return out
 
 
-def write_figures(result: dict, dyn: dict, frozen: dict, out: str):
+SETTINGS = {"full_control": (False, False), "full_ablation": (False, True), "reduced_control": (True, False),
+            "reduced_ablation": (True, True)}  # the dynamics runs' names in sa_scaling.json: (reduced, ablate)
+TRAJECTORY = ("t", "masked_loss", "beta", "delta", "w", "levels", "tau", "run")  # what the figures read of a run
+
+
+def significant(value, digits: int = 6):
+    """value with every float rounded to `digits` significant digits (the JSON's trajectories)."""
+    if isinstance(value, dict):
+        return {k: significant(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [significant(v, digits) for v in value]
+    return float(f"{value:.{digits}g}") if isinstance(value, float) else value
+
+
+def run_records(dyn: dict, frozen: dict) -> dict:
+    """sa_scaling.json's "runs": {setting: [trajectory of each seed]}, the dynamics runs and the frozen-w
+    ones; the first control run keeps its parameter snapshots (Fig. 5c, A4)."""
+    named = {name: dyn[key] for name, key in SETTINGS.items()}
+    named.update({f"frozen_{'ablation' if ablate else 'control'}": runs for ablate, runs in frozen.items()})
+    records = {name: [significant({k: r[k] for k in TRAJECTORY}) for r in runs] for name, runs in named.items()}
+    records["full_control"][0]["snapshots"] = significant(dyn[(False, False)][0]["snapshots"])
+    return records
+
+
+def write_figures(result: dict, out: str):
+    """The five SA figures from `result` (sa_scaling.json's content, its trajectories under "runs")."""
+    runs = result["runs"]
+    dyn = {key: runs[name] for name, key in SETTINGS.items()}
+    frozen = {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
     plot_dynamics(dyn, os.path.join(out, "sa_dynamics.png"))
     plot_parameters(dyn[(False, False)][0], os.path.join(out, "sa_parameters.png"))
     plot_theory(result, os.path.join(out, "sa_theory.png"))
@@ -335,8 +368,10 @@ def write_figures(result: dict, dyn: dict, frozen: dict, out: str):
                        for setting, ablate in (("control", False), ("ablation", True))},
                       os.path.join(out, "sa_trajectories.png"))
     plot_scaling(dyn, frozen, result, os.path.join(out, "sa_scaling.png"))
-    with open(os.path.join(out, "sa_scaling.json"), "w") as f:
-        json.dump(result, f, indent=1)
+
+
+REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "tau", "tau_ablation", "tau_transformer", "tau_fits",
+             "runs")  # what write_figures reads
 
 
 def main():
@@ -349,7 +384,14 @@ def main():
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
+    parser.add_argument("--replot", action="store_true", help="only redraw the figures from FIGURES/sa_scaling.json")
     args = parser.parse_args()
+    if args.replot:
+        cli.writable_dir(args.figures, "--figures")
+        path = os.path.join(args.figures, "sa_scaling.json")
+        write_figures(cli.read_json(path, REPLOTTED, "sa_transformer.py"), args.figures)
+        print(f"wrote {args.figures}/sa_*.png from {path}")
+        return
     preset = cli.preset(args.preset)
     cli.set_threads(args.threads)
     P = dict(PRESETS[preset], transformer=PRESETS[preset]["transformer"] or args.transformer)
@@ -368,8 +410,12 @@ def main():
     result.update(dynamics_summary(dyn, frozen, w_plateau, tau_control, result["I"], P["N_dyn"]))
     result.update(scaling_summary(tau_runs, transformer))
     result.update(landscapes(P))
+    result["runs"] = run_records(dyn, frozen)
     result["seconds"] = round(time.time() - t0, 1)
-    write_figures(result, dyn, frozen, args.figures)
+    text = json.dumps(result, indent=1)
+    with open(os.path.join(args.figures, "sa_scaling.json"), "w") as f:
+        f.write(text)
+    write_figures(json.loads(text), args.figures)  # from the JSON, as --replot draws them
     print(json.dumps({k: result[k] for k in ("tau", "tau_ablation", "tau_transformer", "tau_fits", "beta_exponent_control",
                                              "delta_exponent_control", "beta_exponent_ablation", "delta_exponent_ablation",
                                              "final_loss", "loss_2gen", "w_early", "w_final", "rates", "seconds")}, indent=1))

@@ -25,10 +25,13 @@ In 2-Mem, Att2 averages MLP1's pair embeddings over the sequence, phi_n = (1/n) 
                (1000 samples) with a control variate of known mean (`mutual_information`); reported
                as I / log2 K through training, for several K.
 
-    python task_vectors.py                                   # all three experiments
-    python task_vectors.py --run runs/K16_s0 --Ks 4,16,64    # the defaults; missing quick runs are trained
+    python task_vectors.py                   # quick runs: geometry and patching at K = 16, information at K = 4, 16, 64
+    python task_vectors.py --preset paper    # the paper's runs: K = 128, information at K = 32, 64, 128 (GPU to train)
+    python task_vectors.py --replot          # only redraw the figure from FIGURES/task_vectors.json
 
-Writes figures/task_vectors.png and figures/task_vectors.json.
+It writes figures/task_vectors.png and .json, the repository's committed copies; --figures DIR writes
+elsewhere. The experiments run on the CPU, ~3 min on 2 cores, plus ~5 min for each quick run they have
+to train first (a fresh clone: ~15 min in all).
 """
 import json
 import math
@@ -47,9 +50,9 @@ from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
 import cli
 import train
-from bayes import mixed_mem
+from bayes import LABELS, mixed_mem
 from markov import TaskSet, check_int, sample_sequences
-from trace import run_edges
+from trace import TRAIN_TIME, find_run, run_edges, train_run
 from transformer import Transformer
 
 N_INFO = 128  # sequence length of the information estimate (the appendix: midway through N = 256)
@@ -86,9 +89,12 @@ def separability(X: np.ndarray, labels: np.ndarray, k: int = 5, folds: int = 5, 
 
 def tsne_2d(X: np.ndarray, seed: int = 0) -> np.ndarray:
     """scikit-learn's t-SNE to 2-D (perplexity 30, below the number of points for tiny tests; PCA
-    initialization)."""
+    initialization, so no random draw decides the layout). On one thread whatever the caller's limit:
+    on two, BLAS (the PCA) and OpenMP (the Barnes-Hut gradient) sum in another order, and t-SNE turns that
+    rounding into another layout."""
     perplexity = min(30.0, (len(X) - 1) / 3)
-    return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(X)
+    with threadpool_limits(1):
+        return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(X)
 
 
 # ----------------------------------------------------------------------------- patching (Fig. 4b, Fig. A8)
@@ -264,32 +270,36 @@ def tsne_choice(rows: list[dict], step_1mem: int, step_2mem: int) -> list[int]:
     return sorted({early, step_1mem, middle, step_2mem})
 
 
-def plot(result: dict, embedded: dict, path: str):
+def plot(result: dict, path: str):
     """Top row: t-SNE panels (Fig. 4a). Bottom: separability vs step, the two patching matrices (Fig. 4b,
-    A8) and the information curves (Fig. 4c)."""
+    A8) and the information curves (Fig. 4c). result: task_vectors.json as loaded (steps and K as strings),
+    so that a --replot draws what the run drew. Returns the figure (closed)."""
+    def by_int(d: dict) -> dict:
+        return {int(k): v for k, v in d.items()}
+
+    knn, silhouette, phases = by_int(result["separability"]), by_int(result["silhouette"]), by_int(result["phase"])
+    tsne, chains = by_int(result["tsne"]), np.array(result["tsne_chain"])
+    K = result["config"]["K_geometry"]
     fig, axes = plt.subplots(2, 4, figsize=(20, 9.5))
-    sep = result["geometry"]
-    for ax, step in zip(axes[0], sorted(embedded)):
-        xy, labels = embedded[step]
-        ax.scatter(xy[:, 0], xy[:, 1], c=labels, cmap="tab20" if labels.max() < 20 else "hsv", s=4)
-        s = sep[step]
-        ax.set_title(f"step {step} ({result['phase'][step]}): kNN acc {s['knn']:.2f}, silhouette {s['silhouette']:.2f}",
-                     fontsize=9)
+    for ax, step in zip(axes[0], sorted(tsne)):
+        xy = np.array(tsne[step])
+        ax.scatter(xy[:, 0], xy[:, 1], c=chains, cmap="tab20" if chains.max() < 20 else "hsv", s=4)
+        ax.set_title(f"step {step} (closest to {LABELS[phases[step]]}): kNN accuracy {knn[step]:.2f}, "
+                     f"silhouette {silhouette[step]:.2f}", fontsize=10)
         ax.set_xticks([])
         ax.set_yticks([])
-    for ax in axes[0][len(embedded):]:
+    for ax in axes[0][len(tsne):]:
         ax.axis("off")
-    K = result["config"]["K_geometry"]
     axes[0][0].set_ylabel(f"t-SNE of phi (Att2, last position), K = {K}, coloured by chain")
 
     ax = axes[1][0]
-    steps = sorted(sep)
+    steps = sorted(knn)
     x = [max(s, 1) for s in steps]
-    ax.plot(x, [sep[s]["knn"] for s in steps], "k.-", label="5-NN chain accuracy (5-fold CV)")
-    ax.plot(x, [sep[s]["silhouette"] for s in steps], ".-", color="tab:purple", label="silhouette")
+    ax.plot(x, [knn[s] for s in steps], "k.-", label="5-NN chain accuracy (5-fold CV)")
+    ax.plot(x, [silhouette[s] for s in steps], ".-", color="tab:purple", label="silhouette")
     ax.axhline(1 / K, color="gray", ls=":", lw=1, label="chance 1/K")
-    for s in embedded:
-        ax.axvline(max(s, 1), color="gray", lw=0.5)
+    for i, s in enumerate(sorted(tsne)):
+        ax.axvline(max(s, 1), color="gray", lw=0.5, label="steps of the t-SNE panels above" if i == 0 else None)
     ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_title(f"separability of phi in D dims, K = {K}", fontsize=10)
@@ -308,13 +318,13 @@ def plot(result: dict, embedded: dict, path: str):
         ax.set_title(f"patching {block} at step {result['checkpoints'][mem]['step']}: similarity", fontsize=10)
 
     ax = axes[1][3]
-    for i, (K_info, curve) in enumerate(sorted(result["information"].items(), key=lambda kv: int(kv[0]))):
+    for i, K_info in enumerate(sorted(result["information"], key=int)):
+        curve, err = by_int(result["information"][K_info]), by_int(result["information_stderr"][K_info])
+        unpaired = by_int(result["information_unpaired"][K_info])
         steps = sorted(curve)
         x = [max(s, 1) for s in steps]
-        err = result["information_stderr"][K_info]
         ax.errorbar(x, [curve[s] for s in steps], yerr=[err[s] for s in steps], color=f"C{i}", marker=".", ms=3,
                     capsize=1, label=f"K = {K_info}")
-        unpaired = result["information_unpaired"][K_info]
         ax.plot(x, [unpaired[s] for s in steps], "x", color=f"C{i}", ms=3, alpha=0.5,
                 label="appendix's estimator (same draws)" if i == 0 else None)
     ax.axhline(1, color="gray", ls=":", lw=1)
@@ -326,37 +336,67 @@ def plot(result: dict, embedded: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
+
+
+PRESET_RUNS = {"quick": {"run": 16, "Ks": "4,16,64"},  # the paper: patching at K = 128, t-SNE "up to K = 128"
+               "paper": {"run": 128, "Ks": "32,64,128"}}
+PLOTTED = ("separability", "silhouette", "phase", "tsne", "tsne_chain", "patching_2mem", "patching_1mem", "information",
+           "information_stderr", "information_unpaired", "checkpoints", "config")  # what plot reads
 
 
 def main(argv: list[str] | None = None):
     """argv: command-line arguments (None: sys.argv)."""
-    parser = cli.ArgumentParser(description="Task vectors: t-SNE geometry, patching, information (Fig. 4, A8).")
-    parser.add_argument("--run", default=None, help="the memorizing run (default runs/K16_s0, trained if missing)")
+    parser = cli.ArgumentParser(description="Task vectors: t-SNE geometry, patching, information (Fig. 4, A8). Writes "
+                                            "FIGURES/task_vectors.png and .json; the default FIGURES, figures, holds "
+                                            "the repository's committed copies.")
+    cli.add_preset(parser, PRESET_RUNS, "which runs: quick K = 16 and information at K = 4, 16, 64, trained on the CPU "
+                                        "if missing; paper K = 128 and 32, 64, 128, N = 256, trained on a GPU if missing")
+    cli.add_figures(parser)
+    parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/task_vectors.json")
+    parser.add_argument("--run", default=None, help="the memorizing run (default: runs/K16_s0, paper runs/K128_s0)")
     parser.add_argument("--runs", default=None, help="comma-separated runs for the information curves (default: --Ks)")
-    parser.add_argument("--Ks", default="4,16,64", help="K of the quick runs for the information curves (trained if missing)")
+    parser.add_argument("--Ks", default=None, help="K of the preset's runs for the information curves "
+                                                   "(default: quick 4,16,64, paper 32,64,128)")
     parser.add_argument("--per-chain", type=int, default=64, help="geometry: sequences per chain")
     parser.add_argument("--patch-seqs", type=int, default=256, help="patching: sequences in S_A and in S_B")
     parser.add_argument("--seed", type=int, default=0, help="sequences, t-SNE and Monte Carlo draws")
-    cli.add_threads(parser, 1, "; also t-SNE's OpenMP threads: on a shared 2-core machine it ran 3x slower with 2")
-    cli.add_figures(parser)
+    cli.add_threads(parser, 1, "; t-SNE always runs on one, which keeps its layout the same from run to run")
     args = parser.parse_args(argv)
     per_chain = check_int("--per-chain", args.per_chain, 2)
     n_patch = check_int("--patch-seqs", args.patch_seqs, 1)
     seed = check_int("--seed", args.seed, 0)
     threads = check_int("--threads", args.threads, 1)
+    preset = cli.preset(args.preset)
+    Ks_text = args.Ks or PRESET_RUNS[preset]["Ks"]
     try:
-        Ks = [check_int("--Ks", int(k), 2) for k in args.Ks.split(",")]
+        Ks = [check_int("--Ks", int(k), 2) for k in Ks_text.split(",")]
     except ValueError:
-        raise ValueError(f"--Ks must be comma-separated integers >= 2, got {args.Ks!r}") from None
+        raise ValueError(f"--Ks must be comma-separated integers >= 2, got {Ks_text!r}") from None
     cli.writable_dir(args.figures, "--figures")  # before the runs it may train
-    run = train.ensure_run(args.run, 16, seed=0)
-    if args.runs:
-        info_runs = [train.ensure_run(d, K=0) for d in args.runs.split(",")]  # K is only for missing runs
+    if args.replot:
+        path = os.path.join(args.figures, "task_vectors.json")
+        plot(cli.read_json(path, PLOTTED, "task_vectors.py"), os.path.join(args.figures, "task_vectors.png"))
+        print(f"wrote {args.figures}/task_vectors.png from {path}")
+        return
+    K_run = PRESET_RUNS[preset]["run"]
+    found = find_run(args.run, K_run, preset, "--run")
+    if args.runs:  # named runs: find_run only checks them
+        info = [(0, find_run(d, 0, preset, "--runs")) for d in args.runs.split(",")]
     else:
-        info_runs = [train.ensure_run(None, K) for K in Ks]
+        info = [(K, find_run(None, K, preset, "--Ks")) for K in Ks]
+    pending = {run: K for K, (run, missing) in [(K_run, found), *info] if missing}  # each missing run once
+    committed = " (the committed copies; --figures DIR writes elsewhere)" if os.path.normpath(args.figures) == "figures" else ""
+    cli.announce(preset, f"geometry and patching of {found[0]}, information curves of "
+                         f"{', '.join(run for _, (run, _) in info)}; "
+                         + (f"to train first: {', '.join(pending)} ({TRAIN_TIME[preset]} each); " if pending else "")
+                         + "the experiments ~3 min on 2 CPU cores at N = 128",
+                 f"{args.figures}/task_vectors.png and .json{committed}")
+    for K in pending.values():
+        train_run(K, preset)
     torch.set_num_threads(threads)
     with threadpool_limits(threads):
-        experiments(run, info_runs, per_chain, n_patch, seed, args.figures)
+        experiments(found[0], [run for _, (run, _) in info], per_chain, n_patch, seed, args.figures)
 
 
 def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):
@@ -400,15 +440,17 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
         "information_pc_dims": {K: c["dims"] for K, c in curves.items()},
         "checkpoints": {**checkpoints, "tsne": tsne_steps},
         "phase": {r["step"]: phase(r) for r in rows},
-        "geometry": scores,
+        "tsne": {step: np.round(xy.astype(float), 2).tolist() for step, (xy, _) in embedded.items()},  # (n, 2) each
+        "tsne_chain": next(iter(embedded.values()))[1].tolist(),  # the same sequences at every step
         "runs": {"geometry_and_patching": run, "information": info_runs_by_K},
         "config": {"K_geometry": cfg.K, "per_chain": per_chain, "patch_seqs": n_patch, "seed": seed,
                    "N_info": N_INFO, "var_kept": VAR_KEPT, "mc_samples": MC_SAMPLES},
         "seconds": round(time.time() - t0, 1),
     }
-    plot(result, embedded, os.path.join(out, "task_vectors.png"))
+    text = json.dumps(result, indent=1)
     with open(os.path.join(out, "task_vectors.json"), "w") as f:
-        json.dump({k: v for k, v in result.items() if k != "geometry"}, f, indent=1)
+        f.write(text)
+    plot(json.loads(text), os.path.join(out, "task_vectors.png"))  # from the JSON, as --replot draws it
     for name in ("2mem", "1mem"):
         print(f"patching {name} at step {checkpoints[name]['step']} (rows: condition, columns: {' '.join(PAIRS)})")
         for c in CONDITIONS:

@@ -357,96 +357,122 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
 
 def plot_k2(result: dict, path: str):
     """Fig. 8a (Delta tau against K with the divergence fit, and against K2* - K), Fig. 8b (memorized
-    asymptotes against K), Fig. A10 (memorized fraction against step) and the epsilon calibration."""
-    fig, axes = plt.subplots(1, 5, figsize=(25, 4.4))
-    Ks, fit = result["K"], result["fit"]
+    asymptotes against K), Fig. A10 (memorized fraction against step) and the epsilon calibration. result:
+    analyze_k2's, or k2.json as loaded (K as strings, null for an unbounded value). The inset is left out
+    when there is no finite K2* to plot against."""
+    def per_K(d: dict) -> dict:
+        return {int(K): v for K, v in d.items()}
+
+    Ks, fit = [int(K) for K in result["K"]], result["fit"]
+    off = result.get("fit_offset") or {"K2_star": None}  # JSONs written before the offset fit have none
+    dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
+    medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
+               for K, (m, lo, hi) in per_K(result["median"]).items()}
+    asymptote, curves_by_K = per_K(result["memorized_asymptote"]), per_K(result["memorized_curves"])
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
-    for K in Ks:
-        seeds = [v for v in result["delta_tau"][K] if v is not None]
-        axes[0].plot([K] * len(seeds), seeds, ".", color="gray", alpha=0.6)
-        med, lo, hi = result["median"][K]
-        if math.isfinite(med):
-            axes[0].errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
-        elif K in result["median_lower_bound"]:  # longer than the run: an arrow up from its lower bound (what the fit uses)
-            axes[0].annotate("", (K, 2 * result["median_lower_bound"][K]), (K, result["median_lower_bound"][K]),
-                             arrowprops=dict(arrowstyle="->", color="k"))
-        censored = sum(v is None for v in result["delta_tau"][K])
-        if censored:  # still in 2-Gen at the end: Delta tau longer than the run
-            axes[0].annotate(f"{censored} in 2-Gen at the end", (K, 0.02), xycoords=("data", "axes fraction"),
-                             fontsize=7, ha="center", rotation=90)
-    title = "Fig. 8a: time spent in 2-Gen (median, 95% CI)"
-    if "exponential_rate" in fit:
-        title += f"\nno finite K2*: Delta tau ~ exp({fit['exponential_rate']:.3f} K)"
-    elif fit["K2_star"] is None:
-        title += "\nno fit: " + fit["why"].split(" (")[0][:70]
-    axes[0].set_title(title, fontsize=9)
-    if fit["K2_star"] is not None:
-        grid = np.linspace(min(Ks), min(fit["K2_star"] * 0.999, max(Ks) * 1.15), 200)  # the axes' range, up to K2*
-        curve = divergence(grid, fit["log_a"], fit["K2_star"], fit["gamma"])
-        axes[0].plot(grid, curve, "k--", lw=1, label=f"fit: K2* = {fit['K2_star']:.0f}, gamma = {fit['gamma']:.2f}")
-        axes[0].axvline(fit["K2_star"], color="tab:red", ls=":", lw=1)
-        finite = [K for K in Ks if math.isfinite(result["median"][K][0])]
-        axes[1].loglog([fit["K2_star"] - K for K in finite], [result["median"][K][0] for K in finite], "ko")
-        x = np.array([fit["K2_star"] - K for K in finite], float)
-        axes[1].loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1, label=f"slope -gamma = {-fit['gamma']:.2f}")
-        axes[1].xaxis.set_minor_formatter(plt.FormatStrFormatter("%g"))  # K2* - K often spans less than a decade
-        axes[1].legend(fontsize=8)
-    off = result.get("fit_offset", {"K2_star": None})  # JSONs written before the offset fit have none
-    if off["K2_star"] is not None:  # the paper's form, with its linear offset
-        grid = np.linspace(min(Ks), min(off["K2_star"] * 0.999, max(Ks) * 1.15), 200)
-        axes[0].plot(grid, divergence(grid, off["log_a"], off["K2_star"], off["gamma"], off["b"], off["c"]), ":",
-                     color="tab:purple", lw=1, label=f"with offset: K2* = {off['K2_star']:.0f}, gamma = {off['gamma']:.2f}")
-    axes[0].set_xscale("log", base=2)
-    axes[0].set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
-    shown = [v for K in Ks for v in result["delta_tau"][K] if v] + list(result["median_lower_bound"].values())
-    if shown:  # limits set after the log scale, from the values: a linear autoscale's bottom can be <= 0
-        axes[0].set_yscale("log")
-        axes[0].set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
-    axes[0].set_xlabel("K")
-    axes[0].set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
-    if fit["K2_star"] is not None or off["K2_star"] is not None:
-        axes[0].legend(fontsize=8, loc="upper left")
-    if fit["K2_star"] is None:
-        axes[1].text(0.5, 0.5, "no finite K2* to plot against", ha="center", transform=axes[1].transAxes)
-    axes[1].set_xlabel("K2* - K")
-    axes[1].set_ylabel("median Delta tau_K")
-    axes[1].set_title("Fig. 8a inset: the divergence")
-    means = [float(np.mean(result["memorized_asymptote"][K])) for K in Ks]
-    stds = [float(np.std(result["memorized_asymptote"][K])) for K in Ks]
-    axes[2].errorbar(Ks, means, yerr=stds, fmt="ko-", capsize=3)
-    zero = result["memorized_zero"]
-    if zero is not None:
-        top = int(np.argmax(means))
-        axes[2].plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
-        axes[2].legend(fontsize=8)
-    axes[2].set_xscale("log", base=2)
-    axes[2].set_xlabel("K")
-    axes[2].set_ylabel("memorized fraction at convergence (sigmoid asymptote)")
-    axes[2].set_title("Fig. 8b: fraction of chains memorized")
-    for K in Ks:
-        curves = result["memorized_curves"][K]
-        for c in curves:
-            axes[3].plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
-        axes[3].plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
-                     label=f"K = {K}")
-    axes[3].set_xscale("log")
-    axes[3].set_xlabel("step")
-    axes[3].set_ylabel(f"fraction with Delta^k < epsilon = {result['epsilon']['value']:.3g}")
-    axes[3].set_title("Fig. A10: memorized fraction over training")
-    axes[3].legend(fontsize=8)
-    eps = result["epsilon"]
-    axes[4].hist(eps["scores"], bins=40, color="tab:blue")
-    axes[4].axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std = {eps['value']:.3g}")
-    axes[4].set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
-    axes[4].set_ylabel("chains")
-    axes[4].set_title(f"epsilon: {len(eps['per_model'])} models at K = inf, mean {eps['mean']:.3g}, std {eps['std']:.3g}")
-    axes[4].legend(fontsize=8)
-    width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
-    fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
-                 f"{width}, {result['iters']} steps)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
+        fig = plt.figure(figsize=(13, 8.6))  # 1300 px: read at a README's ~900 px width
+        grid = fig.add_gridspec(2, 6)
+        if fit["K2_star"] is not None:
+            ax8a, inset = fig.add_subplot(grid[0, :4]), fig.add_subplot(grid[0, 4:])
+            ax8b, ax10, axeps = (fig.add_subplot(grid[1, 2 * i: 2 * i + 2]) for i in range(3))
+        else:
+            inset = None
+            ax8a, ax8b = fig.add_subplot(grid[0, :3]), fig.add_subplot(grid[0, 3:])
+            ax10, axeps = fig.add_subplot(grid[1, :3]), fig.add_subplot(grid[1, 3:])
+
+        for K in Ks:
+            seeds = [v for v in dtau[K] if v is not None]
+            ax8a.plot([K] * len(seeds), seeds, ".", color="gray", alpha=0.6)
+            med, lo, hi = medians[K]
+            if math.isfinite(med):
+                ax8a.errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
+            elif K in lower:  # longer than the run: an arrow up from its lower bound (what the fit uses)
+                ax8a.annotate("", (K, 2 * lower[K]), (K, lower[K]), arrowprops=dict(arrowstyle="->", color="k"))
+            censored = sum(v is None for v in dtau[K])
+            if censored:  # still in 2-Gen at the end: Delta tau longer than the run
+                ax8a.annotate(f"{censored}/{len(dtau[K])}", (K, 0.03), ha="center", va="bottom",
+                              xycoords=("data", "axes fraction"), fontsize=9)
+        title = "Fig. 8a: time spent in 2-Gen (median, 95% CI)"
+        if any(v is None for K in Ks for v in dtau[K]):
+            title += "\nk/n at the bottom: seeds still in 2-Gen at the end; arrows: lower bounds"
+        if "exponential_rate" in fit:
+            title += f"\nno finite K2*: Delta tau ~ exp({fit['exponential_rate']:.3f} K)"
+        elif fit["K2_star"] is None:
+            title += "\nno fit: " + fit["why"].split(" (")[0][:70]
+        ax8a.set_title(title)
+        if fit["K2_star"] is not None:
+            grid_K = np.linspace(min(Ks), min(fit["K2_star"] * 0.999, max(Ks) * 1.15), 200)  # the axes' range, up to K2*
+            ax8a.plot(grid_K, divergence(grid_K, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1,
+                      label=f"fit: K2* = {fit['K2_star']:.0f}, gamma = {fit['gamma']:.2f}")
+            ax8a.axvline(fit["K2_star"], color="tab:red", ls=":", lw=1)
+            finite = [K for K in Ks if math.isfinite(medians[K][0])]
+            x = np.array([fit["K2_star"] - K for K in finite], float)
+            inset.loglog(x, [medians[K][0] for K in finite], "ko")
+            inset.loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1,
+                         label=f"slope -gamma = {-fit['gamma']:.2f}")
+            for K, xi in zip(finite, x):
+                inset.annotate(f"K = {K}", (xi, medians[K][0]), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            inset.set_xticks(x, [f"{v:.0f}" for v in x])  # K2* - K often spans less than a decade
+            inset.set_xticks([], minor=True)
+            inset.set_xlabel("K2* - K")
+            inset.set_ylabel("median Delta tau_K")
+            inset.set_title("Fig. 8a inset: the divergence")
+            inset.legend(loc="upper right")
+        if off["K2_star"] is not None:  # the paper's form, with its linear offset
+            grid_K = np.linspace(min(Ks), min(off["K2_star"] * 0.999, max(Ks) * 1.15), 200)
+            ax8a.plot(grid_K, divergence(grid_K, off["log_a"], off["K2_star"], off["gamma"], off["b"], off["c"]), ":",
+                      color="tab:purple", lw=1, label=f"with offset: K2* = {off['K2_star']:.0f}, gamma = {off['gamma']:.2f}")
+        ax8a.set_xscale("log", base=2)
+        ax8a.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
+        shown = [v for K in Ks for v in dtau[K] if v] + list(lower.values())
+        if shown:  # limits set after the log scale, from the values: a linear autoscale's bottom can be <= 0
+            ax8a.set_yscale("log")
+            ax8a.set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
+        ax8a.set_xlabel("K")
+        ax8a.set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
+        if fit["K2_star"] is not None or off["K2_star"] is not None:
+            ax8a.legend(loc="upper left")
+
+        means = [float(np.mean(asymptote[K])) for K in Ks]
+        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3)
+        zero = result["memorized_zero"]
+        if zero is not None:
+            top = int(np.argmax(means))
+            ax8b.plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
+            ax8b.legend()
+        ax8b.set_xscale("log", base=2)
+        ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
+        ax8b.set_xlabel("K")
+        ax8b.set_ylabel("memorized fraction at convergence\n(sigmoid asymptote)")
+        ax8b.set_title("Fig. 8b: fraction of chains memorized")
+        for ax in (ax8a, ax8b):  # one tick per K: a log-2 axis alone labels only its powers of 2
+            ax.set_xticks(Ks, [str(K) for K in Ks])
+
+        for K in Ks:
+            curves = curves_by_K[K]
+            for c in curves:
+                ax10.plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
+            ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
+                      label=f"K = {K}")
+        ax10.set_xscale("log")
+        ax10.set_xlabel("step")
+        ax10.set_ylabel(f"fraction with Delta^k < epsilon\n(epsilon = {result['epsilon']['value']:.3g})")
+        ax10.set_title("Fig. A10: memorized fraction over training")
+        ax10.legend(ncol=2)
+        eps = result["epsilon"]
+        axeps.hist(eps["scores"], bins=40, color="tab:blue")
+        axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
+        axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
+        axeps.set_ylabel("chains")
+        axeps.set_title(f"epsilon: {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
+        axeps.legend()
+        width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
+        fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
+                     f"{width}, {result['iters']} steps)", fontsize=12)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 

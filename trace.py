@@ -20,11 +20,19 @@ every other reader of the stream sees it unperturbed, the target's LayerNorm kee
 its unperturbed input, and what the target then writes flows downstream as usual. The importance of an
 edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta).
 
-    python trace.py circuits     # figures/circuits.png and .json (Figs. 3, A2, A3); runs on the CPU
+    python trace.py circuits                  # quick runs K = 1024 and 16, trained first if missing
+    python trace.py circuits --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
+    python trace.py circuits --replot         # only redraw the figure from FIGURES/circuits.json
+
+It writes figures/circuits.png and .json, the repository's committed copies; --figures DIR writes
+elsewhere. Tracing runs on the CPU: ~3 min for the four phases on 2 cores, plus ~5 min for each quick
+run it has to train first (a fresh clone: ~13 min in all).
 
 Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
 repository root; nothing here or in the tests needs the standard one.
 """
+import argparse
+import dataclasses
 import json
 import os
 import time
@@ -33,6 +41,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import cli
@@ -161,6 +170,48 @@ def connectivity(importance: dict[str, float]) -> np.ndarray:
 # ----------------------------------------------------------------------------- the phases' circuits
 
 PHASE_RUN = {"1gen": "gen", "2gen": "gen", "1mem": "mem", "2mem": "mem"}  # which run each phase is traced in
+PRESET_K = {"quick": {"gen": 1024, "mem": 16}, "paper": {"gen": 1024, "mem": 128}}  # the paper: Fig. A3's caption
+TRAIN_TIME = {"quick": "~5 min on 2 CPU cores", "paper": "10^6 steps, 20-50 min on an H100"}
+
+
+def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, bool]:
+    """(the run an analysis reads, whether it must be trained first): run_dir if given (it must hold a run),
+    else runs/K<K>_s0, where `python train.py --K <K> --preset <preset>` writes it. Checked before anything
+    runs: a run of the other preset there is refused rather than resumed with the wrong hyper-parameters,
+    and a paper run (10^6 steps) is only trained where CUDA is available."""
+    if run_dir is not None:
+        train.load_run(run_dir)  # a one-line error on a directory that is not a run
+        return run_dir, False
+    out = os.path.join("runs", f"K{K}_s0")
+    if os.path.exists(os.path.join(out, "metrics.jsonl")):
+        saved, rows = train.read_metrics(out)
+        if saved.get("preset", train.Config.preset) != preset:
+            raise ValueError(f"--preset {preset}: {out} holds a {saved.get('preset')} run; move it away, "
+                             f"or name the run to read with {flag}")
+        if rows and rows[-1]["step"] == saved["iters"]:
+            return out, False
+    if preset == "paper" and not torch.cuda.is_available():
+        raise ValueError(f"--preset paper: {out} is missing or unfinished and its 10^6 steps need a GPU (train it there "
+                         f"with `python train.py --K {K} --preset paper`), or name a run with {flag}")
+    return out, True
+
+
+def train_run(K: int, preset: str) -> str:
+    """Train, or finish, the preset's run runs/K<K>_s0 that find_run found missing."""
+    if preset == "quick":
+        return train.ensure_run(None, K)
+    args = argparse.Namespace(**{f.name: None for f in dataclasses.fields(train.Config)})
+    args.K, args.preset, args.out = K, "paper", os.path.join("runs", f"K{K}_s0")
+    resume = os.path.exists(os.path.join(args.out, "ckpt.pt"))
+    print(f"training the missing paper run {args.out} (python train.py --K {K} --preset paper)", flush=True)
+    train.train(train.make_config(args), resume=resume, overwrite=not resume)  # a partial run without a checkpoint is redone
+    return args.out
+
+
+def describe_runs(found: dict[str, tuple[str, bool]], preset: str) -> str:
+    """'runs/K1024_s0 (1-Gen, 2-Gen; found)'-style text of find_run's answers {label: (run, to train)}."""
+    return ", ".join(f"{run} ({label}; {f'to train first: {TRAIN_TIME[preset]}' if missing else 'found'})"
+                     for label, (run, missing) in found.items())
 
 
 def phase_checkpoint(rows: list[dict], phase: str) -> dict:
@@ -197,9 +248,17 @@ NODE_XY = {"Token": (0, 0), "A1Q": (-1.6, 1), "A1K": (-0.6, 1), "A1": (1.0, 1), 
 SUBCIRCUITS = (("A1Q", "A1"), ("A2Q", "A2(MLP1)"))  # the attention blocks, boxed with dashes
 
 
+EDGE_CMAP = ListedColormap(plt.cm.viridis(np.linspace(0.85, 0.15, 256)))  # light: weak edge, dark: the strongest
+
+
+def edge_color(rel: float):
+    """An edge's colour for its importance relative to the phase's strongest edge (THRESHOLD..1)."""
+    return EDGE_CMAP(Normalize(THRESHOLD, 1)(rel))
+
+
 def draw_circuit(ax, importance: dict[str, float], title: str):
-    """Fig. 3 / A2: edge width proportional to importance / the phase's largest importance; edges with
-    ratio <= THRESHOLD omitted; nodes left without edges greyed out."""
+    """Fig. 3 / A2: edge width and colour by importance / the phase's largest importance (edge_color);
+    edges with ratio <= THRESHOLD omitted; nodes left without edges greyed out."""
     top = max(importance.values())
     kept = {e: v / top for e, v in importance.items() if v > THRESHOLD * top}
     used = {node for e in kept for node in _parse_edge(e)}
@@ -211,7 +270,7 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
         (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[tgt]
         rad = 0.0 if yt - ys <= 1 else (0.35 if xs <= xt else -0.35)  # bow the long edges around the middle column
         ax.add_patch(FancyArrowPatch((xs, ys), (xt, yt), connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-                                     mutation_scale=8 + 6 * rel, lw=0.5 + 5 * rel, color=plt.cm.viridis(0.85 - 0.7 * rel),
+                                     mutation_scale=8 + 6 * rel, lw=0.5 + 5 * rel, color=edge_color(rel),
                                      shrinkA=11, shrinkB=11, alpha=0.9, zorder=1))
     for node, (x, y) in NODE_XY.items():
         on = node in used
@@ -224,62 +283,95 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
 
 
 def plot_circuits(phases: dict, path: str):
-    """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2)."""
-    fig, axes = plt.subplots(2, 4, figsize=(19, 9.5), gridspec_kw={"height_ratios": [1, 1.35]})
+    """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2), their edges on
+    one colour scale. Returns the figure (closed)."""
+    fig, axes = plt.subplots(2, 4, figsize=(19, 10.5), gridspec_kw={"height_ratios": [1, 1.35]})
     for col, (phase, result) in enumerate(phases.items()):
         M = connectivity(result["importance"])
         ax = axes[0, col]
         im = ax.imshow(M, cmap="Greys", vmin=0, vmax=np.nanmax(M))
         for i, j in zip(*np.where(~np.isnan(M))):
-            ax.text(j, i, f"{M[i, j]:.3f}", ha="center", va="center", fontsize=6,
+            ax.text(j, i, f"{M[i, j]:.3f}", ha="center", va="center", fontsize=7,
                     color="w" if M[i, j] > 0.5 * np.nanmax(M) else "k")
-        ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=7)
-        ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=7)
+        ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=8)
+        ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=8)
         ax.set_xlabel("target")
         if col == 0:
             ax.set_ylabel("source")
         fig.colorbar(im, ax=ax, fraction=0.046, label="importance (nats)")
         name = os.path.basename(os.path.normpath(result["run"]))
         ax.set_title(f"{LABELS[phase]}: {name}, step {result['step']}\n"
-                     f"divergence to {LABELS[phase]} {result['divergence']:.3f}", fontsize=9)
+                     f"divergence to {LABELS[phase]} {result['divergence']:.3f}", fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
-    fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats). Graphs: width proportional to "
-                 f"importance / the phase's largest; edges <= {THRESHOLD} of it omitted, nodes without edges greyed",
-                 fontsize=10)
-    fig.tight_layout()
+    fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats); graphs: the edges above "
+                 f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    bar = fig.add_axes((0.35, 0.05, 0.3, 0.015))  # under the graphs: what an edge's colour means
+    fig.colorbar(plt.cm.ScalarMappable(Normalize(THRESHOLD, 1), EDGE_CMAP), cax=bar, orientation="horizontal",
+                 label="edge importance / the phase's strongest edge (graphs)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 # ----------------------------------------------------------------------------- command line
 
 
+def replot(figures: str):
+    """--replot: the figure again from FIGURES/circuits.json, or one line on what is missing or broken."""
+    path = os.path.join(figures, "circuits.json")
+    phases = cli.read_json(path, ("phases",), "trace.py circuits")["phases"]
+    keys = ("run", "step", "divergence", "importance")
+    if not isinstance(phases, dict) or set(phases) != set(PREDICTORS) or any(
+            not isinstance(p, dict) or set(keys) - set(p) for p in phases.values()):
+        raise ValueError(f"--replot: {path} lacks the four phases' {', '.join(keys)} (not written by trace.py circuits)")
+    plot_circuits({phase: phases[phase] for phase in PREDICTORS}, os.path.join(figures, "circuits.png"))
+    print(f"wrote {figures}/circuits.png from {path}")
+
+
 def circuits(args):
-    runs = {"gen": train.ensure_run(args.gen_run, 1024), "mem": train.ensure_run(args.mem_run, 16)}
+    preset = cli.preset(args.preset)
+    K = PRESET_K[preset]
+    found = {kind: find_run(getattr(args, f"{kind}_run"), K[kind], preset, f"--{kind}-run") for kind in K}
+    committed = " (the committed copies; --figures DIR writes elsewhere)" if os.path.normpath(args.figures) == "figures" else ""
+    cli.announce(preset, f"circuits of {describe_runs({'1-Gen, 2-Gen': found['gen'], '1-Mem, 2-Mem': found['mem']}, preset)}; "
+                         f"4 x {len(EDGES)} ablations on {args.n_seqs} sequences, ~3 min on 2 CPU cores at N = 128",
+                 f"{args.figures}/circuits.png and .json{committed}")
+    runs = {kind: train_run(K[kind], preset) if missing else run for kind, (run, missing) in found.items()}
     t0 = time.time()
     phases = trace_phases(runs, args.n_seqs, args.seed)
     plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
     with open(os.path.join(args.figures, "circuits.json"), "w") as f:
-        json.dump({"n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases}, f, indent=1)
+        json.dump({"preset": preset, "n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases},
+                  f, indent=1)
     print(f"traced in {time.time() - t0:.0f} s; wrote {args.figures}/circuits.png and circuits.json")
 
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)")
-    p.add_argument("--gen-run", default=None, help="generalizing run (default: runs/K1024_s0, quick, trained if missing)")
-    p.add_argument("--mem-run", default=None, help="memorizing run (default: runs/K16_s0, quick, trained if missing)")
+    p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)",
+                       description="Trace the four phases' circuits (Figs. 3, A2, A3). Writes FIGURES/circuits.png and "
+                                   ".json; the default FIGURES, figures, holds the repository's committed copies.")
+    cli.add_preset(p, PRESET_K, "which runs: quick K = 1024 and 16, trained on the CPU if missing; "
+                                "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
+    cli.add_figures(p)
+    p.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/circuits.json")
+    p.add_argument("--gen-run", default=None, help="generalizing run (default: runs/K1024_s0 of the preset)")
+    p.add_argument("--mem-run", default=None, help="memorizing run (default: runs/K16_s0, paper runs/K128_s0)")
     p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
     p.add_argument("--seed", type=int, default=0, help="generator seed of the held-out sequences")
     cli.add_threads(p)
-    cli.add_figures(p)
     args = parser.parse_args()
     if args.command == "circuits":
         check_int("--n-seqs", args.n_seqs, 2)  # a mean over one sequence ablates nothing
         check_int("--seed", args.seed, 0)
         cli.set_threads(args.threads)
         cli.writable_dir(args.figures, "--figures")
+        if args.replot:
+            replot(args.figures)
+            return
         circuits(args)
 
 

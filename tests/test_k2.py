@@ -393,3 +393,43 @@ def test_the_line_through_the_medians_and_its_bootstrap_over_seeds():
     assert spread["slope"] == pytest.approx(0.1) and spread["slope_ci"] == pytest.approx([0.1, 0.1])
     assert spread["K_at_zero_ci"] == pytest.approx([-100 / 3, 100 / 3])
     assert estimators.line_through_medians([1, 2], [[3], [None]]) is None
+
+
+def k2_json(with_fit: bool) -> dict:
+    """A k2.json as loaded (K as strings, null for what lies beyond the runs): Delta tau diverging towards
+    K2* = 56, K = 48 still in 2-Gen in every seed, K = 40 in one."""
+    Ks = [24, 28, 32, 36, 40, 48]
+    dtau = {24: [450, 400], 28: [800, 700], 32: [900, 1100], 36: [2000, 2100], 40: [3000, None], 48: [None, None]}
+    fit = ({"K2_star": 56.0, "log_a": math.log(5e5), "gamma": 1.5} if with_fit else
+           {"K2_star": None, "why": "the fit needs a finite, growing median Delta tau at >= 4 K (finite at 3)"})
+    curve = {"step": [0, 10, 100, 1000], "fraction": [0.0, 0.0, 0.2, 0.5]}
+    return json.loads(json.dumps(thresholds.finite_json({
+        "preset": "quick", "N": 64, "mlp_width": 8, "iters": 4000, "K": Ks, "fit": fit, "fit_offset": {"K2_star": None},
+        "delta_tau": dtau, "median": {K: (float(np.median([v or math.inf for v in d])), 0.9 * (d[0] or 3600), math.inf)
+                                      for K, d in dtau.items()},
+        "median_lower_bound": {40: 3000, 48: 3600}, "memorized_asymptote": {K: [0.8 - 0.01 * K, 0.85 - 0.01 * K] for K in Ks},
+        "memorized_zero": 80.0, "memorized_curves": {K: [curve, curve] for K in Ks},
+        "epsilon": {"value": 0.001, "mean": 0.02, "std": 0.01, "scores": [0.01, 0.02, 0.03], "per_model": [0.02, 0.02]}})))
+
+
+@pytest.mark.parametrize("with_fit", [True, False])
+def test_k2_figure_from_its_json_ticks_every_K_and_leaves_out_an_empty_inset(tmp_path, monkeypatch, with_fit):
+    """Fig. 8a and 8b on log-2 axes: one labelled tick per K (2^5 alone once covered K = 24..48); the counts of
+    seeds still in 2-Gen written level; without a finite K2* no inset that only says so."""
+    figures = []
+    monkeypatch.setattr(thresholds.plt, "close", figures.append)
+    thresholds.plot_k2(k2_json(with_fit), str(tmp_path / "k2.png"))
+    fig = figures[0]
+    assert len(fig.axes) == (5 if with_fit else 4)
+    fig_8a, fig_8b = fig.axes[0], fig.axes[2 if with_fit else 1]
+    for ax in (fig_8a, fig_8b):
+        assert list(ax.get_xticks()) == [24, 28, 32, 36, 40, 48]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["24", "28", "32", "36", "40", "48"]
+    counts = [t for t in fig_8a.texts if t.get_text()]
+    assert [t.get_text() for t in counts] == ["1/2", "2/2"] and all(t.get_rotation() == 0 for t in counts)
+    assert "seeds still in 2-Gen at the end" in fig_8a.get_title()
+    assert not any("no finite K2*" in t.get_text() for ax in fig.axes for t in ax.texts)
+    if with_fit:  # the inset: K2* - K at the finite medians (K = 24..36), spanning less than a decade
+        inset = fig.axes[1]
+        assert inset.get_title() == "Fig. 8a inset: the divergence"
+        assert sorted(inset.get_xticks()) == [20, 24, 28, 32] and len(inset.get_xticks(minor=True)) == 0

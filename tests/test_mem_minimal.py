@@ -200,3 +200,18 @@ def test_budget_trend_retrains_the_corner_at_each_budget(monkeypatch):
     trend = mm.budget_trend(MemRun(), 1024, 128, [100, 400], jobs=1)
     assert seen == [(1024, 128, 100, 10), (1024, 128, 400, 40)]
     assert trend["train_minus_2gen"] == [0.01, 0.0025] and trend["gen_minus_2gen"] == [0.02, 0.005]
+
+
+def test_the_k2_hat_axes_label_the_values_they_show(tmp_path, monkeypatch):
+    """Fig. 8f: K2_hat spans 10..21, less than two octaves; a log-2 axis ticked at its powers of 2 alone showed
+    one label (2^4). Several round values, as plain numbers, and one tick per D_phi."""
+    K2 = {"1,1": {"2": [10.5, 11.0], "8": [12.7], "32": [13.9]}, "2,2": {"2": [14.3], "8": [16.1], "32": [17.4, 21.0]}}
+    result = {"preset": "quick", "iters": 1500, "K2_hat": K2,
+              "heatmap": {"K": [4, 16], "D_phi": [2, 8], "train_minus_2gen": [[-0.1, 0.1], [-0.2, 0.05]],
+                          "gen_minus_2gen": [[0.2, 0.1], [0.2, 0.05]]}}
+    monkeypatch.setattr(mm.plt, "close", lambda fig: None)
+    ax = mm.plot_heatmaps(result, str(tmp_path / "h.png")).axes[2]
+    low, high = ax.get_ylim()
+    shown = [(t, label.get_text()) for t, label in zip(ax.get_yticks(), ax.get_yticklabels()) if low <= t <= high]
+    assert len(shown) >= 3 and all(text == f"{t:g}" for t, text in shown), shown
+    assert list(ax.get_xticks()) == [2, 8, 32] and [t.get_text() for t in ax.get_xticklabels()] == ["2", "8", "32"]

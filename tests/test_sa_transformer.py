@@ -1,6 +1,7 @@
 """sa_model.py, sa_theory.py, sa_analysis.py, sa_transformer.py: exact limits of the SA-transformer, its
 factorized attention, the theory, the fits and figures."""
 import itertools
+import json
 import math
 import os
 import subprocess
@@ -423,3 +424,108 @@ def test_last_position_logits_are_the_models_own_at_the_last_position():
         model.att2.P.normal_(0, 2, generator=g)
     seqs = batch(B=5, N=9, seed=12)
     torch.testing.assert_close(sa.last_position_logits(model, seqs), model(seqs)[:, -1])
+
+
+def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_law():
+    """Fig. 6c bottom: quick transformer runs whose tau falls with N (here 4000 N^-0.5) get the fitted power law,
+    not only a rising a N / log N line through them; the paper's law is drawn too, labelled as such."""
+    Ns = [24, 32, 48, 64]
+    fits = {key: sa_analysis.fit_tau({str(N): [a * N**p] for N in Ns}) for key, a, p in
+            (("tau", 3.0, 0.8), ("tau_ablation", 4.0, 0.8), ("tau_transformer", 4000.0, -0.5))}
+    assert fits["tau_transformer"]["prefactor_vs_N"] == pytest.approx(4000.0)
+    assert fits["tau_transformer"]["slope_vs_N"] == pytest.approx(-0.5)
+    result = {key: {str(N): [a * N**p] for N in Ns} for key, a, p in
+              (("tau", 3.0, 0.8), ("tau_ablation", 4.0, 0.8), ("tau_transformer", 4000.0, -0.5))}
+    result["tau_fits"] = fits
+    dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
+    frozen = {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}
+    lines = {line.get_label(): line for line in sa_analysis.plot_scaling(dyn, frozen, result, os.devnull).axes[3].get_lines()}
+    fit_line = next(line for label, line in lines.items() if label.startswith("fit:"))
+    np.testing.assert_allclose(fit_line.get_ydata(), 4000.0 * np.array(Ns, float) ** -0.5)
+    law = next(line for label, line in lines.items() if label.startswith("paper's law"))
+    np.testing.assert_allclose(law.get_ydata(), fits["tau_transformer"]["prefactor"] * np.array(Ns) / np.log(Ns))
+
+
+def snapshot(scale: float, N: int = 16) -> dict:
+    g = torch.Generator().manual_seed(int(10 * scale))
+    return {"M1": (scale * torch.randn(10, 10, generator=g)).tolist(), "P1": (scale * torch.randn(N, generator=g)).tolist(),
+            "M2": (scale * torch.randn(20, 20, generator=g)).tolist(), "P2": (scale * torch.randn(N, generator=g)).tolist()}
+
+
+def test_parameter_figure_leaves_out_t0_and_gives_every_heat_map_a_colour_bar():
+    """Fig. 5c/A4: parameters start at zero, so t = 0 has no panel; the positional attention is not clamped to
+    [0, 1] (its early values are ~1/N); every heat map has a colour bar."""
+    run = {"run": {"N": 16, "seed": 0}, "snapshots": {str(t): snapshot(t / 100) for t in (0, 100, 200, 300, 400)}}
+    fig = sa_analysis.plot_parameters(run, os.devnull)
+    titles = " ".join(ax.get_title() for ax in fig.axes)
+    assert "t = 0" not in titles and all(f"t = {t}" in titles for t in (100, 400))  # the first and the last
+    heat_maps = [ax for ax in fig.axes if ax.images]
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(heat_maps) == 5 and len(bars) == 5  # three normalized M2 h.x views, raw M1, raw M2
+    positional = fig.axes[0]
+    assert positional.get_yscale() == "log" and positional.get_ylim() != (0, 1)
+    assert list(positional.get_xticks()) == list(range(8)) and positional.get_xlabel() == "lag i - j"
+    assert len(positional.get_lines()) == 4  # one per snapshot after t = 0
+
+
+def test_theory_figure_has_integer_lags():
+    result = {"F_d": [0.08 / 3**d for d in range(20)], "F1_exact": 0.08,
+              "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]}}
+    ax = sa_analysis.plot_theory(result, os.devnull).axes[0]
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks)
+    assert "{mu mu}" not in ax.get_title()  # mathtext, not raw pseudo-LaTeX
+
+
+def test_replot_draws_the_five_figures_from_the_json_alone(tmp_path):
+    """The JSON holds every number the SA figures draw: a --replot needs no run."""
+    Ns = [32, 64]
+    run = lambda scale, snaps=False: {**synthetic_run(scale), "masked_loss": [2.3 - 0.001 * i for i in range(30)],
+                                      "w": [[0.25] * 4] * 30, "tau": 150.0, "run": {"N": 64, "seed": 0},
+                                      "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25, "masked_loss_2gen": 2.1},
+                                      **({"snapshots": {"0": snapshot(0.0, 64), "50": snapshot(0.5, 64)}} if snaps else {})}
+    runs = {name: [run(1.0, snaps=name == "full_control"), run(1.5)] for name in sa.SETTINGS}
+    runs.update(frozen_control=[run(1.0)], frozen_ablation=[run(2.0)])
+    near = [-1.0, 0.0, 1.0]
+    taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
+    result = {"F_d": [0.08 / 3**d for d in range(5)], "F1_exact": 0.08, "runs": runs, **taus,
+              "tau_fits": {key: sa_analysis.fit_tau(value) for key, value in taus.items()},
+              "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
+              "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
+                                   "ablation": np.ones((3, 3)).tolist()}}
+    (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
+    r = subprocess.run([sys.executable, "sa_transformer.py", "--replot", "--figures", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"sa_{name}.png" for name in
+                                                               ("dynamics", "parameters", "scaling", "theory", "trajectories")]
+    (tmp_path / "sa_scaling.json").write_text(json.dumps({k: v for k, v in result.items() if k != "runs"}))
+    r = subprocess.run([sys.executable, "sa_transformer.py", "--replot", "--figures", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: --replot: {tmp_path}/sa_scaling.json lacks runs "
+                                                                   "(not written by sa_transformer.py; rerun it)"]
+
+
+def test_run_records_keep_what_the_figures_draw(tmp_path):
+    """sa_scaling.json's "runs" from real (tiny) runs: rounded to 6 significant digits, the first control run
+    with its snapshots, and enough for write_figures to draw all five figures from the JSON."""
+    def tiny(seed, reduced=False, ablate=False, **kw):
+        return sa.train_sa(sa.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
+                                  eval_batch=32, snapshots=() if reduced else (0, 10, 20), **kw))
+    dyn = {(red, abl): [tiny(s, red, abl) for s in range(2)] for red in (False, True) for abl in (False, True)}
+    frozen = {abl: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))] for abl in (False, True)}
+    records = json.loads(json.dumps(sa.run_records(dyn, frozen)))
+    assert sorted(records) == sorted([*sa.SETTINGS, "frozen_control", "frozen_ablation"])
+    first = records["full_control"][0]
+    assert sorted(first["snapshots"]) == ["0", "10", "20"] and all("snapshots" not in r for r in records["full_control"][1:])
+    np.testing.assert_allclose(first["beta"], dyn[(False, False)][0]["beta"], rtol=5e-6, atol=0)  # 6 significant digits
+    np.testing.assert_allclose(records["reduced_ablation"][1]["w"], dyn[(True, True)][1]["w"], rtol=5e-6, atol=0)
+    near = [-1.0, 0.0, 1.0]
+    taus = {key: {"8": [10.0], "16": [20.0]} for key in ("tau", "tau_ablation", "tau_transformer")}
+    sa.write_figures({"F_d": [0.1, 0.01], "F1_exact": 0.08, "runs": records, **taus,
+                      "tau_fits": {key: sa_analysis.fit_tau(value) for key, value in taus.items()},
+                      "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
+                      "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
+                                           "ablation": np.ones((3, 3)).tolist()}}, str(tmp_path))
+    assert len(list(tmp_path.glob("sa_*.png"))) == 5

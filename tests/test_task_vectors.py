@@ -4,10 +4,12 @@ the mutual-information estimator at its limits and on a 1-D quadrature, the sepa
 tiny end-to-end run."""
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
+from threadpoolctl import threadpool_limits
 
 import cli
 import task_vectors as tv
@@ -186,13 +188,16 @@ def test_separability_is_high_for_clusters_and_chance_for_shuffled_labels():
 # ----------------------------------------------------------------------------- end to end
 
 
-def test_tiny_end_to_end(tmp_path):
+def test_tiny_end_to_end(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     train.train(train.Config(K=3, N=12, iters=12, batch=8, D=16, evals=4, eval_train=16, eval_gen=16, out=str(run)),
                 quiet=True)
     threads = torch.get_num_threads()
-    tv.main(["--run", str(run), "--runs", str(run), "--per-chain", "8", "--patch-seqs", "6", "--figures", str(tmp_path)])
+    tv.main(["--preset", "quick", "--run", str(run), "--runs", str(run), "--per-chain", "8", "--patch-seqs", "6",
+             "--figures", str(tmp_path)])
     torch.set_num_threads(threads)  # main sets it for the process
+    assert capsys.readouterr().out.startswith(f"preset quick: geometry and patching of {run}, information curves of {run}; "
+                                              "the experiments")
     with open(tmp_path / "task_vectors.json") as f:
         result = json.load(f)
     steps = [str(s) for s in train.eval_steps(12, 4)]
@@ -201,11 +206,38 @@ def test_tiny_end_to_end(tmp_path):
         assert list(result[key]) == list(tv.CONDITIONS)
         assert all(list(row) == list(tv.PAIRS) and all(0 < v <= 1 for v in row.values()) for row in result[key].values())
     assert (tmp_path / "task_vectors.png").exists()
+    # the t-SNE layouts are in the JSON: --replot draws the same figure from it alone
+    assert sorted(result["tsne"], key=int) == [str(s) for s in result["checkpoints"]["tsne"]]
+    assert all(len(xy) == 3 * 8 == len(result["tsne_chain"]) for xy in result["tsne"].values())
+    figures = []
+    monkeypatch.setattr(tv.plt, "close", figures.append)
+    png = (tmp_path / "task_vectors.png").read_bytes()
+    tv.main(["--replot", "--figures", str(tmp_path)])
+    assert (tmp_path / "task_vectors.png").read_bytes() == png
+    first = sorted(result["tsne"], key=int)[0]
+    np.testing.assert_array_equal(figures[0].axes[0].collections[0].get_offsets(), result["tsne"][first])
+    separability = figures[0].axes[4]
+    assert "steps of the t-SNE panels above" in [t.get_text() for t in separability.get_legend().get_texts()]
 
 
-@pytest.mark.parametrize("argv", [["--per-chain", "0"], ["--Ks", "4,x"], ["--Ks", "1"], ["--bogus"]])
-def test_bad_input_is_one_line_and_exit_2(argv, capsys):
+@pytest.mark.parametrize("argv", [["--per-chain", "0"], ["--Ks", "4,x"], ["--Ks", "1"], ["--bogus"],
+                                  ["--preset", "huge"], ["--preset", "paper"], ["--replot"]])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no runs here, and no figures/task_vectors.json to replot
+    monkeypatch.setattr(tv.torch.cuda, "is_available", lambda: False)  # the paper's runs are missing: a GPU would train them
     with pytest.raises(SystemExit) as e:
-        cli.run(lambda: tv.main(argv))
+        cli.run(lambda: tv.main(argv + ["--figures", str(tmp_path / "figs")]))
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) in ([], ["figs"]) and not os.path.exists(tmp_path / "runs")  # nothing trained
+
+
+def test_tsne_layout_is_the_same_whatever_the_thread_limit():
+    """A rerun must redraw the same Fig. 4a: t-SNE on one thread (on two, the PCA and the Barnes-Hut gradient
+    sum in another order, and on these 16 overlapping clouds that rounding moved points by ~30 units)."""
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(256, 64)) + np.repeat(rng.normal(size=(16, 64)), 16, 0)).astype(np.float32)
+    with threadpool_limits(1):
+        first = tv.tsne_2d(X, seed=0)
+    with threadpool_limits(2):
+        np.testing.assert_array_equal(tv.tsne_2d(X, seed=0), first)

@@ -1,12 +1,18 @@
 """trace.py: the explicit forward against the model, the A2(.) split and the ablations against direct
 computations, and that every ablation bites (a silent no-op is the usual bug of interpretability code)."""
+import json
 import os
+import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from matplotlib.collections import QuadMesh
+from matplotlib.patches import FancyArrowPatch
 
 import trace
+import train
 from bayes import kl_div
 from transformer import Transformer, layer_norm
 
@@ -164,3 +170,80 @@ def test_phase_checkpoint_is_the_row_closest_to_the_predictor():
     rows = [{"step": s, "kl_1gen": a, "kl_2gen": b} for s, a, b in ((0, 0.5, 0.9), (10, 0.1, 0.3), (20, 0.2, 0.05))]
     assert trace.phase_checkpoint(rows, "1gen")["step"] == 10
     assert trace.phase_checkpoint(rows, "2gen")["step"] == 20
+
+
+# ----------------------------------------------------------------------------- the command: runs by preset, the figure
+
+
+def tiny_run(out, K=3, preset="quick", iters=12):
+    """A finished train.py run of a few steps, labelled with `preset` (what find_run checks)."""
+    cfg = train.Config(K=K, N=12, iters=iters, batch=8, D=16, evals=4, eval_train=16, eval_gen=16, preset=preset, out=str(out))
+    train.train(cfg, quiet=True)
+    return cfg
+
+
+def test_find_run_takes_the_presets_runs_and_refuses_what_it_cannot_train(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: False)
+    assert trace.find_run(None, 16, "quick", "--mem-run") == (os.path.join("runs", "K16_s0"), True)  # trained on the CPU
+    with pytest.raises(ValueError, match="need a GPU.*--mem-run"):
+        trace.find_run(None, 128, "paper", "--mem-run")
+    tiny_run(tmp_path / "runs" / "K3_s0", preset="quick")
+    assert trace.find_run(None, 3, "quick", "--mem-run") == (os.path.join("runs", "K3_s0"), False)
+    with pytest.raises(ValueError, match="holds a quick run"):  # never resumed with the paper's hyper-parameters
+        trace.find_run(None, 3, "paper", "--gen-run")
+    assert trace.find_run(str(tmp_path / "runs" / "K3_s0"), 3, "paper", "--gen-run") == (str(tmp_path / "runs" / "K3_s0"), False)
+    with pytest.raises(ValueError, match="not a run directory"):
+        trace.find_run(str(tmp_path / "nothing"), 3, "quick", "--gen-run")
+
+
+def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: True)
+    trained = []
+    monkeypatch.setattr(trace.train, "train", lambda cfg, **kw: trained.append((cfg, kw)))
+    run, missing = trace.find_run(None, 128, "paper", "--mem-run")
+    assert missing and trace.train_run(128, "paper") == run == os.path.join("runs", "K128_s0")
+    (cfg, kw), = trained
+    paper = trace.train.PRESETS["paper"]
+    assert (cfg.preset, cfg.K, cfg.N, cfg.iters, cfg.eval_gen, cfg.out) == ("paper", 128, paper["N"], paper["iters"],
+                                                                             paper["eval_gen"], run)
+    assert cfg.eval_train == 8 * 128 and kw == {"resume": False, "overwrite": True}  # the paper's 8 K sequences
+
+
+def test_circuits_command_announces_its_runs_and_replots_from_its_json(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    tiny_run(run)
+    argv = ["trace.py", "circuits", "--preset", "quick", "--gen-run", str(run), "--mem-run", str(run), "--n-seqs", "4",
+            "--figures", str(tmp_path / "figs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    trace.main()
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"preset quick: circuits of {run} (1-Gen, 2-Gen; found), {run} (1-Mem, 2-Mem; found)")
+    assert first.endswith(f"writing {tmp_path / 'figs'}/circuits.png and .json")  # not figures/: no warning about it
+    figures = []
+    monkeypatch.setattr(trace.plt, "close", figures.append)
+    monkeypatch.setattr(sys, "argv", ["trace.py", "circuits", "--replot", "--figures", str(tmp_path / "figs")])
+    trace.main()
+    saved = json.load(open(tmp_path / "figs" / "circuits.json"))
+    assert saved["preset"] == "quick" and set(saved["phases"]) == set(trace.PREDICTORS)
+    for ax, phase in zip(figures[0].axes[4:8:1], trace.PREDICTORS):  # the graphs follow the four matrices
+        assert ax.get_title() == f"{trace.LABELS[phase]} circuit"
+
+
+def test_an_edges_colour_is_read_off_the_figures_colour_bar(tmp_path, monkeypatch):
+    """draw_circuit colours an edge by its importance / the strongest; the colour bar under the graphs must
+    use the same map, so that a reader can read the ratio back from the colour."""
+    importance = {edge: 0.0 for edge in trace.EDGES}
+    importance.update({"Token->A1K": 1.0, "A1->MLP1": 0.5, "MLP1->Linear": 0.3})
+    phases = {phase: {"run": "runs/K3_s0", "step": 1, "divergence": 0.1, "importance": importance} for phase in trace.PREDICTORS}
+    figures = []
+    monkeypatch.setattr(trace.plt, "close", figures.append)
+    trace.plot_circuits(phases, str(tmp_path / "c.png"))
+    fig = figures[0]
+    bar = next(ax for ax in fig.axes if "edge importance" in ax.get_xlabel())
+    solids = next(c for c in bar.collections if isinstance(c, QuadMesh))  # the bar's colours, on its own scale
+    graph = next(ax for ax in fig.axes if ax.get_title() == "1-Gen circuit")
+    colours = sorted(tuple(np.round(p.get_edgecolor()[:3], 6)) for p in graph.patches if isinstance(p, FancyArrowPatch))
+    expected = sorted(tuple(np.round(solids.to_rgba(rel)[:3], 6)) for rel in (1.0, 0.5, 0.3))
+    assert colours == expected
