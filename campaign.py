@@ -276,28 +276,11 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
              "seconds_train": round(seconds_train, 1)}
     tv_dir = os.path.join(root, "task_vectors")
     os.makedirs(tv_dir, exist_ok=True)
-    result, embedded = task_vectors.experiments(runs["mem"], [runs["mem"]], spec["tv_per_chain"], spec["tv_patch_seqs"],
-                                                0, tv_dir)
-    piece["task_vectors"] = jsonable({k: v for k, v in result.items() if k not in ("seconds", "runs")})
-    piece["tsne"] = {str(step): {"xy": np.round(xy, 3).tolist(), "chain": labels.tolist()}
-                     for step, (xy, labels) in embedded.items()}
+    result = task_vectors.experiments(runs["mem"], [runs["mem"]], spec["tv_per_chain"], spec["tv_patch_seqs"], 0, tv_dir)
+    piece["task_vectors"] = {k: v for k, v in result.items() if k not in ("seconds", "runs")}  # t-SNE layouts included
     ledger["pieces"].append({**piece, **stamp(device, time.time() - t0, spec["iters"] * len(cfgs))})
     save_ledger(ledger, ledgers)
     return f"trained and traced in {time.time() - t0:.0f} s; nothing left"
-
-
-def jsonable(value):
-    """Nested dicts with int keys and numpy values as JSON stores them (keys as strings, numbers as floats)."""
-    return json.loads(json.dumps(value, default=lambda x: x.tolist() if hasattr(x, "tolist") else float(x)))
-
-
-def int_keys(value):
-    """The inverse of JSON's key stringification for the task-vector result (steps and K as keys)."""
-    if isinstance(value, dict):
-        return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: int_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [int_keys(v) for v in value]
-    return value
 
 
 def margins(rows: list[dict], phases: dict) -> dict:
@@ -322,12 +305,8 @@ def circuits_report(spec: dict, ledger: dict, figures: str, name: str) -> dict |
     for run, cfg in piece["runs"].items():
         config = train.Config(**{**cfg["config"], "out": ""})
         train.plot_run(rows[run], config, os.path.join(figures, f"{name.replace('circuits', 'fig2a')}_K{config.K}.png"))
-    result = int_keys(piece["task_vectors"])
-    result["geometry"] = {int(s): {"knn": v, "silhouette": result["silhouette"][int(s)]}
-                          for s, v in result["separability"].items()}
-    embedded = {int(s): (np.array(e["xy"]), np.array(e["chain"])) for s, e in piece["tsne"].items()}
     tv_name = name.replace("circuits", "task_vectors")
-    task_vectors.plot(result, embedded, os.path.join(figures, f"{tv_name}.png"))
+    task_vectors.plot(piece["task_vectors"], os.path.join(figures, f"{tv_name}.png"))
     with open(os.path.join(figures, f"{tv_name}.json"), "w") as f:
         json.dump(piece["task_vectors"], f, indent=1)
     return {"iters": spec["iters"], "Ks": spec["Ks"], "phases": phases, "margins": margins(rows, piece["phases"]),

@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None):
 
 def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):
     """The three experiments on the memorizing run `run` and the information runs; writes the figure and JSON
-    and returns (result, the t-SNE embeddings {step: (xy, chains)})."""
+    and returns the JSON's contents."""
     t0 = time.time()
 
     cfg, rows, _, tasks = train.load_run(run)
@@ -459,7 +459,7 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
         last = max(information[K])
         print(f"information K = {K}: I / log2 K = {information[K][last]:.3f} at step {last}")
     print(f"wrote {out}/task_vectors.png and .json in {result['seconds']} s")
-    return result, embedded
+    return json.loads(text)
 
 
 if __name__ == "__main__":
