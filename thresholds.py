@@ -44,6 +44,7 @@ import train
 from estimators import (Search, censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
                         fit_sigmoid, median_ci)
 from markov import check_int
+from runs import read_metrics, read_per_chain, train_ensemble
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
@@ -106,7 +107,7 @@ def probe_config(preset: str, condition: str, K: int, seed: int, root: str, iter
 
 def finished(cfg: train.Config) -> bool:
     path = os.path.join(cfg.out, "metrics.jsonl")
-    return os.path.exists(path) and any(r["step"] == cfg.iters for r in train.read_metrics(cfg.out, dense=True)[1])
+    return os.path.exists(path) and any(r["step"] == cfg.iters for r in read_metrics(cfg.out, dense=True)[1])
 
 
 def run_probe(cfg: train.Config) -> list[dict]:
@@ -115,7 +116,7 @@ def run_probe(cfg: train.Config) -> list[dict]:
     if not finished(cfg):
         resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
         train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
-    return train.read_metrics(cfg.out, dense=True)[1]
+    return read_metrics(cfg.out, dense=True)[1]
 
 
 def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
@@ -128,7 +129,7 @@ def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
             groups.setdefault((cfg.iters, cfg.prev_weight, cfg.task_injection, cfg.K if cfg.task_injection else 0), []).append(cfg)
         for i, group in enumerate(groups.values()):
             root = os.path.dirname(group[0].out)
-            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
+            train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]
@@ -273,7 +274,7 @@ def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, st
     device = cli.device(args.device)
     if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
-    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    seeds = cli.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
     return preset, root, p, jobs, device, seeds
 
 
@@ -282,7 +283,7 @@ def k1(args):
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
-    perturbed = (train.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
+    perturbed = (cli.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
                  else list(range(p["perturbed_seeds"])))
     plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
     cli.writable_dir(args.figures, "--figures")
@@ -407,16 +408,16 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
     seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps it spent there); a
     seed that never formed the induction head or memorized first is left out of it (its status is in runs)."""
     finite = [c for c in cfgs if c.K != math.inf]
-    eps = epsilon_calibration([train.read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
+    eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     Ks = sorted({c.K for c in finite})
     runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
     for c in finite:
-        dense = train.read_metrics(c.out, dense=True)[1]
+        dense = read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
         if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
             dtau[c.K].append(value)
             bound[c.K].append(censored_after(dense))
-        steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
+        steps, fraction = memorized_fraction(read_per_chain(c.out), eps["value"])
         A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A})
@@ -549,7 +550,7 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
     runs, dtau, bound, first = [], {}, {}, None
     own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
     for run_dir in run_dirs:
-        cfg, dense = train.read_metrics(run_dir, dense=True)
+        cfg, dense = read_metrics(run_dir, dense=True)
         first = first or (run_dir, cfg)
         differ = sorted(k for k in set(cfg) | set(first[1]) if k not in own and cfg.get(k) != first[1].get(k))
         if differ:

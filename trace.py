@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import cli
-import train
 from bayes import LABELS, PREDICTORS, kl_div
 from markov import check_int
+from runs import ensure_run, load_run
 from transformer import Transformer, attend
 
 EPS = 1e-5  # LayerNorm's, as in transformer.layer_norm
@@ -174,9 +174,9 @@ def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict
     phases = {}
     for phase in PREDICTORS:
         run = runs[PHASE_RUN[phase]]
-        _, rows, _, _ = train.load_run(run)
+        _, rows, _, _ = load_run(run)
         best = phase_checkpoint(rows, phase)
-        cfg, _, model, tasks = train.load_run(run, best["step"])
+        cfg, _, model, tasks = load_run(run, best["step"])
         g = torch.Generator().manual_seed(seed)  # the same draws for every phase of a run
         seqs, _ = tasks.batch(n_seqs, cfg.N + 1, g)
         t0 = time.time()
@@ -255,7 +255,7 @@ def plot_circuits(phases: dict, path: str):
 
 
 def circuits(args):
-    runs = {"gen": train.ensure_run(args.gen_run, 1024), "mem": train.ensure_run(args.mem_run, 16)}
+    runs = {"gen": ensure_run(args.gen_run, 1024), "mem": ensure_run(args.mem_run, 16)}
     t0 = time.time()
     phases = trace_phases(runs, args.n_seqs, args.seed)
     plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
