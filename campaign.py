@@ -34,6 +34,7 @@ import torch
 
 import cli
 import probes
+import runs
 import task_vectors
 import thresholds
 import trace
@@ -180,7 +181,7 @@ def flag(spec: dict) -> dict:
 def k1_report(spec: dict, ledger: dict) -> dict:
     """Per condition and seed: K1* when its search ended, else the bracket so far; the probes' summaries."""
     searches, outcomes = k1_state(spec, ledger)
-    runs = thresholds.k1_runs(outcomes)
+    probe_runs = thresholds.k1_runs(outcomes)
     seeds = {}
     for (cond, seed), s in searches.items():
         below = [K for K, up in s.probes.items() if not up]
@@ -194,7 +195,7 @@ def k1_report(spec: dict, ledger: dict) -> dict:
             "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": seeds,
             "median_K1_star": {c: statistics.median([v for v in vs if v is not None]) if any(v is not None for v in vs)
                                else None for c, vs in K1.items()},
-            "runs": runs, "pieces": [{k: piece.get(k) for k in VOLATILE} | {"probes": len(piece["probes"])}
+            "runs": probe_runs, "pieces": [{k: piece.get(k) for k in VOLATILE} | {"probes": len(piece["probes"])}
                                      for piece in ledger["pieces"]]}
 
 
@@ -265,18 +266,18 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
             for name, K in spec["Ks"].items()}
     print(f"training K = {', '.join(str(c.K) for c in cfgs.values())} together for {spec['iters']} steps "
           f"(~{predicted:.0f} s predicted)", flush=True)
-    rows = train.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
+    rows = runs.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
     seconds_train = time.time() - t0
-    runs = {name: cfg.out for name, cfg in cfgs.items()}
-    phases = trace.trace_phases(runs, spec["trace_seqs"], seed=0)
+    run_dirs = {name: cfg.out for name, cfg in cfgs.items()}
+    phases = trace.trace_phases(run_dirs, spec["trace_seqs"], seed=0)
     piece = {"runs": {name: {"config": {k: v for k, v in vars(cfg).items() if k != "out"},
                              "rows": compact([r for r in rs if not r.get("dense")], METRIC_KEYS)}
                       for (name, cfg), rs in zip(cfgs.items(), rows)},
-             "phases": {ph: {**d, "run": "gen" if d["run"] == runs["gen"] else "mem"} for ph, d in phases.items()},
+             "phases": {ph: {**d, "run": "gen" if d["run"] == run_dirs["gen"] else "mem"} for ph, d in phases.items()},
              "seconds_train": round(seconds_train, 1)}
     tv_dir = os.path.join(root, "task_vectors")
     os.makedirs(tv_dir, exist_ok=True)
-    result = task_vectors.experiments(runs["mem"], [runs["mem"]], spec["tv_per_chain"], spec["tv_patch_seqs"], 0, tv_dir)
+    result = task_vectors.experiments(run_dirs["mem"], [run_dirs["mem"]], spec["tv_per_chain"], spec["tv_patch_seqs"], 0, tv_dir)
     piece["task_vectors"] = {k: v for k, v in result.items() if k not in ("seconds", "runs")}  # t-SNE layouts included
     ledger["pieces"].append({**piece, **stamp(device, time.time() - t0, spec["iters"] * len(cfgs))})
     save_ledger(ledger, ledgers)

@@ -1,18 +1,21 @@
 """Command-line plumbing shared by the scripts: bad input is one line on stderr and exit code 2, never
-a traceback; independent runs in parallel processes; and the flags every script spells the same way,
-defined once here so that a name means one thing everywhere:
+a traceback, and so is Ctrl-C (exit 130); a flag is spelled out in full (no prefix matching: a typo such as
+--iter is an error, not --iters); independent runs in parallel processes; and the flags every script spells
+the same way, defined once here so that a name means one thing everywhere:
 
   --preset {quick,paper}  hyper-parameters: CPU-sized, or the paper's (default: paper on CUDA, quick otherwise)
   --device DEV            cpu, cuda or cuda:<i> (default: cuda if available, else cpu)
   --threads T             torch threads of this process (parallel workers always get one each)
   --jobs J                independent runs at a time, as one-thread processes (default 2)
-  --seeds LIST            seed values: 0-15, 0-3,7 (train.parse_list's syntax), never a count
+  --seeds LIST            seed values: 0-15, 0-3,7 (parse_list's syntax), never a count
   --figures DIR           where a figure's PNG and its JSON go (default figures)
   --out DIR               one run directory (train.py); --root DIR a directory of runs (thresholds.py)
 """
 import argparse
 import json
+import math
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -26,11 +29,13 @@ PRESET_HELP = "hyper-parameters: quick (CPU-sized) or paper (the paper's); defau
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but an unknown flag or a bad value is one line: `<prog>: error: <message>`; --help shows
-    every flag's default."""
+    """argparse, but an unknown flag or a bad value is one line: `<prog>: error: <message>`; an abbreviated
+    flag is unknown (argparse would silently take --iter 5 or --i 5 as --iters 5); --help shows every flag's
+    default. Sub-commands' parsers are of this class too."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
@@ -50,12 +55,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def run(main):
-    """Call main(); a ValueError (how the library reports bad input) becomes a one-line error, exit 2."""
+    """Call main(); a ValueError (how the library reports bad input) becomes a one-line error, exit 2; Ctrl-C
+    one line (the training loop's says where it stopped and how to continue), exit 130 as a shell reports it."""
     try:
         main()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as e:
+        print(str(e) or "interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 # ----------------------------------------------------------------------------- the shared flags
@@ -113,8 +122,29 @@ def add_jobs(parser: argparse.ArgumentParser):
     parser.add_argument("--jobs", type=int, default=JOBS, help="independent runs at a time, as one-thread processes")
 
 
+def parse_list(flag: str, text: str, inf: bool = False) -> list[int | float]:
+    """'64,80,94', '0-15' or mixed '0-3,7' -> the integers in that order (ranges inclusive); with inf=True
+    the item 'inf' is math.inf (K = inf). A malformed item, an empty range or a repeated value is an error."""
+    values = []
+    for item in text.split(","):
+        if inf and item.strip() == "inf":
+            values.append(math.inf)
+            continue
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
+        if m is None:
+            raise ValueError(f"{flag}: cannot read {item!r} in {text!r} (write e.g. 64,80,94 or 0-15 or 0-3,7)")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if hi < lo:
+            raise ValueError(f"{flag}: empty range {item!r} (write low-high)")
+        values += range(lo, hi + 1)
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{flag}: {', '.join(map(str, repeated))} listed more than once in {text!r}")
+    return values
+
+
 def add_seeds(parser: argparse.ArgumentParser, default: str | None, what: str, flag: str = "--seeds", *aliases: str):
-    """A list of seed values in train.parse_list's syntax (parsed by the script: parse_list lives in train.py)."""
+    """A list of seed values in parse_list's syntax (parsed by the script, with parse_list)."""
     parser.add_argument(flag, *aliases, default=default, help=f"{what}: seed values, e.g. 0-15 or 0-3,7"
                         + ("" if default is None or "default" in what else f" (default: {default})"))
 

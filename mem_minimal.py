@@ -37,7 +37,6 @@ import torch.nn.functional as F
 import cli
 from bayes import nll, two_gen
 from markov import TaskSet, check_int
-from train import parse_list
 
 # ----------------------------------------------------------------------------- the model
 
@@ -385,7 +384,7 @@ def main():
         iters = check_int("--iters", args.iters, 1)
         base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
     jobs = check_int("--jobs", args.jobs, 1)
-    seeds = list(range(P["search_seeds"])) if args.seeds is None else parse_list("--seeds", args.seeds)
+    seeds = list(range(P["search_seeds"])) if args.seeds is None else cli.parse_list("--seeds", args.seeds)
     depths = [_depth_pair(d) for d in args.depths]
     D_phis = [check_int("--D-phis", d, 1) for d in args.D_phis] if args.D_phis else (
         [P["search_D_phi"]] if args.depths_only else P["search_D_phis"])

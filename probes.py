@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 import cli
+import runs
 import train
 from estimators import Search
 
@@ -47,7 +48,7 @@ def probe_config(preset: str, p: dict, condition: str, K: int, seed: int, root: 
 
 def finished(cfg: train.Config) -> bool:
     path = os.path.join(cfg.out, "metrics.jsonl")
-    return os.path.exists(path) and any(r["step"] == cfg.iters for r in train.read_metrics(cfg.out, dense=True)[1])
+    return os.path.exists(path) and any(r["step"] == cfg.iters for r in runs.read_metrics(cfg.out, dense=True)[1])
 
 
 def run_probe(cfg: train.Config) -> list[dict]:
@@ -56,7 +57,7 @@ def run_probe(cfg: train.Config) -> list[dict]:
     if not finished(cfg):
         resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
         train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
-    return train.read_metrics(cfg.out, dense=True)[1]
+    return runs.read_metrics(cfg.out, dense=True)[1]
 
 
 def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:
@@ -75,7 +76,7 @@ def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
     if todo and todo[0].device.startswith("cuda"):
         for i, group in enumerate(ensemble_groups(todo)):
             root = os.path.dirname(group[0].out)
-            train.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
+            runs.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]

@@ -49,9 +49,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
 import cli
-import train
 from bayes import LABELS, mixed_mem
 from markov import TaskSet, check_int, sample_sequences
+from runs import load_run
 from trace import TRAIN_TIME, find_run, run_edges, train_run
 from transformer import Transformer
 
@@ -214,11 +214,11 @@ def mutual_information(means: torch.Tensor, covs: torch.Tensor, n_samples: int =
 def information_curve(run_dir: str, seed: int = 0) -> dict:
     """At every saved step: I(K; phi) / log2 K by the paired estimator ("fraction") and by the appendix's
     ("fraction_unpaired", the same draws), their standard errors (same units), and the PC dimension."""
-    cfg, rows, _, tasks = train.load_run(run_dir)
+    cfg, rows, _, tasks = load_run(run_dir)
     P = pair_distributions(tasks)
     out = {key: {} for key in ("fraction", "stderr", "fraction_unpaired", "stderr_unpaired", "dims")}
     for r in rows:
-        _, _, model, _ = train.load_run(run_dir, r["step"])
+        _, _, model, _ = load_run(run_dir, r["step"])
         means, covs = task_vector_gaussians(pair_embeddings(model), P)
         for paired, suffix in ((True, ""), (False, "_unpaired")):
             info, err = mutual_information(means, covs, generator=torch.Generator().manual_seed(seed), paired=paired)
@@ -248,12 +248,12 @@ def memorizing_step(rows: list[dict], name: str) -> dict:
 def geometry(run_dir: str, steps: list[int], tsne_steps: list[int], per_chain: int, seed: int = 0):
     """Separability of the last-position task vectors at every step in `steps` (the same sequences at
     each), and their t-SNE embedding at tsne_steps: ({step: separability}, {step: (xy (n, 2), chains)})."""
-    cfg, _, _, tasks = train.load_run(run_dir)
+    cfg, _, _, tasks = load_run(run_dir)
     seqs, chains = chain_batch(tasks, per_chain, cfg.N, torch.Generator().manual_seed(seed))
     labels = chains.numpy()
     scores, embedded = {}, {}
     for step in steps:
-        _, _, model, _ = train.load_run(run_dir, step)
+        _, _, model, _ = load_run(run_dir, step)
         phi = last_task_vectors(model, seqs).numpy()  # (K * per_chain, D)
         scores[step] = separability(phi, labels, seed=seed)
         if step in tsne_steps:
@@ -404,7 +404,7 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
     and returns the JSON's contents."""
     t0 = time.time()
 
-    cfg, rows, _, tasks = train.load_run(run)
+    cfg, rows, _, tasks = load_run(run)
     if cfg.K < 2:
         raise ValueError(f"{run} has K = 1: there is no chain to recognize")
     checkpoints = {name: memorizing_step(rows, name) for name in ("1mem", "2mem")}
@@ -417,13 +417,13 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
     seqs_A, seqs_B = patch_pair(tasks, n_patch, cfg.N + 1, g)
     patching = {}
     for name, block in (("2mem", "A2"), ("1mem", "A1")):
-        _, _, model, _ = train.load_run(run, checkpoints[name]["step"])
+        _, _, model, _ = load_run(run, checkpoints[name]["step"])
         patching[name] = patching_matrix(model, tasks, seqs_A, seqs_B, block, two_point=name == "2mem")
     print(f"patching done, {time.time() - t0:.0f} s", flush=True)
 
     curves, info_runs_by_K = {}, {}
     for d in info_runs:
-        K = train.load_run(d)[0].K
+        K = load_run(d)[0].K
         curves[K], info_runs_by_K[K] = information_curve(d, seed), d
     information = {K: c["fraction"] for K, c in curves.items()}
     print(f"information done, {time.time() - t0:.0f} s", flush=True)

@@ -45,6 +45,7 @@ from estimators import (censored_median, divergence, epsilon_calibration, extrap
                         fit_sigmoid, line_through_medians, median_ci)
 from markov import check_int
 from probes import CONDITIONS, finished, probe_command, probe_config, run_config, run_probes, search_K1
+from runs import read_metrics, read_per_chain
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
@@ -249,7 +250,7 @@ def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, st
     device = cli.device(args.device)
     if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
-    seeds = train.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    seeds = cli.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
     return preset, root, p, jobs, device, seeds
 
 
@@ -258,7 +259,7 @@ def k1(args):
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
-    perturbed = (train.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
+    perturbed = (cli.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
                  else list(range(p["perturbed_seeds"])))
     plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
     cli.writable_dir(args.figures, "--figures")
@@ -327,16 +328,16 @@ def analyze_k2(cfgs: list[train.Config]) -> dict:
     seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps it spent there); a
     seed that never formed the induction head or memorized first is left out of it (its status is in runs)."""
     finite = [c for c in cfgs if c.K != math.inf]
-    eps = epsilon_calibration([train.read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
+    eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     Ks = sorted({c.K for c in finite})
     runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
     for c in finite:
-        dense = train.read_metrics(c.out, dense=True)[1]
+        dense = read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
         if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
             dtau[c.K].append(value)
             bound[c.K].append(censored_after(dense))
-        steps, fraction = memorized_fraction(train.read_per_chain(c.out), eps["value"])
+        steps, fraction = memorized_fraction(read_per_chain(c.out), eps["value"])
         A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A})
@@ -496,7 +497,7 @@ def delta_tau_table(run_dirs: list[str]) -> dict:
     runs, first = [], None
     own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
     for run_dir in run_dirs:
-        cfg, dense = train.read_metrics(run_dir, dense=True)
+        cfg, dense = read_metrics(run_dir, dense=True)
         first = first or (run_dir, cfg)
         differ = sorted(k for k in set(cfg) | set(first[1]) if k not in own and cfg.get(k) != first[1].get(k))
         if differ:

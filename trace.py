@@ -48,6 +48,7 @@ import cli
 import train
 from bayes import LABELS, PREDICTORS, kl_div
 from markov import check_int
+from runs import ensure_run, load_run, read_metrics
 from transformer import Transformer, attend
 
 EPS = 1e-5  # LayerNorm's, as in transformer.layer_norm
@@ -180,11 +181,11 @@ def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, 
     runs: a run of the other preset there is refused rather than resumed with the wrong hyper-parameters,
     and a paper run (10^6 steps) is only trained where CUDA is available."""
     if run_dir is not None:
-        train.load_run(run_dir)  # a one-line error on a directory that is not a run
+        load_run(run_dir)  # a one-line error on a directory that is not a run
         return run_dir, False
     out = os.path.join("runs", f"K{K}_s0")
     if os.path.exists(os.path.join(out, "metrics.jsonl")):
-        saved, rows = train.read_metrics(out)
+        saved, rows = read_metrics(out)
         if saved.get("preset", train.Config.preset) != preset:
             raise ValueError(f"--preset {preset}: {out} holds a {saved.get('preset')} run; move it away, "
                              f"or name the run to read with {flag}")
@@ -199,7 +200,7 @@ def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, 
 def train_run(K: int, preset: str) -> str:
     """Train, or finish, the preset's run runs/K<K>_s0 that find_run found missing."""
     if preset == "quick":
-        return train.ensure_run(None, K)
+        return ensure_run(None, K)
     args = argparse.Namespace(**{f.name: None for f in dataclasses.fields(train.Config)})
     args.K, args.preset, args.out = K, "paper", os.path.join("runs", f"K{K}_s0")
     resume = os.path.exists(os.path.join(args.out, "ckpt.pt"))
@@ -225,9 +226,9 @@ def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict
     phases = {}
     for phase in PREDICTORS:
         run = runs[PHASE_RUN[phase]]
-        _, rows, _, _ = train.load_run(run)
+        _, rows, _, _ = load_run(run)
         best = phase_checkpoint(rows, phase)
-        cfg, _, model, tasks = train.load_run(run, best["step"])
+        cfg, _, model, tasks = load_run(run, best["step"])
         g = torch.Generator().manual_seed(seed)  # the same draws for every phase of a run
         seqs, _ = tasks.batch(n_seqs, cfg.N + 1, g)
         t0 = time.time()

@@ -38,7 +38,6 @@ import cli  # noqa: E402
 from bench.bench_train import load_attention, load_attention_module  # noqa: E402
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
-from train import parse_list  # noqa: E402
 from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
 from kernels.tiles import Tile, save_tiles  # noqa: E402
 
@@ -330,7 +329,7 @@ def main():
     args = parser.parse_args()
     jobs = check_int("--compile-jobs", args.compile_jobs, 1)
     kernels = args.sweep_kernels.split(",")
-    lengths = set(parse_list("--N", args.N))
+    lengths = set(cli.parse_list("--N", args.N))
     if not lengths <= {N for N, _, _ in SHAPES}:
         raise ValueError(f"--N: lengths among {sorted({N for N, _, _ in SHAPES})}, got {args.N!r}")
     shapes = [shape for shape in SHAPES if shape[0] in lengths]

@@ -10,11 +10,15 @@ import os
 import subprocess
 import sys
 
+import matplotlib
+import numpy as np
 import pytest
 import torch
 
 import cli
+import runs
 import train
+from bayes import COLORS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--K", "4", "--iters", "3", "--N", "8", "--batch", "4", "--evals", "2", "--eval-train", "8", "--eval-gen", "8"]
@@ -91,8 +95,11 @@ def test_as_processes_bad_input_is_one_line_and_help_starts_nothing(tmp_path):
     (["--task-seed", "-1"], ["task_seed"]),
     (["--resume", "--overwrite"], ["exclude each other"]),
     (["--resume"], ["no checkpoint"]),
+    (["--iter", "5"], ["unrecognized arguments: --iter 5"]),
+    (["--i", "5"], ["unrecognized arguments: --i 5"]),
+    (["--over"], ["unrecognized arguments: --over"]),
 ], ids=["D0", "mlp-width-neg", "C1", "meta", "foo", "lr-inf", "lr-nan", "beta2", "K-huge", "K-bound", "seed-neg", "task-seed-neg", "resume-overwrite",
-        "resume-nothing"])
+        "resume-nothing", "abbrev-iter", "abbrev-i", "abbrev-over"])
 def test_train_bad_input_creates_nothing(tmp_path, flags, words, run):
     out = tmp_path / "run"
     assert_one_line_error(run("train.py", *TINY, "--out", out, *flags), *words)
@@ -168,6 +175,10 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("bench/bench_attention.py", ["--N", "300"], ["--N"]),
     ("bench/bench_attention.py", ["--sweep-kernels", "dq,skew"], ["--sweep-kernels"]),
     ("sa_transformer.py", ["--jobs", "0"], ["--jobs"]),
+    # abbreviated flags (values that fail fast should an abbreviation be taken for the flag again)
+    ("thresholds.py", ["k2", "--see", "x"], ["unrecognized arguments: --see x"]),  # a sub-command's flags too
+    ("mem_minimal.py", ["--seed", "2-1"], ["unrecognized arguments: --seed 2-1"]),  # --seeds
+    ("bench/bench_data.py", ["--thread", "0"], ["unrecognized arguments: --thread 0"]),
 ])
 def test_other_scripts_bad_input(tmp_path, script, flags, words, run):
     assert_one_line_error(run(script, *flags, cwd=tmp_path), *words)
@@ -193,7 +204,7 @@ def test_a_run_refuses_a_directory_holding_a_run_and_resume_or_overwrite_reuse_i
     assert_one_line_error(run("train.py", *TINY, "--out", out), "already holds a run", "--resume", "--overwrite")
     assert (out / "metrics.jsonl").read_text() == metrics
     resumed = run("train.py", *TINY, "--out", out, "--resume")
-    assert resumed.returncode == 0 and "resuming from step 3" in resumed.stdout.splitlines()[2]
+    assert resumed.returncode == 0 and "already complete" in resumed.stdout
     assert run("train.py", *TINY, "--out", out, "--overwrite").returncode == 0
     assert not (out / "model_0000999.pt").exists()  # the old run's files are gone, not mixed in
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -218,6 +229,76 @@ def test_a_live_run_directory_is_locked_and_a_dead_lock_is_none(tmp_path, run):
     assert run("train.py", *TINY, "--out", out, "--resume").returncode == 0
 
 
+def test_resume_of_a_finished_run_says_so_and_rewrites_nothing(tmp_path, run):
+    out = tmp_path / "run"
+    tiny_run(run, out)
+    files = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir() if p.name != ".lock"}
+    proc = run("train.py", *TINY, "--out", out, "--resume")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.splitlines() == [f"{out} is already complete (3 steps, {out / 'ckpt.pt'}); nothing to do"]
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir() if p.name != ".lock"} == files
+
+
+CTRL_C = ["--K", "4", "--iters", "12", "--N", "8", "--batch", "4", "--evals", "3", "--eval-train", "8", "--eval-gen", "8",
+          "--ckpt-every", "4"]  # evaluations at 0, 2, 5, 12; checkpoints at 2, 4, 5, 8, 12
+
+
+def test_ctrl_c_is_one_line_exit_130_and_resume_continues_exactly(tmp_path, monkeypatch, run, same_numbers):
+    """Ctrl-C during the 7th optimizer step (step 6 of 12): one line that says where, exit 130, ckpt.pt as the
+    step-5 checkpoint left it; --resume then finishes the run with the numbers of an uninterrupted one."""
+    straight = tmp_path / "straight"
+    assert run("train.py", *CTRL_C, "--out", straight).returncode == 0
+    out = tmp_path / "run"
+    step, calls, seen = torch.optim.AdamW.step, [], {}
+
+    def ctrl_c(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 7:
+            seen["ckpt"] = (out / "ckpt.pt").read_bytes()
+            raise KeyboardInterrupt
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", ctrl_c)
+    try:
+        proc = run("train.py", *CTRL_C, "--out", out)
+    except KeyboardInterrupt:  # not handled by cli.run: fail this test, not the whole session
+        pytest.fail("Ctrl-C escaped cli.run")
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"interrupted at step 6; --resume continues from step 5 ({out / 'ckpt.pt'})"]
+    assert (out / "ckpt.pt").read_bytes() == seen["ckpt"] and torch.load(out / "ckpt.pt", weights_only=True)["step"] == 5
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    assert run("train.py", *CTRL_C, "--out", out, "--resume").returncode == 0
+    read = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert same_numbers(read(out), read(straight))
+
+
+class Payload:
+    """An object whose unpickling calls open(marker, "w"): code in a checkpoint, as a shared run directory could hold."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_a_checkpoint_carrying_code_is_refused_unrun(tmp_path, run):
+    """ckpt.pt and model_<step>.pt load with weights_only=True: a pickled object is a one-line error, exit 2,
+    with nothing run: not its code (no marker file), not the training (the run's files unchanged)."""
+    out = tmp_path / "run"
+    tiny_run(run, out)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "step": 2, "note": Payload(tmp_path / "marker")}, out / "ckpt.pt")
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
+    assert_one_line_error(run("train.py", *TINY, "--out", out, "--resume"), str(out / "ckpt.pt"), "pickled object")
+    assert not (tmp_path / "marker").exists()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"} == files
+    torch.save({"weights": Payload(tmp_path / "marker")}, out / "model_0000003.pt")
+    with pytest.raises(ValueError, match="pickled object"):
+        runs.load_run(str(out))
+    assert not (tmp_path / "marker").exists()
+
+
 @pytest.mark.parametrize("content, words", [(b"garbage", ["not a complete torch checkpoint"]), (None, ["lacks", "model"])])
 def test_resume_on_a_corrupt_checkpoint_says_what_is_wrong(tmp_path, content, words, run):
     out = tmp_path / "run"
@@ -236,34 +317,32 @@ def tiny_config(out, **kw):
 
 @pytest.mark.parametrize("poison", ["loss", "weights"])
 def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, poison):
-    """From the 7th step on the loss is NaN (or the weights are, the loss reported finite): the run stops
-    with a message at the next check (step 8, a checkpoint step) before writing a NaN row or checkpoint;
-    ckpt.pt keeps step 5 (evaluations at 0, 2, 5, 12; checkpoints also every 4 steps), all finite."""
-    step, calls = train.Single.step, []
+    """An AdamW update sends the weights to NaN: after the 7th, the loss of step 8 is NaN; after the 8th, step 8's
+    loss (computed before it) is finite and only the weights are NaN. Either way the run stops at step 8 (a
+    checkpoint step) with a message, before writing a NaN row or checkpoint; ckpt.pt keeps step 5 (evaluations
+    at 0, 2, 5, 12; checkpoints also every 4 steps), all finite."""
+    step, calls = torch.optim.AdamW.step, []
 
-    def poisoned(self, seqs, task):
-        loss = step(self, seqs, task)
+    def poisoned(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
         calls.append(1)
-        if len(calls) >= 7:
-            if poison == "loss":
-                return loss * float("nan")
+        if len(calls) == (7 if poison == "loss" else 8):
             with torch.no_grad():
-                next(self.module.parameters()).fill_(float("nan"))
-            return torch.zeros_like(loss)
-        return loss
+                self.param_groups[0]["params"][0].fill_(float("nan"))
+        return out
 
-    monkeypatch.setattr(train.Single, "step", poisoned)
+    monkeypatch.setattr(torch.optim.AdamW, "step", poisoned)
     cfg = tiny_config(tmp_path / "run")
-    with pytest.raises(ValueError, match=f"diverged.*non-finite {poison}"):
+    with pytest.raises(ValueError, match=f"diverged.*non-finite {poison}.*step 8"):
         train.train(cfg, quiet=True)
-    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
     assert ckpt["step"] == 5 and all(v.isfinite().all() for v in ckpt["model"].values() if v.is_floating_point())
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [0, 2, 5] and all(r["train_loss"] == r["train_loss"] for r in rows)
 
 
 def test_progress_at_least_every_PROGRESS_SECONDS(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train, "PROGRESS_SECONDS", 0)  # every step is 'late'
+    monkeypatch.setattr(runs, "PROGRESS_SECONDS", 0)  # every step is 'late'
     train.train(tiny_config(tmp_path / "run"))
     steps = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
     assert steps == [f"{s}/12" for s in range(1, 13)]
@@ -272,7 +351,7 @@ def test_progress_at_least_every_PROGRESS_SECONDS(tmp_path, monkeypatch, capsys)
 def test_eta_is_the_step_rate_without_evaluations_plus_the_evaluations_left():
     """100 steps in 30 s of which 20 s were 4 evaluations: 10 steps/s; 900 steps and 6 evaluations left
     take 90 s + 6 x 5 s (folded into one rate, the evaluations would make it 270 s)."""
-    assert train.progress_rate(100, 900, 30.0, 20.0, 4, 6) == pytest.approx((10.0, 120.0))
+    assert runs.progress_rate(100, 900, 30.0, 20.0, 4, 6) == pytest.approx((10.0, 120.0))
 
 
 def test_fig2a_panels_each_have_a_legend_below_and_step_0_at_0(tmp_path, monkeypatch):
@@ -285,6 +364,54 @@ def test_fig2a_panels_each_have_a_legend_below_and_step_0_at_0(tmp_path, monkeyp
         assert ax.get_legend() is not None and ax.get_legend().get_bbox_to_anchor().y0 < ax.get_window_extent().y0
         assert ax.get_xscale() == "symlog" and ax.get_xlim()[0] == 0
 
+
+
+def synthetic_rows(iters: int, levels: dict[str, float]) -> list[dict]:
+    """Metrics rows of a run of `iters` steps whose predictor levels on both splits are `levels`."""
+    rows = []
+    for i, step in enumerate(train.eval_steps(iters, 40)):
+        row = {"step": step, "train_loss": 2.9 - 0.01 * i, "gen_loss": 2.9 - 0.01 * i, "phi_delta_1": 0.1,
+               "phi_beta_2": 0.2, "n_A_1": 10.0, "n_A_2": 20.0}
+        for name, level in levels.items():
+            row.update({f"train_loss_{name}": level, f"gen_loss_{name}": level, f"kl_{name}": 0.1})
+        rows.append(row)
+    return rows
+
+
+def test_fig2a_coinciding_predictor_levels_both_show(tmp_path, monkeypatch):
+    """On fresh chains 1-Gen and 1-Mem have nearly the same loss (~2.32): both levels must stay visible, in
+    their own colours, where they coincide exactly."""
+    figs = []
+    monkeypatch.setattr(train.plt, "close", figs.append)
+    cfg = tiny_config(tmp_path)
+    train.plot_run(synthetic_rows(2000, {"1gen": 2.32, "2gen": 2.1, "1mem": 2.32, "2mem": 1.9}), cfg, str(tmp_path / "f.png"))
+    fig = figs[-1]
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    x0, y0, x1, y1 = fig.axes[1].get_window_extent().extents.astype(int)  # the L_gen panel; rows count from the top
+    panel = pixels[pixels.shape[0] - y1 : pixels.shape[0] - y0, x0:x1]
+    for name in ("1gen", "1mem"):
+        colour = (np.array(matplotlib.colors.to_rgb(COLORS[name])) * 255).astype(int)
+        assert (np.abs(panel - colour).max(-1) <= 8).sum() > 100, name
+
+
+@pytest.mark.parametrize("iters", [300, 2000, 10**6])
+def test_fig2a_step_tick_labels_stand_apart(tmp_path, monkeypatch, iters):
+    """The symlog step axis puts step 0 at x = 0, 0.3 decades before step 1: at 10^6 steps a "10^0" label
+    touched the "0". Neighbouring labels are at least a font size apart, and step 0 keeps its label."""
+    figs = []
+    monkeypatch.setattr(train.plt, "close", figs.append)
+    train.plot_run(synthetic_rows(iters, {"1gen": 2.3, "2gen": 2.1}), tiny_config(tmp_path), str(tmp_path / "f.png"))
+    fig = figs[-1]
+    fig.canvas.draw()
+    for ax in fig.axes:
+        left, right = ax.get_window_extent().x0, ax.get_window_extent().x1
+        labels = [(t.get_window_extent(), t.get_text()) for t in ax.get_xticklabels()]
+        labels = sorted([(box, text) for box, text in labels if text and left - 1 <= (box.x0 + box.x1) / 2 <= right + 1],
+                        key=lambda box_text: box_text[0].x0)  # the labels drawn: their ticks inside the axis
+        assert labels[0][1] == "$\\mathdefault{0}$" and len(labels) >= 3
+        font = ax.get_xticklabels()[0].get_fontsize() * fig.dpi / 72  # in pixels
+        assert all(b.x0 - a.x1 >= font for (a, _), (b, _) in zip(labels, labels[1:])), [t for _, t in labels]
 
 # ----------------------------------------------------------------------------- one convention
 

@@ -1,4 +1,4 @@
-"""Ensembles (ensemble.py, train.train_ensemble): every member is the single run with its K and seed,
+"""Ensembles (ensemble.py, runs.train_ensemble): every member is the single run with its K and seed,
 a killed ensemble resumes exactly, grids on the command line, the kernel's vmap rule."""
 import os
 import subprocess
@@ -9,10 +9,12 @@ import torch
 
 import ensemble
 import evaluation
+import runs
 import train
+from cli import parse_list
 from kernels import attention as attn
 from markov import TaskSet
-from train import Config, eval_steps, parse_list
+from train import Config, eval_steps
 from transformer import Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,25 +44,25 @@ def assert_same_state(a: dict, b: dict):
 
 
 def ckpt(run_dir):
-    return torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=False)
+    return torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=True)
 
 
 def test_members_are_the_single_runs(tmp_path, same_numbers):
     cfgs = grid(tmp_path / "ens", iters=100, eval_every=25)
-    rows = train.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)
+    rows = runs.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)
     for cfg, member_rows in zip(cfgs, rows):
         single = tiny(tmp_path / "single" / os.path.basename(cfg.out), K=cfg.K, seed=cfg.seed, iters=100, eval_every=25)
         assert same_numbers(member_rows, train.train(single, quiet=True), rel=REL)
         assert_same_state(ckpt(cfg.out), ckpt(single.out))
-        full = train.read_metrics(cfg.out)[1]
-        dense = train.read_metrics(cfg.out, dense=True)[1]
+        full = runs.read_metrics(cfg.out)[1]
+        dense = runs.read_metrics(cfg.out, dense=True)[1]
         assert [r["step"] for r in full] == eval_steps(100, 3)
         assert [r["step"] for r in dense] == [0, 25, 50, 75, 100]
         assert all(set(r) == {"step", "dense", "train_loss", "gen_loss", "phi_delta_1", "phi_delta_2", "phi_beta_1",
                               "phi_beta_2", "train_loss_2gen"} for r in dense)
         for name in ["config.json", "fig2a.png", "model_0000100.pt"]:
             assert os.path.exists(os.path.join(cfg.out, name))
-        train.load_run(cfg.out)
+        runs.load_run(cfg.out)
     assert rows[0] != rows[1] and rows[0] != rows[2]  # the members really differ (seed, K)
 
 
@@ -81,7 +83,7 @@ class Killed(Exception):
 
 
 def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
-    straight = train.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
+    straight = runs.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
     # the step the training loop calls: on CUDA the graph's replay (AdamW.step then runs only at the capture)
     target = ensemble.GraphedStep if DEVICE == "cuda" else ensemble.Ensemble
     step = target.step
@@ -95,20 +97,20 @@ def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
 
     monkeypatch.setattr(target, "step", dying_step)
     with pytest.raises(Killed):
-        train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
+        runs.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
     assert count["n"] == 13
     monkeypatch.setattr(target, "step", step)
-    resumed = train.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
+    resumed = runs.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     for K, seed in GRID:
         name = f"K{K}_s{seed}"
-        assert same_numbers(train.read_metrics(tmp_path / "killed" / name)[1], straight[GRID.index((K, seed))])
+        assert same_numbers(runs.read_metrics(tmp_path / "killed" / name)[1], straight[GRID.index((K, seed))])
         assert_same_state(ckpt(tmp_path / "killed" / name), ckpt(tmp_path / "straight" / name))
 
 
 def test_ensemble_members_must_share_the_step_shapes(tmp_path):
     with pytest.raises(ValueError, match="N"):
-        train.train_ensemble([tiny(tmp_path / "a"), tiny(tmp_path / "b", N=16)], str(tmp_path / "ckpt.pt"))
+        runs.train_ensemble([tiny(tmp_path / "a"), tiny(tmp_path / "b", N=16)], str(tmp_path / "ckpt.pt"))
 
 
 @pytest.mark.parametrize("text, values", [("64,80,94", [64, 80, 94]), ("0-3", [0, 1, 2, 3]), ("0-3,7", [0, 1, 2, 3, 7]),
@@ -143,9 +145,9 @@ def test_grid_on_the_command_line(tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
     assert not os.path.exists(os.path.join(ROOT, "figures", "fig2bc.png"))  # a grid is not a sweep: no heat maps
-    cfg, rows = train.read_metrics(tmp_path / "K5_s1")
+    cfg, rows = runs.read_metrics(tmp_path / "K5_s1")
     assert (cfg["K"], cfg["seed"], rows[-1]["step"]) == (5, 1, 4)
-    assert [r["step"] for r in train.read_metrics(tmp_path / "K5_s1", dense=True)[1]] == [0, 2, 4]
+    assert [r["step"] for r in runs.read_metrics(tmp_path / "K5_s1", dense=True)[1]] == [0, 2, 4]
 
 
 @pytest.mark.skipif(attn.triton is None, reason="needs triton")
@@ -185,7 +187,7 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
     with chunks that do not divide the batch."""
     cfg = tiny(tmp_path, eval_dense=10, task_injection=True)
     model = train.build_model(cfg)
-    model.reset_parameters(torch.Generator().manual_seed(0))  # a CPU generator, as train.fit does
+    model.reset_parameters(torch.Generator().manual_seed(0))  # a CPU generator, as train.train does
     model.to(DEVICE)
     train_seqs, gen_seqs, chains = evaluation.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     with torch.no_grad():
@@ -198,7 +200,7 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
 def test_the_last_step_has_a_dense_row(tmp_path):
     """A threshold search reads max phi_beta up to the last step, also when --eval-every does not divide it."""
     train.train(tiny(tmp_path, iters=23, eval_every=10), quiet=True)
-    assert [r["step"] for r in train.read_metrics(str(tmp_path), dense=True)[1]] == [0, 10, 20, 23]
+    assert [r["step"] for r in runs.read_metrics(str(tmp_path), dense=True)[1]] == [0, 10, 20, 23]
 
 
 @pytest.mark.parametrize("members", [1, 2])

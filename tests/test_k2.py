@@ -13,6 +13,8 @@ import torch
 import thresholds
 import estimators
 import evaluation
+import cli
+import runs
 import train
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
@@ -67,15 +69,15 @@ def test_k_inf_config_and_run(tmp_path):
     full = [r for r in rows if not r.get("dense")]
     assert "train_loss_2gen" in full[-1] and "kl_2mem" not in full[-1] and "train_loss_1mem" not in full[-1]
     assert json.load(open(tmp_path / "inf" / "config.json"))["K"] == math.inf
-    scores = train.read_per_chain(str(tmp_path / "inf"))
+    scores = runs.read_per_chain(str(tmp_path / "inf"))
     assert [r["step"] for r in scores] == [r["step"] for r in full] and len(scores[-1]["delta"]) == 5
-    loaded_cfg, _, model, tasks = train.load_run(str(tmp_path / "inf"))
+    loaded_cfg, _, model, tasks = runs.load_run(str(tmp_path / "inf"))
     assert loaded_cfg.K == math.inf and isinstance(tasks, FreshChains)
     with pytest.raises(ValueError, match="task injection"):
         tiny(tmp_path / "x", K=math.inf, task_injection=True)
-    assert train.parse_list("--K", "64,inf", inf=True) == [64, math.inf]
+    assert cli.parse_list("--K", "64,inf", inf=True) == [64, math.inf]
     with pytest.raises(ValueError):
-        train.parse_list("--seeds", "inf")
+        cli.parse_list("--seeds", "inf")
 
 
 # ----------------------------------------------------------------------------- per-chain scores, dense 2-Gen level
@@ -294,7 +296,7 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
                        per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8)
     monkeypatch.setitem(thresholds.K2_PRESETS, "quick", tiny_preset)
-    monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
+    monkeypatch.setattr(thresholds, "read_metrics", _with_K(thresholds.read_metrics))
     monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False,
@@ -308,7 +310,7 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     assert sorted(result["delta_tau"]) == ["2", "3", "4", "5", "6", "7"] and len(result["delta_tau"]["2"]) == 1
     assert len(result["epsilon"]["per_model"]) == 2 and len(result["epsilon"]["scores"]) == 12
     assert len(result["runs"]) == 6 and (tmp_path / "figures" / "k2.png").exists()
-    assert train.read_metrics(str(tmp_path / "runs" / "Kinf_s1"))[0]["K"] == math.inf
+    assert runs.read_metrics(str(tmp_path / "runs" / "Kinf_s1"))[0]["K"] == math.inf
     stamp = os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl")
     thresholds.k2(args)  # everything finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl") == stamp

@@ -11,7 +11,9 @@ import torch
 
 import ensemble
 import evaluation
+import runs
 import train
+from markov import TaskSet
 from train import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,10 +41,10 @@ def test_reweighting_scales_the_budget_and_changes_only_the_gradient(tmp_path):
     plain = train.train(config(tmp_path / "p", iters=80), quiet=True)
     assert rows[0] == plain[0]  # step 0: the forward pass is unchanged
     assert rows[-1]["train_loss"] != plain[-1]["train_loss"]  # the training is not
-    resumed = train.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.25)])
+    resumed = runs.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.25)])
     assert resumed[0]["config"]["base_iters"] == 20
     with pytest.raises(ValueError, match="does not match"):
-        train.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.5)])
+        runs.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.5)])
 
 
 def test_task_injection_feeds_each_sequence_its_chain(tmp_path):
@@ -67,13 +69,13 @@ def test_task_injection_feeds_each_sequence_its_chain(tmp_path):
 def test_injection_ensemble_members_are_the_single_runs(tmp_path, same_numbers):
     """The chains reach every member through the batched (vmapped) step too."""
     cfgs = [config(tmp_path / "e" / f"s{s}", seed=s, task_injection=True, eval_every=10) for s in (0, 1)]
-    rows = train.train_ensemble(cfgs, str(tmp_path / "e" / "ckpt.pt"), quiet=True)
+    rows = runs.train_ensemble(cfgs, str(tmp_path / "e" / "ckpt.pt"), quiet=True)
     for cfg, member in zip(cfgs, rows):
         single = train.train(config(tmp_path / "s" / f"s{cfg.seed}", seed=cfg.seed, task_injection=True, eval_every=10),
                              quiet=True)
         assert same_numbers(member, single, rel=1e-5)
     with pytest.raises(ValueError, match="members must share K"):
-        train.train_ensemble([cfgs[0], config(tmp_path / "k", K=5, task_injection=True, eval_every=10)], str(tmp_path / "x.pt"))
+        runs.train_ensemble([cfgs[0], config(tmp_path / "k", K=5, task_injection=True, eval_every=10)], str(tmp_path / "x.pt"))
 
 
 @pytest.mark.parametrize("flags,message", [(["--prev-weight", "0"], "prev_weight must be in (0, 1]"),
@@ -96,7 +98,7 @@ def test_evaluation_gives_held_out_S_sequences_their_chains(tmp_path):
     model.reset_parameters(torch.Generator().manual_seed(0))
     with torch.no_grad():
         model.task_embedding.weight.mul_(10)  # make the chain matter
-    tasks = train.TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed)
+    tasks = TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed)
     data = evaluation.make_eval_data(cfg, tasks)
     metrics = evaluation.evaluate(model, data)
     with torch.no_grad():

@@ -70,7 +70,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
     monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
-    monkeypatch.setattr(thresholds.train, "read_metrics", _with_K(thresholds.train.read_metrics))
+    monkeypatch.setattr(thresholds, "read_metrics", _with_K(thresholds.read_metrics))
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
@@ -80,9 +80,9 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     result = json.load(open(tmp_path / "figures" / "k1.json"))
     assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
     assert result["tau_2gen"]["K"] == 4 and len(result["tau_2gen"]["tau"]) == 2
-    reweighted = thresholds.train.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
+    reweighted = thresholds.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
     assert reweighted["iters"] == 12 and reweighted["prev_weight"] == 0.5
-    assert thresholds.train.read_metrics(str(tmp_path / "runs" / "inject" / "K4_s0"))[0]["task_injection"]
+    assert thresholds.read_metrics(str(tmp_path / "runs" / "inject" / "K4_s0"))[0]["task_injection"]
     stamp = os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl")
     thresholds.k1(args)  # everything is finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl") == stamp

@@ -7,7 +7,9 @@ import sys
 import pytest
 import torch
 
+import runs
 import train
+from markov import TaskSet
 from train import Config, eval_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +37,7 @@ def test_tiny_training_run(tmp_path):
     for name in ["config.json", "ckpt.pt", "fig2a.png", "model_0000030.pt"]:
         assert (tmp_path / name).exists()
     assert not any(p.suffix == ".tmp" for p in tmp_path.iterdir())
-    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["step"] == 30 and set(ckpt) >= {"model", "optimizer", "rng", "step", "config"}
 
 
@@ -62,11 +64,20 @@ def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, 
     resumed = train.train(tiny(tmp_path / "killed"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     assert same_numbers(read(tmp_path / "killed" / "metrics.jsonl"), straight)
-    a = torch.load(tmp_path / "straight" / "ckpt.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "killed" / "ckpt.pt", weights_only=False)["model"]
+    a = torch.load(tmp_path / "straight" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "killed" / "ckpt.pt", weights_only=True)["model"]
     for k in a:
         torch.testing.assert_close(a[k], b[k])
 
+
+
+def test_resume_of_a_finished_ensemble_rewrites_nothing(tmp_path, capsys):
+    cfgs = [tiny(tmp_path / f"K4_s{seed}", seed=seed, iters=4, evals=2) for seed in (0, 1)]
+    rows = runs.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), quiet=True)
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert runs.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), resume=True) == rows
+    assert "already complete" in capsys.readouterr().out
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"} == files
 
 def test_grid_prints_one_command_per_run():
     out = subprocess.run([sys.executable, "train.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1",
@@ -111,19 +122,19 @@ def test_load_run_returns_the_saved_model_and_task_set(tmp_path):
     cfg = tiny(tmp_path)
     rows = train.train(cfg, quiet=True)
     step = rows[2]["step"]
-    got_cfg, got_rows, model, tasks = train.load_run(str(tmp_path), step)
+    got_cfg, got_rows, model, tasks = runs.load_run(str(tmp_path), step)
     assert got_cfg == cfg and got_rows == rows and not model.training
-    saved = torch.load(tmp_path / f"model_{step:07d}.pt")
+    saved = torch.load(tmp_path / f"model_{step:07d}.pt", weights_only=True)
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
-    assert torch.equal(tasks.T, train.TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed).T)
-    assert train.load_run(str(tmp_path))[0].iters == cfg.iters  # default: the last step
+    assert torch.equal(tasks.T, TaskSet.create(cfg.K, cfg.C, seed=cfg.task_seed).T)
+    assert runs.load_run(str(tmp_path))[0].iters == cfg.iters  # default: the last step
     with pytest.raises(ValueError, match="no checkpoint at step 7"):
-        train.load_run(str(tmp_path), 7)
+        runs.load_run(str(tmp_path), 7)
     with pytest.raises(ValueError, match="not a run directory"):
-        train.load_run(str(tmp_path / "missing"))
+        runs.load_run(str(tmp_path / "missing"))
     narrow = tiny(tmp_path / "narrow", mlp_width=8)  # an option of the model is rebuilt from config.json
     train.train(narrow, quiet=True)
-    assert train.load_run(narrow.out)[2].mlp2.W_in.weight.shape == (8, narrow.D)
+    assert runs.load_run(narrow.out)[2].mlp2.W_in.weight.shape == (8, narrow.D)
 
 
 def test_tf32_is_recorded_and_set(tmp_path):
@@ -133,7 +144,7 @@ def test_tf32_is_recorded_and_set(tmp_path):
         cfg = Config(K=4, N=12, iters=2, batch=4, D=16, evals=2, eval_train=8, eval_gen=8, tf32=True, out=str(tmp_path))
         train.train(cfg, quiet=True)
         assert torch.backends.cuda.matmul.allow_tf32 is True
-        assert train.read_metrics(str(tmp_path))[0]["tf32"] is True
+        assert runs.read_metrics(str(tmp_path))[0]["tf32"] is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
 
@@ -146,5 +157,5 @@ def test_bf16_reaches_the_step_and_config(tmp_path):
         cfg = Config(K=4, N=12, iters=5, batch=4, D=16, evals=2, eval_train=8, eval_gen=8, bf16=bf16, out=str(tmp_path / str(bf16)))
         rows = train.train(cfg, quiet=True)
         losses[bf16] = rows[-1]["train_loss"]
-        assert train.read_metrics(cfg.out)[0]["bf16"] is bf16
+        assert runs.read_metrics(cfg.out)[0]["bf16"] is bf16
     assert losses[True] != losses[False] and losses[True] == pytest.approx(losses[False], rel=2e-2)
