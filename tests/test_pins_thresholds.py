@@ -110,3 +110,37 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
     top = int(np.argmax(mean_A))
     slope, intercept = np.polyfit(np.log([8, 16, 32][top:]), mean_A[top:], 1)
     assert result["memorized_zero"] == pytest.approx(math.exp(-intercept / slope), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- k1: searches, K1* per seed, the tau_2gen histogram's K
+
+K1_TRUE = {("control", 0): 3, ("control", 1): 7, ("control", 2): 4, ("reweight", 0): 5, ("inject", 0): 6}
+
+
+def probe_rows(cfg):
+    """A probe's dense rows by rule: phi_beta(2) reaches 0.9 above the seed's K1*, exactly phi_beta* = 0.45 at
+    it (equality is not 2-Gen) and 0.1 below, at step 50 (seed + 1)."""
+    condition = "reweight" if cfg.prev_weight < 1 else "inject" if cfg.task_injection else "control"
+    K1 = K1_TRUE[condition, cfg.seed]
+    phi = 0.9 if cfg.K > K1 else thresholds.PHI_STAR if cfg.K == K1 else 0.1
+    return [{"step": 0, "phi_beta_2": 0.1, "gen_loss": 2.0}, {"step": 50 * (cfg.seed + 1), "phi_beta_2": phi, "gen_loss": 1.0}]
+
+
+def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
+    """thresholds.py k1 with the probes' training replaced by rows from a rule with a known K1* per (condition,
+    seed): the full searches find those K1*, and Fig. 7b's histogram is drawn at the median control K1*,
+    round(median(3, 7, 4)) = 4, where seed 0 (K1* = 3) enters 2-Gen at step 50 and seed 1 (K1* = 7) never."""
+    preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
+                  lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
+    monkeypatch.setitem(thresholds.PRESETS, "quick", preset)
+    monkeypatch.setattr(thresholds, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
+    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
+                                 conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
+                                 figures=str(tmp_path), device="cpu"))
+    thresholds.k1(args)
+    result = json.loads((tmp_path / "k1.json").read_text())
+    assert result["K1_star"] == {"control": [3, 7, 4], "reweight": [5], "inject": [6]}
+    assert result["above"] == {"control": [4, 8, 5], "reweight": [6], "inject": [7]}
+    assert result["tau_2gen"] == {"K": 4, "iters": 200, "tau": [50, None]}
+    at_K1 = [r for r in result["runs"] if (r["condition"], r["seed"]) in K1_TRUE and r["K"] == K1_TRUE[r["condition"], r["seed"]]]
+    assert len(at_K1) == 5 and all(r["max_phi_beta"] == thresholds.PHI_STAR and r["tau_2gen"] is None for r in at_K1)
