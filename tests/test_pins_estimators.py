@@ -173,3 +173,32 @@ def test_divergence_intervals_are_the_percentiles_of_refits_over_resampled_seeds
         return [float(lo) if math.isfinite(lo) else None, float(hi) if math.isfinite(hi) else None]
 
     assert fit["K2_star_ci"] == interval(K2s) and fit["gamma_ci"] == interval(gammas)
+
+
+def test_a_median_of_zero_steps_counts_as_one_step():
+    """Delta tau = 0 (memorized within the evaluation interval in which it entered 2-Gen) enters the log fit as one
+    step, the documented floor: the same fit as with 1 (and as with 0.5, also floored), while a point at 2 steps moves
+    it (the point is live in the fit)."""
+    K = [16, 24, 32, 40, 48]
+    rest = [[float(v)] for v in divergence(np.array(K[1:]), math.log(2e4), 64.0, 1.5)]
+    zero = fit_divergence(K, [[0.0]] + rest, resamples=0)
+    assert zero == fit_divergence(K, [[1.0]] + rest, resamples=0) == fit_divergence(K, [[0.5]] + rest, resamples=0)
+    assert zero["exponential_rate"] != pytest.approx(fit_divergence(K, [[2.0]] + rest, resamples=0)["exponential_rate"])
+
+
+def test_the_offset_fit_is_the_weighted_least_squares_at_its_K2_star_and_gamma():
+    """At the (K2*, gamma) it picks, the paper's form's linear coefficients (a >= 0, b, c) are the least squares
+    with weights 1 / Delta tau^2 (relative errors), here from scipy's bounded solver on the rows divided by
+    Delta tau; unweighted, b and c come out elsewhere on these concave, noisy data."""
+    K = np.array([40.0, 48, 56, 64, 72, 80, 88, 96])
+    y = (100 * (K - 20) - (K - 40) ** 2) * np.exp(np.random.default_rng(3).normal(0, 0.15, len(K)))
+    y[-1] *= 1.5
+    fit = fit_divergence(list(K), [[v] for v in y], offset=True, resamples=0)
+    assert fit["K2_star"] is not None
+    X = np.stack([(fit["K2_star"] - K) ** -fit["gamma"], np.ones_like(K), K], 1)
+    scale = np.abs(X / y[:, None]).max(0)
+    weighted = scipy.optimize.lsq_linear(X / y[:, None] / scale, np.ones_like(K), bounds=([0, -np.inf, -np.inf], np.inf),
+                                         tol=1e-14).x / scale
+    assert (math.exp(fit["log_a"]), fit["b"], fit["c"]) == pytest.approx(tuple(weighted), rel=1e-6)
+    plain = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert abs(plain[1] - fit["b"]) > 0.01 * abs(fit["b"])
