@@ -50,3 +50,23 @@ def test_the_k2_hat_criterion_is_the_training_loss_minus_2gen():
     large = mm.train_mem(mm.MemRun(K=2048, iters=30, tail=20, eval_seqs=64, width=64))
     assert small["criterion"] < 0 and small["train_minus_2gen"] < 0
     assert large["criterion"] > 0 and large["train_minus_2gen"] > 0
+
+
+def test_heat_maps_are_indexed_D_phi_by_K(monkeypatch):
+    """Fig. 8d-e: entry [i][j] is the run at D_phi[i], K[j] (each fake run reports its own D_phi and K), with the
+    base run's other settings."""
+    seen = []
+
+    def fake(run):
+        seen.append(run)
+        return {"train_minus_2gen": run.D_phi + run.K / 1000, "gen_minus_2gen": -run.D_phi - run.K / 1000,
+                "criterion": run.K * 10.0 + run.D_phi}
+
+    monkeypatch.setattr(mm, "train_mem", fake)
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
+    H = mm.heatmap(mm.MemRun(iters=7, width=5), [2, 8], [4, 16, 64], jobs=1)
+    assert H["D_phi"] == [2, 8] and H["K"] == [4, 16, 64]
+    assert H["train_minus_2gen"] == [[2.004, 2.016, 2.064], [8.004, 8.016, 8.064]]
+    assert H["gen_minus_2gen"] == [[-2.004, -2.016, -2.064], [-8.004, -8.016, -8.064]]
+    assert H["criterion"] == [[42.0, 162.0, 642.0], [48.0, 168.0, 648.0]]
+    assert all((r.iters, r.width) == (7, 5) for r in seen) and len(seen) == 6

@@ -73,6 +73,14 @@ def test_the_task_vector_is_att2s_output_at_the_last_token():
     torch.testing.assert_close(tv.last_task_vectors(model, seqs), cache["att2"][:, -1], atol=1e-6, rtol=0)
 
 
+def test_the_tsne_panels():
+    """Fig. 4a's panels: the first step >= 10, the 1-Mem checkpoint, the saved step nearest the geometric mean of
+    the two checkpoints in log step (sqrt(10 * 1000) = 100, not the arithmetic 505), and the 2-Mem checkpoint."""
+    rows = [{"step": s} for s in (0, 2, 5, 10, 30, 100, 300, 1000)]
+    assert tv.tsne_choice(rows, 10, 1000) == [10, 100, 1000]
+    assert tv.tsne_choice(rows, 30, 300) == [10, 30, 100, 300]  # sqrt(9000) = 95: nearest 100
+
+
 # ----------------------------------------------------------------------------- task_vectors.json, value by value
 
 
@@ -148,6 +156,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "task_vectors.json").read_text())
     _, rows, _, tasks = train.load_run(str(run))
     steps = [r["step"] for r in rows]
+    assert result["phase"] == {str(r["step"]): closest(r) for r in rows}
 
     # geometry: per_chain sequences of the training length from every chain, task vectors at the last token
     seqs, chains = fed["chain_batch"]
