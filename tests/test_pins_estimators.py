@@ -9,7 +9,8 @@ import pytest
 import scipy.optimize
 from scipy.stats import binom
 
-from estimators import Search, divergence, extrapolate_zero, fit_divergence, fit_sigmoid, median_ci, search_threshold, sigmoid
+from estimators import (Search, divergence, extrapolate_zero, fit_divergence, fit_sigmoid, median_ci, search_threshold,
+                        sigmoid)
 
 
 def walk(lo, hi, ratio, true_K1):
@@ -58,7 +59,7 @@ def test_lockstep_rounds_stop_at_the_same_boundary():
     assert search.pending() == [] and search.result()["K1_star"] == 32
 
 
-# ----------------------------------------------------------------------------- Fig. 8b: where the memorized fraction reaches zero
+# ----------------------------------------------------------------------------- Fig. 8b: the memorized fraction's zero
 
 
 def test_the_zero_crossing_fits_only_the_points_from_the_largest_on():
@@ -75,14 +76,15 @@ def test_the_zero_crossing_fits_only_the_points_from_the_largest_on():
     assert math.exp(-intercept / slope) == pytest.approx(2**9, rel=1e-9)
 
 
-def test_the_zero_crossing_of_two_points_and_of_a_flat_or_rising_tail():
+def test_the_zero_crossing_of_two_points_and_of_a_rising_tail():
     # from the largest, 0.8 at K = 64, to 0.4 at 256: -0.4 per factor 4, zero at 64 * 4^2
     assert extrapolate_zero([16, 64, 256], [0.2, 0.8, 0.4]) == pytest.approx(1024, rel=1e-9)
     assert extrapolate_zero([16, 64, 256], [0.2, 0.4, 0.8]) is None  # the largest is the last point: no line
-    assert extrapolate_zero([16, 32, 64, 128], [0.9, 0.1, 0.8, 0.85]) is None  # from the largest on, rising (slope 0.275 / doubling)
+    # from the largest on the points rise (least squares slope +0.275 per doubling): no zero ahead
+    assert extrapolate_zero([16, 32, 64, 128], [0.9, 0.1, 0.8, 0.85]) is None
 
 
-# ----------------------------------------------------------------------------- Fig. A10: the sigmoid's asymptote at its bound
+# ----------------------------------------------------------------------------- Fig. A10: the sigmoid's asymptote
 
 
 def test_a_curve_that_extrapolates_above_one_is_held_at_one():

@@ -183,8 +183,8 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
         for condition, logq in runs.items():
             for pair in ("AA", "AB", "BA", "BB"):
                 logp = mixed_mem(batches[pair[0]], batches[pair[1]], tasks.T, two_point)[:, :-1]
-                assert result[f"patching_{name}"][condition][pair] == pytest.approx(mean_similarity(logp, logq), rel=1e-4), (
-                    name, condition, pair)
+                want = mean_similarity(logp, logq)
+                assert result[f"patching_{name}"][condition][pair] == pytest.approx(want, rel=1e-4), (name, condition, pair)
 
     # information: I(K; phi) / log2 K at every saved step, both estimators on the same draws (--seed)
     for step in steps:

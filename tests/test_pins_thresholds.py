@@ -72,7 +72,8 @@ def write_run(path, K, seed, dense, per_chain):
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"K": K, "seed": seed, "iters": 30}))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dense))
-    (path / "per_chain.jsonl").write_text("".join(json.dumps({"step": s, "delta": d}) + "\n" for s, d in zip(STEPS, per_chain)))
+    rows = [{"step": s, "delta": d} for s, d in zip(STEPS, per_chain)]
+    (path / "per_chain.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_analyze_k2_on_hand_written_runs(tmp_path):
@@ -118,7 +119,7 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
     assert result["memorized_zero"] != pytest.approx(result["memorized_zero_median"], rel=0.01)
 
 
-# ----------------------------------------------------------------------------- k1: searches, K1* per seed, the tau_2gen histogram's K
+# ----------------------------------------------------------------------------- k1: K1* per seed, Fig. 7b's K
 
 K1_TRUE = {("control", 0): 3, ("control", 1): 7, ("control", 2): 4, ("reweight", 0): 5, ("inject", 0): 6}
 
@@ -129,7 +130,8 @@ def probe_rows(cfg):
     condition = "reweight" if cfg.prev_weight < 1 else "inject" if cfg.task_injection else "control"
     K1 = K1_TRUE[condition, cfg.seed]
     phi = 0.9 if cfg.K > K1 else thresholds.PHI_STAR if cfg.K == K1 else 0.1
-    return [{"step": 0, "phi_beta_2": 0.1, "gen_loss": 2.0}, {"step": 50 * (cfg.seed + 1), "phi_beta_2": phi, "gen_loss": 1.0}]
+    return [{"step": 0, "phi_beta_2": 0.1, "gen_loss": 2.0},
+            {"step": 50 * (cfg.seed + 1), "phi_beta_2": phi, "gen_loss": 1.0}]
 
 
 def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
@@ -148,5 +150,5 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
     assert result["K1_star"] == {"control": [3, 7, 4], "reweight": [5], "inject": [6]}
     assert result["above"] == {"control": [4, 8, 5], "reweight": [6], "inject": [7]}
     assert result["tau_2gen"] == {"K": 4, "iters": 200, "tau": [50, None]}
-    at_K1 = [r for r in result["runs"] if (r["condition"], r["seed"]) in K1_TRUE and r["K"] == K1_TRUE[r["condition"], r["seed"]]]
+    at_K1 = [r for r in result["runs"] if r["K"] == K1_TRUE.get((r["condition"], r["seed"]))]
     assert len(at_K1) == 5 and all(r["max_phi_beta"] == thresholds.PHI_STAR and r["tau_2gen"] is None for r in at_K1)
