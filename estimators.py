@@ -1,5 +1,6 @@
 """The estimators of thresholds.py, pure numpy/scipy and tested on synthetic data (tests/test_thresholds.py,
-tests/test_k2.py): what turns the runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
+tests/test_k2.py, and tests/test_pins_estimators.py against hand and independent computations): what turns the
+runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
 
     Search, search_threshold   the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
                                competition": K > K1* iff max_t phi_beta(2) > phi_beta*)

@@ -1,0 +1,82 @@
+"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (train.plot_sweep's JSON: seed
+means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
+the four predictor losses" (bayes.scaling_with_K / scaling_with_N) against the losses recomputed from the very
+sequences the predictors were given."""
+import json
+
+import pytest
+import torch
+
+import bayes
+import train
+from bayes import PREDICTORS
+
+KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")
+
+
+def test_sweep_grid_is_the_seed_mean_with_n_A_over_N(tmp_path):
+    """Two K, two seeds at K = 4 and one at K = 16, three evaluation steps; every readout a distinct number."""
+    runs = {(4, 0): 1.0, (4, 1): 3.0, (16, 0): 10.0}
+    N = 8
+    for (K, seed), scale in runs.items():
+        d = tmp_path / "sweep" / f"K{K}_s{seed}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"K": K, "seed": seed, "N": N}))
+        rows = [{"step": step, **{key: scale * (i + 1) + 0.01 * j for j, key in enumerate(KEYS)}}
+                for i, step in enumerate((0, 10, 100))]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
+    summary = json.loads((tmp_path / "fig2bc.json").read_text())
+    assert summary["K"] == [4, 16] and summary["step"] == [0, 10, 100]
+    for j, key in enumerate(KEYS):
+        per_N = N if key.startswith("n_A") else 1
+        want = [[(2.0 * (i + 1) + 0.01 * j) / per_N for i in range(3)],  # K = 4: mean of scales 1 and 3
+                [(10.0 * (i + 1) + 0.01 * j) / per_N for i in range(3)]]
+        assert [pytest.approx(row, rel=1e-12) for row in want] == summary[key], key
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """bayes.predict, recording the sequences each predictor is given."""
+    seen, real = [], bayes.predict
+
+    def predict(name, seqs, T):
+        seen.append((name, seqs.clone(), T.clone()))
+        return real(name, seqs, T)
+
+    monkeypatch.setattr(bayes, "predict", predict)
+    return seen
+
+
+def test_loss_vs_K_is_the_autoregressive_loss_on_its_sequences(spy):
+    """scaling_with_K: per task distribution and K, each predictor's mean NLL over the N positions of N + 1
+    states drawn from the first K chains of the distribution's task set."""
+    Ks, N = [2, 5], 6
+    losses = bayes.scaling_with_K(Ks, N, n_dists=2, n_seqs=3, device="cpu")
+    assert len(spy) == 2 * len(Ks) * len(PREDICTORS)
+    calls = iter(list(spy))  # the checks below call predict again
+    for d in range(2):
+        for j, K in enumerate(Ks):
+            for name in PREDICTORS:
+                called, seqs, T = next(calls)
+                assert called == name and seqs.shape == (3, N + 1)
+                assert torch.equal(T, bayes.TaskSet.create(max(Ks), seed=d).T[:K])  # S(K): the first K chains
+                logp = bayes.predict(name, seqs, T)
+                nll = [-logp[b, n, seqs[b, n + 1]].item() for b in range(3) for n in range(N)]
+                assert losses[name][d][j] == pytest.approx(sum(nll) / len(nll), rel=1e-5)
+
+
+def test_loss_vs_N_is_the_loss_of_the_state_after_the_first_N(spy):
+    """scaling_with_N: -log pi(s_N | s_0..s_{N-1}), averaged over all sequences of all batches (ragged: 5 = 2 + 2
+    + 1), for each N from one set of max(N) + 1 states."""
+    Ns = [1, 3, 4]
+    losses = bayes.scaling_with_N(Ns, K=3, n_dists=1, n_seqs=5, device="cpu", batch=2)
+    per_name = {name: [s for n, s, _ in spy if n == name] for name in PREDICTORS}
+    for name in PREDICTORS:
+        seqs = torch.cat(per_name[name])
+        assert seqs.shape == (5, max(Ns) + 1)
+        want = []
+        for N in Ns:
+            logp = torch.cat([bayes.predict(name, s[:, :N], spy[0][2]) for s in per_name[name]])[:, -1]  # s_0..s_{N-1} only
+            want.append(sum(-logp[b, seqs[b, N]].item() for b in range(5)) / 5)
+        assert losses[name][0] == pytest.approx(want, rel=1e-5), name

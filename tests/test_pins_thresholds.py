@@ -1,0 +1,154 @@
+"""thresholds.py's rules and its K2* analysis pinned by hand: tau_2gen, tau_2mem and Delta tau at their edges
+(the same step, rows out of order), and analyze_k2 on run directories written here (config.json, dense rows,
+per-chain scores) whose every number - Delta tau and its censoring, epsilon, the memorized fractions, their
+asymptotes and Fig. 8b's zero crossing - is worked out in the test."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import thresholds
+import train
+from estimators import fit_sigmoid
+
+
+def dense_rows(phis, losses, level=2.0, every=10):
+    return [{"step": every * i, "phi_beta_2": p, "train_loss": l, "train_loss_2gen": level, "dense": True}
+            for i, (p, l) in enumerate(zip(phis, losses))]
+
+
+# ----------------------------------------------------------------------------- the rules
+
+
+def test_memorizing_at_the_step_the_head_forms_is_a_delta_tau_of_zero():
+    """tau_2gen = tau_2mem = 20: the run memorized within the evaluation interval in which it entered 2-Gen, a
+    Delta tau of 0 (estimators count it as one step), not "memorized first"."""
+    rows = dense_rows([0.1, 0.2, 0.5, 0.6], [2.3, 2.2, 1.9, 1.8])
+    assert thresholds.tau_2gen(rows) == 20 and thresholds.tau_2mem(rows) == 20
+    assert thresholds.delta_tau(rows) == (0, "ok")
+    assert thresholds.delta_tau(dense_rows([0.1, 0.2, 0.5, 0.6], [2.3, 1.9, 1.9, 1.8])) == (None, "mem first")
+
+
+def test_the_rules_read_rows_in_step_order():
+    """Rows as a reader may return them (a resumed run appends; dense and full rows interleave): the first
+    step in time, not in the list."""
+    rows = dense_rows([0.1, 0.5, 0.9, 0.7, 0.8], [2.3, 2.1, 1.95, 1.9, 1.8])
+    shuffled = [rows[i] for i in (4, 2, 0, 3, 1)]
+    assert thresholds.tau_2gen(shuffled) == 10 and thresholds.tau_2mem(shuffled) == 20
+    assert thresholds.delta_tau(shuffled) == (10, "ok")
+    assert thresholds.max_phi_beta(shuffled) == 0.9 and thresholds.max_phi_beta(shuffled, iters=20) == 0.9
+    assert thresholds.max_phi_beta(shuffled, iters=19) == 0.5  # steps <= T only
+    censored = dense_rows([0.1, 0.5, 0.9, 0.7, 0.8], [2.3, 2.1, 2.05, 2.0, 2.0])
+    assert thresholds.censored_after([censored[i] for i in (4, 2, 0, 3, 1)]) == 40 - 10
+
+
+# ----------------------------------------------------------------------------- analyze_k2 on hand-written runs
+
+STEPS = [0, 10, 100, 1000]
+EPS_SCORES = {  # K = inf models: per-chain scores, first row and last row (epsilon reads the last)
+    0: ([0.5, 0.5, 0.5, 0.5], [0.01, 0.03, -0.01, 0.05]),
+    1: ([-0.5, -0.5, -0.5, -0.5], [0.00, 0.02, 0.04, 0.02]),
+}
+RUNS = {  # (K, seed): (phi_beta_2 and train loss per dense row every 10 steps; per-chain scores at STEPS)
+    (8, 0): ([0.1, 0.5, 0.6, 0.6], [2.3, 2.1, 1.9, 1.9],  # Delta tau 10
+             [[0.0] * 4, [0.0, -0.03, 0.0, 0.0], [-0.03, -0.03, -0.04, 0.0], [-0.03, -0.03, -0.04, -0.05]]),
+    (8, 1): ([0.1, 0.5, 0.6, 0.6], [2.3, 2.1, 2.1, 1.9],  # 20
+             [[0.0] * 4, [0.0, 0.0, -0.03, 0.0], [-0.03, 0.0, -0.04, 0.0], [-0.03, -0.03, -0.04, 0.0]]),
+    (8, 2): ([0.1, 0.2, 0.2, 0.2], [2.3, 2.2, 2.1, 2.1],  # never in 2-Gen; a third seed: mean and median differ
+             [[0.0] * 4, [0.0] * 4, [0.0] * 4, [-0.03, 0.0, 0.0, 0.0]]),
+    (16, 0): ([0.1, 0.5, 0.6, 0.6], [2.3, 2.1, 2.1, 2.1],  # censored: in 2-Gen from 10 to 30
+              [[0.0] * 4, [0.0] * 4, [-0.03, 0.0, 0.0, 0.0], [-0.03, -0.02, -0.04, 0.0]]),
+    (16, 1): ([0.1, 0.2, 0.2, 0.2], [2.3, 2.2, 2.1, 2.1],  # never in 2-Gen: no Delta tau
+              [[0.0] * 4, [0.0] * 4, [0.0, -0.03, 0.0, 0.0], [0.0, -0.03, -0.02, 0.0]]),
+    (32, 0): ([0.1, 0.5, 0.6, 0.6], [2.3, 2.1, 2.0, 1.5],  # 20
+              [[0.0] * 4, [0.0] * 4, [0.0] * 4, [-0.03, 0.0, 0.0, 0.0]]),
+    (32, 1): ([0.5, 0.5, 0.6, 0.6], [2.3, 2.1, 2.0, 1.5],  # 30
+              [[0.0] * 4, [0.0] * 4, [0.0] * 4, [0.0] * 4]),
+}
+
+
+def write_run(path, K, seed, dense, per_chain):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"K": K, "seed": seed, "iters": 30}))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dense))
+    rows = [{"step": s, "delta": d} for s, d in zip(STEPS, per_chain)]
+    (path / "per_chain.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_analyze_k2_on_hand_written_runs(tmp_path):
+    cfgs = []
+    for (K, seed), (phis, losses, scores) in RUNS.items():
+        write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores)
+        cfgs.append(train.Config(K=K, seed=seed, out=str(tmp_path / f"K{K}_s{seed}")))
+    for seed, (first, last) in EPS_SCORES.items():
+        write_run(tmp_path / f"Kinf_s{seed}", math.inf, seed, dense_rows([0.1] * 4, [2.3] * 4),
+                  [first, first, first, last])
+        cfgs.append(train.Config(K=math.inf, seed=seed, out=str(tmp_path / f"Kinf_s{seed}")))
+    result = thresholds.analyze_k2(cfgs)
+
+    assert result["K"] == [8, 16, 32]
+    assert result["delta_tau"] == {8: [10, 20], 16: [None], 32: [20, 30]}  # no Delta tau for a run never in 2-Gen
+    assert result["censored_after"] == {8: [None, None], 16: [20], 32: [None, None]}
+    assert [r["status"] for r in result["runs"]] == ["ok", "ok", "no 2-gen", "censored", "no 2-gen", "ok", "ok"]
+    assert {K: m[0] for K, m in result["median"].items()} == {8: 15, 16: math.inf, 32: 25}
+    assert result["median_lower_bound"] == {8: 15, 16: 20, 32: 25}
+
+    # epsilon: the last scores of the K = inf models, 8 chains: mean 0.02, population std sqrt(0.00035) = 0.01871
+    x = np.array(EPS_SCORES[0][1] + EPS_SCORES[1][1])
+    assert result["epsilon"]["value"] == pytest.approx(0.02 - 2 * math.sqrt(0.00035), rel=1e-9)
+    assert result["epsilon"]["value"] == pytest.approx(x.mean() - 2 * x.std(), rel=1e-9)
+    eps = result["epsilon"]["value"]  # -0.01742: -0.02 and below count as memorized, -0.01 and above do not
+    # memorized fractions, chain by chain against epsilon, and their sigmoid asymptotes
+    expected = {(K, s): [float(np.mean(np.array(d) < eps)) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
+    assert expected[8, 0] == [0, 0.25, 0.75, 1.0] and expected[16, 0] == [0, 0, 0.25, 0.75]
+    for r, curve in zip(result["memorized_curves"][8] + result["memorized_curves"][16] + result["memorized_curves"][32],
+                        expected.values()):
+        assert r == {"step": STEPS, "fraction": curve}
+    A = {key: fit_sigmoid(STEPS, curve)["A"] for key, curve in expected.items()}
+    seeds = {K: [s for k, s in RUNS if k == K] for K in (8, 16, 32)}
+    assert result["memorized_asymptote"] == {K: [pytest.approx(A[K, s]) for s in seeds[K]] for K in (8, 16, 32)}
+    assert [r["memorized_final"] for r in result["runs"]] == [c[-1] for c in expected.values()]
+    # Fig. 8b: the line through the seeds' mean asymptotes against log K, from the largest on, at zero (and the
+    # same through their medians)
+    for key, average in (("memorized_zero", np.mean), ("memorized_zero_median", np.median)):
+        per_K = [average([A[K, s] for s in seeds[K]]) for K in (8, 16, 32)]
+        top = int(np.argmax(per_K))
+        slope, intercept = np.polyfit(np.log([8, 16, 32][top:]), per_K[top:], 1)
+        assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
+    assert result["memorized_zero"] != pytest.approx(result["memorized_zero_median"], rel=0.01)
+
+
+# ----------------------------------------------------------------------------- k1: K1* per seed, Fig. 7b's K
+
+K1_TRUE = {("control", 0): 3, ("control", 1): 7, ("control", 2): 4, ("reweight", 0): 5, ("inject", 0): 6}
+
+
+def probe_rows(cfg):
+    """A probe's dense rows by rule: phi_beta(2) reaches 0.9 above the seed's K1*, exactly phi_beta* = 0.45 at
+    it (equality is not 2-Gen) and 0.1 below, at step 50 (seed + 1)."""
+    condition = "reweight" if cfg.prev_weight < 1 else "inject" if cfg.task_injection else "control"
+    K1 = K1_TRUE[condition, cfg.seed]
+    phi = 0.9 if cfg.K > K1 else thresholds.PHI_STAR if cfg.K == K1 else 0.1
+    return [{"step": 0, "phi_beta_2": 0.1, "gen_loss": 2.0},
+            {"step": 50 * (cfg.seed + 1), "phi_beta_2": phi, "gen_loss": 1.0}]
+
+
+def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
+    """thresholds.py k1 with the probes' training replaced by rows from a rule with a known K1* per (condition,
+    seed): the full searches find those K1*, and Fig. 7b's histogram is drawn at the median control K1*,
+    round(median(3, 7, 4)) = 4, where seed 0 (K1* = 3) enters 2-Gen at step 50 and seed 1 (K1* = 7) never."""
+    preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
+                  lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
+    monkeypatch.setitem(thresholds.PRESETS, "quick", preset)
+    monkeypatch.setattr(thresholds, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
+    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
+                                 conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
+                                 figures=str(tmp_path), device="cpu"))
+    thresholds.k1(args)
+    result = json.loads((tmp_path / "k1.json").read_text())
+    assert result["K1_star"] == {"control": [3, 7, 4], "reweight": [5], "inject": [6]}
+    assert result["above"] == {"control": [4, 8, 5], "reweight": [6], "inject": [7]}
+    assert result["tau_2gen"] == {"K": 4, "iters": 200, "tau": [50, None]}
+    at_K1 = [r for r in result["runs"] if r["K"] == K1_TRUE.get((r["condition"], r["seed"]))]
+    assert len(at_K1) == 5 and all(r["max_phi_beta"] == thresholds.PHI_STAR and r["tau_2gen"] is None for r in at_K1)
