@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import task_vectors as tv
+import runs
 import train
 from bayes import mixed_mem
 from markov import TaskSet, stationary
@@ -154,7 +155,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
              "--figures", str(tmp_path)])
     torch.set_num_threads(threads)  # main sets it for the process
     result = json.loads((tmp_path / "task_vectors.json").read_text())
-    _, rows, _, tasks = train.load_run(str(run))
+    _, rows, _, tasks = runs.load_run(str(run))
     steps = [r["step"] for r in rows]
     assert result["phase"] == {str(r["step"]): closest(r) for r in rows}
 
@@ -162,7 +163,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
     seqs, chains = fed["chain_batch"]
     assert seqs.shape == (3 * 8, cfg.N) and torch.bincount(chains).tolist() == [8, 8, 8]
     for step in steps:
-        model = train.load_run(str(run), step)[2]
+        model = runs.load_run(str(run), step)[2]
         with torch.no_grad():
             phi = model(seqs, cache=True)[1]["att2"][:, -1].numpy()
         assert result["separability"][str(step)] == pytest.approx(tv.separability(phi, chains.numpy(), seed=3)["knn"])
@@ -174,7 +175,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
     for name, block, two_point in (("2mem", "A2", True), ("1mem", "A1", False)):
         step = checkpoint(rows, name)
         assert result["checkpoints"][name]["step"] == step
-        model = train.load_run(str(run), step)[2]
+        model = runs.load_run(str(run), step)[2]
         x = {k: v[:, :-1] for k, v in batches.items()}
         with torch.no_grad():
             runs = {"S_A": torch.log_softmax(model(x["A"]), -1), "S_B": torch.log_softmax(model(x["B"]), -1),
@@ -188,7 +189,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
 
     # information: I(K; phi) / log2 K at every saved step, both estimators on the same draws (--seed)
     for step in steps:
-        model = train.load_run(str(run), step)[2]
+        model = runs.load_run(str(run), step)[2]
         means, covs = gaussians(model, tasks)
         assert result["information_pc_dims"]["3"][str(step)] == means.shape[1]
         for key, paired in (("information", True), ("information_unpaired", False)):
