@@ -178,10 +178,10 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
         model = runs.load_run(str(run), step)[2]
         x = {k: v[:, :-1] for k, v in batches.items()}
         with torch.no_grad():
-            runs = {"S_A": torch.log_softmax(model(x["A"]), -1), "S_B": torch.log_softmax(model(x["B"]), -1),
+            outputs = {"S_A": torch.log_softmax(model(x["A"]), -1), "S_B": torch.log_softmax(model(x["B"]), -1),
                     "S_B + phi_A": patched_log_probs(model, x["B"], x["A"], block),
                     "S_A + phi_B": patched_log_probs(model, x["A"], x["B"], block)}
-        for condition, logq in runs.items():
+        for condition, logq in outputs.items():
             for pair in ("AA", "AB", "BA", "BB"):
                 logp = mixed_mem(batches[pair[0]], batches[pair[1]], tasks.T, two_point)[:, :-1]
                 want = mean_similarity(logp, logq)
