@@ -30,7 +30,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bayes import kl_div
 from kernels.attention import attention_scores  # s(x_q, x_k, i - j): rotary positions or a bias P_{i-j}
 
 EPS = 1e-5  # LayerNorm's epsilon
@@ -184,9 +183,3 @@ def n_A(A: torch.Tensor) -> torch.Tensor:
     """Effective number of attended positions at the last position (eq. na): exp of the expected entropy."""
     last = A[:, -1]
     return torch.exp(-torch.special.xlogy(last, last).sum(-1).mean())
-
-
-def behavioral_divergence(logp_S: torch.Tensor, logq_S: torch.Tensor, logp_D: torch.Tensor, logq_D: torch.Tensor):
-    """D(pi_hat, pi_theta) = 1/2 <D_KL^{S_N}(pi_hat || pi_theta)>_S + 1/2 <...>_{D_T}: logp_* are
-    the predictor's and logq_* the model's log-probabilities on sequences from S and from D_T."""
-    return 0.5 * kl_div(logp_S, logq_S) + 0.5 * kl_div(logp_D, logq_D)

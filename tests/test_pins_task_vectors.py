@@ -16,6 +16,7 @@ import runs
 import train
 from bayes import mixed_mem
 from markov import TaskSet, stationary
+from test_task_vectors import reference_patch  # the patched forward written with transformer.py's blocks
 from transformer import Transformer
 
 C = 5
@@ -95,18 +96,6 @@ def checkpoint(rows, name):
     return min(own, key=lambda r: r[f"kl_{name}"])["step"]
 
 
-@torch.no_grad()
-def patched_log_probs(model, x_into, x_from, block):
-    """Log-probabilities of the model on x_into with `block`'s output ("A1" or "A2") taken from x_from."""
-    _, into = model(x_into, cache=True)
-    _, src = model(x_from, cache=True)
-    if block == "A2":
-        y2 = into["x1"] + src["att2"]
-    else:
-        y1 = into["x0"] + src["att1"]
-        x1 = y1 + model.mlp1(y1)
-        y2 = x1 + model.att2(x1)[0]
-    return torch.log_softmax(model.W_U(y2 + model.mlp2(y2)), -1)
 
 
 def mean_similarity(logp, logq):
@@ -179,8 +168,8 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
         x = {k: v[:, :-1] for k, v in batches.items()}
         with torch.no_grad():
             outputs = {"S_A": torch.log_softmax(model(x["A"]), -1), "S_B": torch.log_softmax(model(x["B"]), -1),
-                    "S_B + phi_A": patched_log_probs(model, x["B"], x["A"], block),
-                    "S_A + phi_B": patched_log_probs(model, x["A"], x["B"], block)}
+                    "S_B + phi_A": reference_patch(model, x["B"], x["A"], block),
+                    "S_A + phi_B": reference_patch(model, x["A"], x["B"], block)}
         for condition, logq in outputs.items():
             for pair in ("AA", "AB", "BA", "BB"):
                 logp = mixed_mem(batches[pair[0]], batches[pair[1]], tasks.T, two_point)[:, :-1]

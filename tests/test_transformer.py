@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernels import attention as kernel
-from transformer import Transformer, attend, behavioral_divergence, n_A, phi_beta, phi_delta
+from transformer import Transformer, attend, n_A, phi_beta, phi_delta
 
 
 def gen(seed=0):
@@ -151,15 +151,6 @@ def test_readouts_on_random_attention_match_loops():
     assert phi_delta(A).item() == pytest.approx(ref_delta)
     assert phi_beta(A, s).item() == pytest.approx(ref_beta)
     assert n_A(A).item() == pytest.approx(math.exp(ref_H))
-
-
-def test_behavioral_divergence_is_the_mean_of_the_two_splits():
-    p = torch.log_softmax(torch.randn(2, 5, 10, generator=gen(5)), -1)
-    q = torch.log_softmax(torch.randn(2, 5, 10, generator=gen(6)), -1)
-    assert behavioral_divergence(p, p, q, q).item() == pytest.approx(0.0, abs=1e-7)
-    d = behavioral_divergence(p, q, q, p)
-    ref = 0.5 * (p.exp() * (p - q)).sum(-1).mean() + 0.5 * (q.exp() * (q - p)).sum(-1).mean()
-    assert d.item() == pytest.approx(ref.item())
 
 
 def test_a_position_bias_is_as_long_as_max_len():
