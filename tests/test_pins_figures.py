@@ -1,4 +1,4 @@
-"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (train.plot_sweep's JSON: seed
+"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (runs.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (bayes.scaling_with_K / scaling_with_N) against the losses recomputed from the very
 sequences the predictors were given."""
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bayes
-import train
+import runs
 from bayes import PREDICTORS
 
 KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")
@@ -16,16 +16,16 @@ KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2",
 
 def test_sweep_grid_is_the_seed_mean_with_n_A_over_N(tmp_path):
     """Two K, two seeds at K = 4 and one at K = 16, three evaluation steps; every readout a distinct number."""
-    runs = {(4, 0): 1.0, (4, 1): 3.0, (16, 0): 10.0}
+    scales = {(4, 0): 1.0, (4, 1): 3.0, (16, 0): 10.0}
     N = 8
-    for (K, seed), scale in runs.items():
+    for (K, seed), scale in scales.items():
         d = tmp_path / "sweep" / f"K{K}_s{seed}"
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps({"K": K, "seed": seed, "N": N}))
         rows = [{"step": step, **{key: scale * (i + 1) + 0.01 * j for j, key in enumerate(KEYS)}}
                 for i, step in enumerate((0, 10, 100))]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    train.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
+    runs.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
     summary = json.loads((tmp_path / "fig2bc.json").read_text())
     assert summary["K"] == [4, 16] and summary["step"] == [0, 10, 100]
     for j, key in enumerate(KEYS):

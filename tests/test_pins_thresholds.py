@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import probes
 import thresholds
 import train
 from estimators import fit_sigmoid
@@ -141,7 +142,8 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
     preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
                   lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
     monkeypatch.setitem(thresholds.PRESETS, "quick", preset)
-    monkeypatch.setattr(thresholds, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
+    for module in (thresholds, probes):  # the searches' rounds (probes.py) and Fig. 7b's runs (thresholds.py)
+        monkeypatch.setattr(module, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
                                  figures=str(tmp_path), device="cpu"))

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+import runs
 import thresholds
 from estimators import Search, search_threshold
 from thresholds import PHI_STAR, max_phi_beta, tau_2gen
@@ -70,7 +71,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
     monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
-    monkeypatch.setattr(thresholds, "read_metrics", _with_K(thresholds.read_metrics))
+    monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as probes.py reads the probes
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
