@@ -54,26 +54,38 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
     return out
 
 
-def fit_tau(tau_by_N: dict) -> dict:
+def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
     """tau_2Gen(N) against the prediction tau ~ N / H_N ~ N / log N: the slope of log(mean tau) against
     log(N / log N) (1 if the prediction holds) and against log N, and the prefactor a of the
     one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that never crossed are
-    left out; an N with no crossing is left out; nan with fewer than two N."""
-    Ns, means = [], []
-    for N, taus in tau_by_N.items():
-        finite = [t for t in taus if np.isfinite(t)]
-        if finite:
-            Ns.append(int(N))
-            means.append(float(np.mean(finite)))
-    if len(Ns) < 2:
+    left out; an N with no crossing is left out; nan with fewer than two N. Each slope has a 95 % bootstrap
+    interval from resampling the seeds within each N, and each fit its residual sum of squares in log tau
+    (which of the two laws the points follow better)."""
+    finite = {int(N): np.array([t for t in taus if np.isfinite(t)], float) for N, taus in tau_by_N.items()}
+    finite = {N: t for N, t in sorted(finite.items()) if len(t)}
+    if len(finite) < 2:
         return {"slope_vs_N_over_logN": math.nan, "slope_vs_N": math.nan, "prefactor_vs_N": math.nan,
-                "prefactor": math.nan, "N": Ns}
-    Ns, means = np.array(Ns, float), np.array(means)
+                "prefactor": math.nan, "N": list(finite)}
+    Ns = np.array(list(finite), float)
     x = Ns / np.log(Ns)
+
+    def slopes(means):
+        return np.polyfit(np.log(x), np.log(means), 1)[0], np.polyfit(np.log(Ns), np.log(means), 1)[0]
+
+    means = np.array([t.mean() for t in finite.values()])
     slope, intercept = np.polyfit(np.log(Ns), np.log(means), 1)
-    return {"slope_vs_N_over_logN": float(np.polyfit(np.log(x), np.log(means), 1)[0]),
-            "slope_vs_N": float(slope), "prefactor_vs_N": float(np.exp(intercept)),  # tau = prefactor_vs_N N^slope_vs_N
-            "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist()}
+    rng = np.random.default_rng(seed)
+    boot = np.array([slopes([rng.choice(t, len(t)).mean() for t in finite.values()]) for _ in range(resamples)])
+    ci = np.quantile(boot, [0.025, 0.975], axis=0)
+
+    def rss(X):
+        return float(np.sum((np.log(means) - np.polyval(np.polyfit(np.log(X), np.log(means), 1), np.log(X))) ** 2))
+
+    return {"slope_vs_N_over_logN": float(slopes(means)[0]), "slope_vs_N": float(slope),
+            "prefactor_vs_N": float(np.exp(intercept)),  # tau = prefactor_vs_N N^slope_vs_N
+            "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist(),
+            "slope_vs_N_over_logN_ci": ci[:, 0].tolist(), "slope_vs_N_ci": ci[:, 1].tolist(),
+            "rss_vs_N_over_logN": rss(x), "rss_vs_N": rss(Ns)}
 
 
 def normalized_parameters(snapshot: dict) -> dict:

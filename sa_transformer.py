@@ -389,8 +389,12 @@ def main():
     if args.replot:
         cli.writable_dir(args.figures, "--figures")
         path = os.path.join(args.figures, "sa_scaling.json")
-        write_figures(cli.read_json(path, REPLOTTED, "sa_transformer.py"), args.figures)
-        print(f"wrote {args.figures}/sa_*.png from {path}")
+        result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
+        result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}  # cheap
+        write_figures(result, args.figures)
+        with open(path, "w") as f:  # the refitted taus go back into the record
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.figures}/sa_*.png from {path} (tau refitted)")
         return
     preset = cli.preset(args.preset)
     cli.set_threads(args.threads)

@@ -340,6 +340,21 @@ def test_fit_tau_recovers_known_exponents():
     assert math.isnan(sa_analysis.fit_tau({"32": [10.0], "64": [math.nan]})["slope_vs_N_over_logN"])
 
 
+def test_fit_tau_intervals_resample_seeds_within_each_N_and_the_residuals_pick_the_law():
+    """Seeds that agree give zero-width intervals at the slope; a spread at one N widens them to the slopes its
+    seeds allow; the residual sum of squares is ~0 for the law the data follow and not for the other."""
+    Ns = [32, 64, 128, 256]
+    exact = sa_analysis.fit_tau({N: [3 * N / math.log(N)] * 2 for N in Ns})
+    assert exact["slope_vs_N_over_logN_ci"] == pytest.approx([1.0, 1.0])
+    assert exact["rss_vs_N_over_logN"] == pytest.approx(0.0, abs=1e-20) and exact["rss_vs_N"] > 1e-4
+    power = sa_analysis.fit_tau({N: [5 * N**0.7] for N in Ns})
+    assert power["rss_vs_N"] == pytest.approx(0.0, abs=1e-20) and power["rss_vs_N_over_logN"] > 1e-4
+    spread = sa_analysis.fit_tau({N: [5 * N**0.7 * (0.5 if N == 256 else 1), 5 * N**0.7 * (1.5 if N == 256 else 1)]
+                                  for N in Ns})  # N = 256's bootstrap mean is 0.5, 1 or 1.5 times the curve
+    lows = [np.polyfit(np.log(Ns), np.log([5 * N**0.7 * (f if N == 256 else 1) for N in Ns]), 1)[0] for f in (0.5, 1.5)]
+    assert spread["slope_vs_N_ci"] == pytest.approx(lows)
+
+
 def test_normalized_parameters_are_the_attention_the_blocks_imply():
     """P1 -> softmax over lags; M2's h.x block [key nu, query mu] -> softmax over nu in each column, an
     asymmetric block telling the axes apart; zero parameters give uniform attention."""
