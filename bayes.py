@@ -4,7 +4,7 @@ algorithmic phases") and the losses measured against them.
 Each predictor maps sequences (B, L) to log-probabilities (B, L, C): out[:, n] is the predictive
 distribution of s_{n+1} given s_0..s_n (0-indexed; the appendix counts from 1).
 
-  1-Gen  (n_tau + 1) / (n + C)              n_tau: occurrences of tau in s_0..s_n (n + 1 states)
+  1-Gen  (n_tau + 1) / (n + 1 + C)          n_tau: occurrences of tau in s_0..s_n (n + 1 states)
   2-Gen  (m_{tau mu} + 1) / (n_mu + C)      mu = s_n; m: transition counts mu -> tau inside s_0..s_n
   1-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood prod_i p_k(s_i)            (uniform prior on S)
   2-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood p_k(s_0) prod_i T^k[s_i, s_{i-1}]

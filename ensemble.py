@@ -3,8 +3,8 @@ K1* and K2* (Sec. "Transition between memorization and generalization", Fig. 7) 
 models, each too small to fill a GPU on its own.
 
 Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by
-train.py's loop (both take bf16=True for mixed precision, train.py --bf16):
-  Single    one Transformer and its AdamW: the plain path of a single run.
+the ensembles' loop in runs.py and by bench/bench_train.py (both take bf16=True for mixed precision, --bf16):
+  Single    one Transformer and its AdamW, an ensemble of one (train.py's single run writes its step itself).
   Ensemble  E Transformers whose weights are stacked along a leading member axis
             (torch.func.stack_module_state); one call of the model per step through
             torch.func.vmap(functional_call(...)), so transformer.py stays the paper's single model.
@@ -87,9 +87,15 @@ def on_device(model: Transformer, kernels: fastpath.Kernels | None) -> Transform
     return fastpath.accelerate(model, kernels) if kernels is not None and on_cuda else model
 
 
+def with_capturable(optimizer_state: dict, capturable: bool) -> dict:
+    """An AdamW state_dict with this run's capturable flag: a checkpoint carries the flag of the run that wrote it (a
+    CUDA-graph run's True, a CPU run's False), and load_state_dict would restore it, placing AdamW's step counters
+    for the wrong kind of step."""
+    return {**optimizer_state, "param_groups": [{**g, "capturable": capturable} for g in optimizer_state["param_groups"]]}
+
 class Single:
     """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
-    not vmapped, so that a single run computes bit for bit what it did before ensembles existed."""
+    not vmapped, so that it computes bit for bit what train.py's own step computes."""
 
     def __init__(self, model: Transformer, capturable: bool = False, bf16: bool = False,
                  kernels: fastpath.Kernels | None = fastpath.Kernels(), **adamw):
@@ -119,7 +125,7 @@ class Single:
 
     def load_member_states(self, states: list[dict]):
         self.module.load_state_dict(states[0]["model"])
-        self.opt.load_state_dict(states[0]["optimizer"])
+        self.opt.load_state_dict(with_capturable(states[0]["optimizer"], self.opt.defaults["capturable"]))
 
 
 class Ensemble:
@@ -184,7 +190,8 @@ class Ensemble:
         opts = [s["optimizer"] for s in states]
         state = {i: {k: v if k == "step" else torch.stack([o["state"][i][k] for o in opts]) for k, v in s.items()}
                  for i, s in opts[0]["state"].items()}
-        self.opt.load_state_dict({"state": state, "param_groups": opts[0]["param_groups"]})
+        self.opt.load_state_dict(with_capturable({"state": state, "param_groups": opts[0]["param_groups"]},
+                                                 self.opt.defaults["capturable"]))
 
 
 # ----------------------------------------------------------------------------- CUDA graph

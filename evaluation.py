@@ -29,7 +29,7 @@ def predictor_names(tasks: TaskSet | FreshChains) -> tuple[str, ...]:
 def make_eval_data(cfg, tasks: TaskSet | FreshChains, predict=bayes.predict) -> dict:
     """Fixed held-out batches from S (with their chains, "train_task"; with K = inf, from fresh chains like the
     training sequences) and from D_T, and the predictors on them (computed once, by `predict`: bayes.predict,
-    or the engine's equal and faster fastdata.predict)."""
+    or the engine's faster fastdata.predict, equal to float32 rounding)."""
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 7)
     data = dict(zip(("train", "train_task"), tasks.batch(cfg.eval_train, cfg.N + 1, g)))
     data["gen"] = tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]

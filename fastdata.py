@@ -1,7 +1,7 @@
 """The engine's data path: the fast sampler and the fast memorizing predictors.
 
-Each computes exactly what its plain twin on the reader's path computes (tests/test_markov.py,
-tests/test_bayes.py pin them equal), only faster:
+Each computes what its plain twin on the reader's path computes, only faster: the sampler bit for bit, the
+predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin them):
 
     batches(sources, n, length, generators)   the batches of E task sources at once, member e's the
                                               sequences of sources[e].batch(n, length, generators[e]),
@@ -11,8 +11,8 @@ tests/test_bayes.py pin them equal), only faster:
                                               mixed_mem) from anchored log-likelihood sums instead of
                                               bayes.py's cumulative sum over every chain and position
 
-train.py's ensembles sample through `batches` (E separate batch() calls cost more than the step itself)
-and its evaluations pass `predict` to evaluation.make_eval_data (the paper preset's L_train levels:
+The ensembles (runs.py) and train.py's CUDA block sample through `batches` (E separate batch() calls cost more
+than the step itself), and both pass `predict` to evaluation.make_eval_data (the paper preset's L_train levels:
 8192 sequences of 257 states against K = 1024 chains and more).
 """
 import math

@@ -2,8 +2,7 @@
 
     fastpath.accelerate(model)    # in place: same parameters, state_dict and optimizer; the kernels' forward
 
-ensemble.py's trainers call it for models on CUDA, so train.py's training step and its evaluations run the
-kernels without a line of their own. tests/test_fastpath.py pins the accelerated model to the plain one, in
+train.py calls it in its CUDA block, and ensemble.py's trainers for models on CUDA. tests/test_fastpath.py pins the accelerated model to the plain one, in
 values and gradients, also under an ensemble's vmap.
 
 accelerate re-classes the model and its blocks to the subclasses below. They add no parameters or buffers, so

@@ -170,7 +170,8 @@ def ablate_bias(seqs: torch.Tensor, p: torch.Tensor, generator=None) -> torch.Te
     seqs (n, N + 1) holds a context s_1..s_N followed by its target s_{N+1}; returns a copy in
     which s_{N-1} (the context's second-to-last state, seqs[:, -3]) is redrawn from the chain's
     stationary distribution p (n, C), independently of its neighbours. This removes the
-    short-range correlation between s_{N-1} and s_{N+1} (the F_1 bias) and nothing else."""
+    short-range correlation between s_{N-1} and s_{N+1} (the F_1 bias); it also breaks the two transitions
+    into and out of s_{N-1}, which the 2-point statistics of the rest of the sequence hardly feel."""
     if seqs.dim() != 2 or seqs.shape[1] < 3:
         raise ValueError("seqs must be (n, N + 1) with N >= 2 for the bias ablation")
     if p.shape != (seqs.shape[0], p.shape[-1]):

@@ -275,7 +275,7 @@ class Progress:
 
 def graphed(step, model: Transformer, optimizer: torch.optim.Optimizer, shape: tuple[int, int], device: torch.device):
     """step(seqs (B, N + 1), chains (B,)) -> loss, one model's training step on CUDA, captured once as a CUDA
-    graph and replayed (ensemble.GraphedStep: forward, backward and AdamW in one launch, the same numbers).
+    graph and replayed (ensemble.GraphedStep: forward, backward and AdamW in one launch, the same computation).
     The optimizer must be created with capturable=True."""
     trainer = SimpleNamespace(parameters=lambda: list(model.parameters()), opt=optimizer,  # an ensemble of one
                               step=lambda seqs, chains: step(seqs[0], chains[0])[None])

@@ -49,7 +49,7 @@ import fastdata
 import fastpath
 import runs
 from bayes import COLORS, LABELS, PREDICTORS, nll, predict
-from ensemble import mixed_precision, readouts
+from ensemble import mixed_precision, readouts, with_capturable
 from evaluation import evaluate, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
 from markov import check_int, task_source
 from transformer import Transformer
@@ -130,7 +130,7 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def eval_steps(iters: int, n: int) -> list[int]:
-    """Step 0, then n log-spaced steps up to and including iters."""
+    """Step 0 and up to n log-spaced steps up to and including iters (steps that round to the same one count once)."""
     steps = {0, iters} | {int(round(10 ** (math.log10(iters) * i / n))) for i in range(1, n + 1)}
     return sorted(s for s in steps if s <= iters)
 
@@ -147,7 +147,7 @@ def build_model(cfg: Config) -> Transformer:
 def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True, overwrite: bool = False) -> list[dict]:
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly
     as if never stopped; overwrite: start afresh where a run is. graph: on CUDA, the engine's speed (Triton kernels,
-    the step replayed as a CUDA graph, the batched sampler), with the same numbers."""
+    the step replayed as a CUDA graph, the batched sampler): the same computation, to the kernels' precision."""
     ckpt_path, metrics_path, chain_path = (os.path.join(cfg.out, f) for f in ("ckpt.pt", "metrics.jsonl", "per_chain.jsonl"))
     members, locks = runs.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
     if runs.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
@@ -181,7 +181,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
                                   weight_decay=cfg.weight_decay, capturable=graph)
     if ckpt:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.load_state_dict(with_capturable(ckpt["optimizer"], graph))
         gen.set_state(ckpt["rng"].cpu())
     with open(os.path.join(cfg.out, "config.json"), "w") as f:
         json.dump(asdict(cfg), f, indent=1)
@@ -200,7 +200,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
         optimizer.step()
         return loss.detach()
 
-    if graph:  # speed on CUDA (the engine, the same numbers): the Triton kernels in the model, the step captured once
+    if graph:  # speed on CUDA (the engine, the same computation): the Triton kernels in the model, the step captured once
         # as a CUDA graph and replayed, the sampler as a sqrt(N)-depth scan instead of a launch per position
         fastpath.accelerate(model)
         train_step = runs.graphed(train_step, model, optimizer, (cfg.batch, cfg.N + 1), device)
@@ -335,7 +335,8 @@ def main():
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh in a run directory that holds a run, deleting its files (without "
                              "--resume or --overwrite such a directory is an error)")
-    parser.add_argument("--no-graph", action="store_true", help="CUDA: run the step eagerly, not as a CUDA graph")
+    parser.add_argument("--no-graph", action="store_true", help="CUDA: the plain path, as on a CPU: no CUDA graph, and in a single run no Triton kernels and "
+                        "the per-position sampler (an ensemble keeps its kernels)")
     parser.add_argument("--ensemble", action="store_true", help="train a grid as one-process ensembles on the CPU too")
     parser.add_argument("--group", type=int, default=64, help="grid: models per ensemble")
     parser.add_argument("--print-commands", action="store_true", help="print one command per model of the grid and exit")

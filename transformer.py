@@ -21,8 +21,9 @@ Options used by later experiments (all off by default):
   prev_weight=w     gradient reweighting of layer-1 previous-token attention (Sec. "Gradient Reweighting"):
                     A_{i,i-1} = w A' + (1 - w) detach(A'), forward unchanged
 
-This file is plain PyTorch. On CUDA, training runs the same model with Triton kernels swapped in from
-outside (fastpath.py), tested equal to this one.
+This file is plain PyTorch. On CUDA, train.py (unless --no-graph) and the ensembles run the same model with
+Triton kernels swapped in from outside (fastpath.py), tested equal to this one to the kernels' precision (the
+attention kernel's fp32 dots run in TF32).
 """
 import math
 

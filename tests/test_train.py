@@ -71,6 +71,33 @@ def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, 
 
 
 
+def test_a_checkpoint_written_by_a_cuda_graph_run_resumes_on_a_cpu(tmp_path, monkeypatch, same_numbers):
+    """A checkpoint carries the AdamW capturable flag of the run that wrote it (True on CUDA with the graph); the
+    resumed run takes its own (capturable AdamW refuses CPU parameters), and still equals the straight run."""
+    straight = train.train(tiny(tmp_path / "straight"), quiet=True)
+    step = torch.optim.AdamW.step
+    count = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):
+        if count["n"] == 13:
+            raise Killed
+        count["n"] += 1
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    with pytest.raises(Killed):
+        train.train(tiny(tmp_path / "killed"), quiet=True)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    path = tmp_path / "killed" / "ckpt.pt"
+    ckpt = torch.load(path, weights_only=True)
+    for group in ckpt["optimizer"]["param_groups"]:  # as a CUDA-graph run writes it
+        group["capturable"] = True
+    torch.save(ckpt, path)
+    resumed = train.train(tiny(tmp_path / "killed"), resume=True, quiet=True)
+    assert same_numbers(resumed, straight)
+    assert not torch.load(path, weights_only=True)["optimizer"]["param_groups"][0]["capturable"]
+
+
 def test_resume_of_a_finished_ensemble_rewrites_nothing(tmp_path, capsys):
     cfgs = [tiny(tmp_path / f"K4_s{seed}", seed=seed, iters=4, evals=2) for seed in (0, 1)]
     rows = runs.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), quiet=True)
