@@ -45,13 +45,12 @@ class Killed(Exception):
     pass
 
 
-@pytest.mark.parametrize("kill_after", [13, 20])
-def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, kill_after, same_numbers):
-    straight = train.train(tiny(tmp_path / "straight"), quiet=True)
+def train_until_killed(cfg, monkeypatch, kill_after: int):
+    """Train cfg's run until the process "dies" after kill_after optimizer steps (its checkpoint stays behind)."""
     step = torch.optim.AdamW.step
     count = {"n": 0}
 
-    def dying_step(self, *args, **kwargs):  # the process "dies" after kill_after optimizer steps
+    def dying_step(self, *args, **kwargs):
         if count["n"] == kill_after:
             raise Killed
         count["n"] += 1
@@ -59,8 +58,14 @@ def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
     with pytest.raises(Killed):
-        train.train(tiny(tmp_path / "killed"), quiet=True)
+        train.train(cfg, quiet=True)
     monkeypatch.setattr(torch.optim.AdamW, "step", step)
+
+
+@pytest.mark.parametrize("kill_after", [13, 20])
+def test_resume_after_a_kill_reproduces_the_straight_run(tmp_path, monkeypatch, kill_after, same_numbers):
+    straight = train.train(tiny(tmp_path / "straight"), quiet=True)
+    train_until_killed(tiny(tmp_path / "killed"), monkeypatch, kill_after)
     resumed = train.train(tiny(tmp_path / "killed"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     assert same_numbers(read(tmp_path / "killed" / "metrics.jsonl"), straight)
@@ -75,19 +80,7 @@ def test_a_checkpoint_written_by_a_cuda_graph_run_resumes_on_a_cpu(tmp_path, mon
     """A checkpoint carries the AdamW capturable flag of the run that wrote it (True on CUDA with the graph); the
     resumed run takes its own (capturable AdamW refuses CPU parameters), and still equals the straight run."""
     straight = train.train(tiny(tmp_path / "straight"), quiet=True)
-    step = torch.optim.AdamW.step
-    count = {"n": 0}
-
-    def dying_step(self, *args, **kwargs):
-        if count["n"] == 13:
-            raise Killed
-        count["n"] += 1
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
-    with pytest.raises(Killed):
-        train.train(tiny(tmp_path / "killed"), quiet=True)
-    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    train_until_killed(tiny(tmp_path / "killed"), monkeypatch, 13)
     path = tmp_path / "killed" / "ckpt.pt"
     ckpt = torch.load(path, weights_only=True)
     for group in ckpt["optimizer"]["param_groups"]:  # as a CUDA-graph run writes it
