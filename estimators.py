@@ -275,10 +275,11 @@ def sigmoid(t, A, log_t0, width):
 
 
 def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
-    """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]."""
+    """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]; a curve that
+    never rises above 0 (a null-corrected fraction can sit just below it) has A = 0."""
     t, f = np.asarray(steps, float), np.asarray(fraction, float)
     t, f = t[t > 0], f[t > 0]
-    if f.max() == 0:
+    if f.max() <= 0:
         return {"A": 0.0, "log_t0": None, "width": None}  # nothing memorized: no sigmoid to place
     half = t[np.argmax(f >= f.max() / 2)]
     with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used

@@ -28,6 +28,7 @@ This file states the rules (at the top: phi_beta*, tau_2gen, tau_2mem, Delta tau
 runs and draws the figures. The estimators (the binary search, the divergence and sigmoid fits, epsilon) are in
 estimators.py; probes.py schedules the training runs, campaign.py the paper-scale ones across GPU leases.
 """
+import dataclasses
 import json
 import math
 import os
@@ -43,9 +44,10 @@ import cli
 import train
 from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
                         fit_sigmoid, line_through_medians, median_ci)
-from markov import check_int
+from evaluation import make_per_chain_data, per_chain_scores
+from markov import check_int, task_source
 from probes import CONDITIONS, finished, probe_command, probe_config, run_config, run_probes, search_K1
-from runs import read_metrics, read_per_chain
+from runs import load_run, read_metrics, read_per_chain
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
@@ -54,6 +56,15 @@ PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 #
 # K1*: a run generalizes when max_t phi_beta(2) > phi_beta*. K2*: a run memorizes once it beats 2-Gen on S;
 # Delta tau_K = tau_2mem - tau_2gen; a chain counts as memorized when Delta^k < epsilon.
+#
+# Which epsilon: a chain's score averages a few dozen sequences, so a model that memorizes nothing still beats
+# 2-Gen on some chains by chance. The null of the memorized fraction is the same model scored the same way on
+# fresh chains of D_T, which it cannot have memorized (null_scores). Per model and step, epsilon is the
+# NULL_ALPHA-quantile of those fresh-chain scores, so a chain the model treats like an unseen one passes with
+# probability NULL_ALPHA; if a fraction m of S is memorized (always passing) and the rest pass at that rate,
+# the fraction f that passes is m + (1 - m) NULL_ALPHA, and the memorized fraction is m = (f - alpha) / (1 - alpha).
+
+NULL_ALPHA = 0.05  # the per-chain false-positive rate of the memorized-fraction rule
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -98,10 +109,23 @@ def censored_after(rows: list[dict]) -> int | None:
     return max(r["step"] for r in rows) - tau_2gen(rows)
 
 
-def memorized_fraction(chain_rows: list[dict], epsilon: float) -> tuple[list[int], list[float]]:
-    """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows."""
+def memorized_fraction(chain_rows: list[dict], epsilon: float | list[float]) -> tuple[list[int], list[float]]:
+    """(steps, fraction of chains with Delta^k < epsilon) from a run's per_chain.jsonl rows; epsilon one value,
+    or one per row in step order (null_epsilon's)."""
     rows = sorted(chain_rows, key=lambda r: r["step"])
-    return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < epsilon)) for r in rows]
+    eps = epsilon if isinstance(epsilon, list) else [epsilon] * len(rows)
+    return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < e)) for r, e in zip(rows, eps)]
+
+
+def null_epsilon(null_rows: list[dict], alpha: float = NULL_ALPHA) -> list[float]:
+    """Per evaluation step (in step order): the alpha-quantile of the model's scores on fresh chains."""
+    return [float(np.quantile(r["delta"], alpha)) for r in sorted(null_rows, key=lambda r: r["step"])]
+
+
+def memorized_excess(fraction: list[float], alpha: float = NULL_ALPHA) -> list[float]:
+    """The memorized fraction m = (f - alpha) / (1 - alpha) from the fraction f below the null's alpha-quantile
+    (unclipped: below 0 where fewer chains than alpha pass, by chance)."""
+    return [(f - alpha) / (1 - alpha) for f in fraction]
 
 
 # ----------------------------------------------------------------------------- the experiments' presets
@@ -130,12 +154,12 @@ K2_PRESETS = {
     # +0.005, +0.008) and on a plateau at K = 96 (+0.016; K = inf +0.026)
     "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=8, iters=4000, eval_every=100, eval_dense=256, evals=16,
                   eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[24, 28, 32, 36, 40, 48], seeds=4,
-                  inf_seeds=2, inf_iters=4000),
+                  inf_seeds=2, inf_iters=4000, null_chains=256),
     # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
     # on 10^4 fixed chains
     "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
                   eval_train=1024, eval_gen=1024, per_chain=64, per_chain_tasks=10_000,
-                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000),
+                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000, null_chains=1024),
 }
 
 
@@ -322,37 +346,80 @@ def divergence_fits(Ks: list, dtau: list, bounds: list) -> tuple[dict, dict]:
     return fits[0], fits[1]
 
 
-def analyze_k2(cfgs: list[train.Config]) -> dict:
-    """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs,
-    and the memorized fractions with their sigmoid asymptotes, from the runs' metrics. delta_tau[K] holds the
-    seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps it spent there); a
-    seed that never formed the induction head or memorized first is left out of it (its status is in runs)."""
+def null_scores(run_dir: str, chains: int) -> list[dict]:
+    """The null of the memorized fraction: rows {"step", "delta"} of the run's model at every full evaluation
+    scored like its chains of S (evaluation.per_chain_scores, the run's per_chain sequences per chain) on `chains`
+    fixed fresh chains of D_T, which it never trained on. Cached in run_dir/per_chain_null.jsonl, redone when
+    the run's evaluation steps or the number of chains differ."""
+    path = os.path.join(run_dir, "per_chain_null.jsonl")
+    steps = [r["step"] for r in read_per_chain(run_dir)]
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f]
+        if [r["step"] for r in rows] == steps and all(len(r["delta"]) == chains for r in rows):
+            return rows
+    cfg = load_run(run_dir, steps[0])[0]
+    fresh = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains), task_source(math.inf, cfg.C))
+    rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], fresh).tolist()]}
+            for step in steps]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+    return rows
+
+
+def _null_job(job: tuple[str, int]) -> list[dict]:
+    return null_scores(*job)
+
+
+def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dict:
+    """Delta tau per run, medians and intervals per K, the divergence fit, the memorized fractions with their
+    sigmoid asymptotes against each model's fresh-chain null (and, beside them, by the older rule with epsilon
+    from the K = inf runs, with that rule's false-positive rate on the fresh chains), from the runs' metrics.
+    delta_tau[K] holds the seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps
+    it spent there); a seed that never formed the induction head or memorized first is left out of it (its
+    status is in runs)."""
     finite = [c for c in cfgs if c.K != math.inf]
     eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
+    nulls = cli.parallel_map(_null_job, [(c.out, null_chains) for c in finite], jobs, progress="fresh-chain scores")
     Ks = sorted({c.K for c in finite})
-    runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
-    for c in finite:
+    runs, dtau, bound, asymptote, asymptote_old, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}, {}
+    for c, null in zip(finite, nulls):
         dense = read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
         if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
             dtau[c.K].append(value)
             bound[c.K].append(censored_after(dense))
-        steps, fraction = memorized_fraction(read_per_chain(c.out), eps["value"])
-        A = fit_sigmoid(steps, fraction)["A"]
+        chain_rows = read_per_chain(c.out)
+        eps_null = null_epsilon(null)
+        steps, passing = memorized_fraction(chain_rows, eps_null)
+        fraction = memorized_excess(passing)
+        fraction_old = memorized_fraction(chain_rows, eps["value"])[1]
+        false_old = memorized_fraction(null, eps["value"])[1]  # the older rule on chains nobody memorized
+        A, A_old = fit_sigmoid(steps, fraction)["A"], fit_sigmoid(steps, fraction_old)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
-                     "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A})
+                     "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
+                     "passing_final": passing[-1], "epsilon_null_final": eps_null[-1],
+                     "memorized_final_old": fraction_old[-1], "memorized_asymptote_old": A_old,
+                     "false_positive_final_old": false_old[-1]})
         asymptote.setdefault(c.K, []).append(A)
-        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction})
+        asymptote_old.setdefault(c.K, []).append(A_old)
+        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_old": fraction_old,
+                                           "false_positive_old": false_old, "epsilon_null": eps_null})
     measured = [K for K in Ks if dtau[K]]
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
     fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
-    mean_A = [float(np.mean(asymptote[K])) for K in Ks]
+
+    def zero(values: dict, average) -> float | None:
+        return extrapolate_zero(Ks, [float(average(values[K])) for K in Ks])
+
     return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
             "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit,
-            "fit_offset": fit_offset, "epsilon": eps,
-            "memorized_asymptote": asymptote, "memorized_zero": extrapolate_zero(Ks, mean_A),
+            "fit_offset": fit_offset, "epsilon": eps, "null": {"alpha": NULL_ALPHA, "chains": null_chains},
+            "memorized_asymptote": asymptote, "memorized_zero": zero(asymptote, np.mean),
             # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
-            "memorized_zero_median": extrapolate_zero(Ks, [float(np.median(asymptote[K])) for K in Ks]),
+            "memorized_zero_median": zero(asymptote, np.median),
+            "memorized_asymptote_old": asymptote_old, "memorized_zero_old": zero(asymptote_old, np.mean),
             "memorized_curves": curves, "runs": runs}
 
 
@@ -370,6 +437,8 @@ def plot_k2(result: dict, path: str):
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
     asymptote, curves_by_K = per_K(result["memorized_asymptote"]), per_K(result["memorized_curves"])
+    old = per_K(result.get("memorized_asymptote_old", {}))  # none in a JSON written before the fresh-chain null
+    alpha = result.get("null", {}).get("alpha", 0.0)
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
@@ -437,12 +506,17 @@ def plot_k2(result: dict, path: str):
             ax8a.legend(loc="upper left")
 
         means = [float(np.mean(asymptote[K])) for K in Ks]
-        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3)
+        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3,
+                      label=f"chains below the null's {alpha:.0%} quantile,\nexcess over {alpha:.0%}")
         zero = result["memorized_zero"]
         if zero is not None:
             top = int(np.argmax(means))
             ax8b.plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
-            ax8b.legend()
+        if old:  # the older rule, epsilon from the K = inf models, for comparison
+            ax8b.plot(Ks, [float(np.mean(old[K])) for K in Ks], "s:", color="gray",
+                      label=f"Delta^k < {result['epsilon']['value']:.2g} (K = inf calibration)")
+        ax8b.axhline(0, color="k", lw=0.5)
+        ax8b.legend(fontsize=8)
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
@@ -457,18 +531,35 @@ def plot_k2(result: dict, path: str):
                 ax10.plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
             ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
                       label=f"K = {K}")
+        ax10.axhline(0, color="k", lw=0.5)
         ax10.set_xscale("log")
         ax10.set_xlabel("step")
-        ax10.set_ylabel(f"fraction with Delta^k < epsilon\n(epsilon = {result['epsilon']['value']:.3g})")
+        ax10.set_ylabel(f"memorized fraction (excess over\nthe fresh-chain null's {alpha:.0%})")
         ax10.set_title("Fig. A10: memorized fraction over training")
         ax10.legend(ncol=2)
-        eps = result["epsilon"]
-        axeps.hist(eps["scores"], bins=40, color="tab:blue")
-        axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
-        axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
-        axeps.set_ylabel("chains")
-        axeps.set_title(f"epsilon: {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
-        axeps.legend()
+        if old:  # the null: how often the older rule calls a chain the model never saw memorized
+            last = {K: [c["fraction_old"][-1] for c in curves_by_K[K]] for K in Ks}
+            false = {K: [c["false_positive_old"][-1] for c in curves_by_K[K]] for K in Ks}
+            for values, style, label in ((last, "s:", "chains of S"), (false, "x--", "fresh chains (false positives)")):
+                axeps.errorbar(Ks, [float(np.mean(values[K])) for K in Ks], yerr=[float(np.std(values[K])) for K in Ks],
+                               fmt=style, color="gray" if values is last else "tab:red", capsize=3, label=label)
+            axeps.plot(Ks, [float(np.mean([c["fraction"][-1] for c in curves_by_K[K]])) for K in Ks], "ko-",
+                       label="memorized (null-corrected)")
+            axeps.set_xscale("log", base=2)
+            axeps.set_xticks(Ks, [str(K) for K in Ks])
+            axeps.set_xlabel("K")
+            axeps.set_ylabel("fraction at the end of the run")
+            axeps.set_title(f"the null: Delta^k < epsilon = {result['epsilon']['value']:.2g} (K = inf models)\n"
+                            f"on S and on {result['null']['chains']} fresh chains", fontsize=10)
+            axeps.legend(fontsize=8)
+        else:  # a JSON written before the null: its epsilon calibration
+            eps = result["epsilon"]
+            axeps.hist(eps["scores"], bins=40, color="tab:blue")
+            axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
+            axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
+            axeps.set_ylabel("chains")
+            axeps.set_title(f"epsilon: {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
+            axeps.legend()
         width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
         fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
                      f"{width}, {result['iters']} steps)", fontsize=12)
@@ -568,7 +659,7 @@ def k2(args):
     t0 = time.time()
     run_probes(cfgs, jobs)
     result = {"preset": preset, "N": p["N"], "mlp_width": p.get("mlp_width", 0), "iters": p["iters"], "seeds": seeds,
-              **analyze_k2(cfgs),
+              **analyze_k2(cfgs, p["null_chains"], jobs),
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
     plot_k2(result, os.path.join(args.figures, "k2.png"))
     with open(os.path.join(args.figures, "k2.json"), "w") as f:
@@ -584,36 +675,48 @@ def k2(args):
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
 
-def grid_table(grid: dict) -> dict:
-    """Per K of a fixed (K, seed) grid (a train.py grid summarized as in bench/results/*_k1_grid_*.json): the seeds'
-    max phi_beta(2) over the dense readouts, their end-of-run L_gen, and how many formed the induction head."""
+def grid_table(members: list[dict]) -> dict:
+    """Per K of a fixed (K, seed) grid: the seeds' max phi_beta(2) over the dense readouts, their L_gen and how
+    many formed the induction head. members: {"K", "seed", "max_phi_beta", "gen_loss", "gen_loss_2gen"}."""
     table = {}
-    for m in sorted(grid["members"].values(), key=lambda m: (m["K"], m["seed"])):
+    for m in sorted(members, key=lambda m: (m["K"], m["seed"])):
         row = table.setdefault(m["K"], {"seed": [], "max_phi_beta": [], "gen_loss": [], "gen_loss_2gen": m["gen_loss_2gen"]})
         row["seed"].append(m["seed"])
-        row["max_phi_beta"].append(m["max_phi_beta_2_dense"])
+        row["max_phi_beta"].append(m["max_phi_beta"])
         row["gen_loss"].append(m["gen_loss"])
     for row in table.values():
         row["heads"] = sum(v > PHI_STAR for v in row["max_phi_beta"])
     return table
 
 
-def plot_grid(table: dict, title: str, path: str):
-    """Fig. 7a / A9 of a fixed grid: max phi_beta(2) and the final L_gen against K, one line per seed."""
-    Ks = sorted(table)
-    seeds = table[Ks[0]]["seed"]
+def bench_members(grid: dict) -> list[dict]:
+    """grid_table's members from a train.py grid's summary (bench/results/*_k1_grid_*.json): L_gen at the end."""
+    return [{"K": m["K"], "seed": m["seed"], "max_phi_beta": m["max_phi_beta_2_dense"], "gen_loss": m["gen_loss"],
+             "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
+
+
+def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end"):
+    """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
+    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed)."""
+    Ks = sorted({K for table in tables.values() for K in table})
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, seed in enumerate(seeds):
-        for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
-            ax.plot(Ks, [table[K][key][i] for K in Ks], ".-", color=f"C{i}", label=f"seed {seed}")
+    markers = ".osd^v"
+    for c, (condition, table) in enumerate(tables.items()):
+        K_cond = sorted(table)
+        for i, seed in enumerate(table[K_cond[0]]["seed"]):
+            color, marker = (f"C{i}", ".") if len(tables) == 1 else (f"C{c}", markers[i % len(markers)])
+            label = f"seed {seed}" if len(tables) == 1 else f"{condition}, seed {seed}"
+            for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
+                ax.plot(K_cond, [table[K][key][i] for K in K_cond], marker=marker, ls="-", color=color, label=label)
     axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
-    axes[1].plot(Ks, [table[K]["gen_loss_2gen"] for K in Ks], "k:", label="2-Gen")
-    for ax, label in zip(axes, ("max_t phi_beta(2)", "L_gen at the end")):
+    level = {K: table[K]["gen_loss_2gen"] for table in tables.values() for K in table}
+    axes[1].plot(Ks, [level[K] for K in Ks], "k:", label="2-Gen")
+    for ax, label in zip(axes, ("max_t phi_beta(2)", loss_label)):
         ax.set_xscale("log", base=2)
         ax.set_xticks(Ks, [str(K) for K in Ks])
         ax.set_xlabel("K")
         ax.set_ylabel(label)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
     axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
     fig.suptitle(title, fontsize=9)
@@ -622,19 +725,80 @@ def plot_grid(table: dict, title: str, path: str):
     plt.close(fig)
 
 
+def grid_brackets(table: dict) -> list[list]:
+    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
+    (None where the grid has no such K); a seed whose heads are not monotone in K is bracketed by its first K
+    with a head."""
+    Ks = sorted(table)
+    brackets = []
+    for i in range(len(table[Ks[0]]["seed"])):
+        head = [table[K]["max_phi_beta"][i] > PHI_STAR for K in Ks]
+        first = next((j for j, h in enumerate(head) if h), None)
+        if first is None:  # no head on the grid: K1* >= its largest K
+            brackets.append([Ks[-1], None])
+        else:
+            brackets.append([Ks[first - 1] if first > 0 else None, Ks[first]])
+    return brackets
+
+
 def grid(args):
     with open(args.json) as f:
         summary = json.load(f)
-    table = grid_table(summary)
+    table = grid_table(bench_members(summary))
     cli.writable_dir(args.figures, "--figures")
     name = args.name
     title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
-    plot_grid(table, title, os.path.join(args.figures, f"{name}.png"))
+    plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
     with open(os.path.join(args.figures, f"{name}.json"), "w") as f:
         json.dump({"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, f, indent=1)
     for K, row in table.items():
         print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
     print(f"wrote {args.figures}/{name}.png and .json")
+
+
+def k1_grid(args):
+    """K1* probes on a fixed (condition, K, seed) grid, no search: per run max phi_beta(2), min L_gen and
+    tau_2gen; per condition and seed the bracket of K1* the grid gives (Fig. 7a and, per seed, Fig. 7c)."""
+    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1grid")
+    Ks = cli.parse_list("--K", args.K)
+    conditions = [c.strip() for c in args.conditions.split(",")]
+    if any(c not in CONDITIONS for c in conditions):
+        raise ValueError(f"--conditions: unknown condition among {args.conditions!r}; conditions are {', '.join(CONDITIONS)}")
+    weight = p["weight"] if args.weight is None else args.weight
+    if not 0 < weight <= 1:
+        raise ValueError(f"--weight must be in (0, 1], got {weight}")
+    p = dict(p, weight=weight)
+    root = args.root or os.path.join("runs", f"k1grid_{preset}_w{weight:g}")
+    keys = [(c, K, s) for c in conditions for K in Ks for s in seeds]
+    cfgs = [probe_config(preset, p, c, K, s, root, device=device) for c, K, s in keys]
+    if args.print_commands:
+        print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
+        return
+    cli.writable_dir(args.figures, "--figures")
+    cli.announce(preset, f"K1* grid: {len(cfgs)} probes ({', '.join(conditions)}; K = {Ks}; seeds {seeds}; w = {weight:g}) "
+                 f"in {root}", f"{args.figures}/{args.name}.png and .json")
+    t0 = time.time()
+    probes = k1_runs(dict(zip(keys, run_probes(cfgs, jobs))))
+    cfg_of = dict(zip(keys, cfgs))
+    for probe in probes:  # the 2-Gen level of L_gen, from the run's last full evaluation
+        cfg = cfg_of[probe["condition"], probe["K"], probe["seed"]]
+        probe["gen_loss_2gen"], probe["iters"] = read_metrics(cfg.out)[1][-1]["gen_loss_2gen"], cfg.iters
+    tables = {c: grid_table([dict(r, gen_loss=r["min_gen_loss"]) for r in probes if r["condition"] == c]) for c in conditions}
+    result = {"preset": preset, "N": p["N"], "iters": p["iters"], "weight": weight, "K": Ks, "seeds": seeds,
+              "runs": probes, "table": tables, "brackets": {c: grid_brackets(t) for c, t in tables.items()},
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}
+    title = (f"K1* on a fixed grid (preset {preset}, N = {p['N']}, {p['iters']} steps; reweight: w = {weight:g}, "
+             f"x {1 / weight:g} steps)")
+    plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen")
+    with open(os.path.join(args.figures, f"{args.name}.json"), "w") as f:
+        json.dump(finite_json(result), f, indent=1)
+    for c in conditions:
+        for K, row in tables[c].items():
+            taus = [r["tau_2gen"] for r in probes if r["condition"] == c and r["K"] == K]
+            print(f"{c} K = {K}: max phi_beta(2) {[round(v, 3) for v in row['max_phi_beta']]}, tau_2gen {taus}, "
+                  f"head in {row['heads']}/{len(row['seed'])}")
+        print(f"{c}: K1* brackets per seed {result['brackets'][c]}")
+    print(f"wrote {args.figures}/{args.name}.png and .json in {result['minutes_this_call']} min")
 
 
 def main():
@@ -662,6 +826,19 @@ def main():
     cli.add_figures(p)
     cli.add_seeds(p, None, "seeds at every K (default: 0-3)")
     p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
+    p = sub.add_parser("k1grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
+    cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
+    p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
+    p.add_argument("--conditions", default="control,reweight", help="comma-separated subset of control, reweight, inject")
+    p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
+    p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
+    p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
+    cli.add_seeds(p, None, "seeds at every K (default: the preset's control seeds)")
+    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
     p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
                    "command wrote (its analysis redone from the per-run rows)")
@@ -672,7 +849,7 @@ def main():
     cli.add_figures(p)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"k1": k1, "k2": k2, "dtau": dtau, "grid": grid}[args.command](args)
+    {"k1": k1, "k2": k2, "k1grid": k1_grid, "dtau": dtau, "grid": grid}[args.command](args)
 
 
 if __name__ == "__main__":

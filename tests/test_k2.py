@@ -110,6 +110,35 @@ def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
     assert torch.equal(nll_per_chain.argmin(1), long["chain"])
 
 
+def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_path):
+    """null_scores against a direct computation: for every full evaluation, the saved model's mean loss minus
+    2-Gen's over per_chain sequences of each of `chains` fresh chains, one sequence at a time; the chains are
+    none of S's; the cache is reused, and redone for another number of chains."""
+    cfg = tiny(tmp_path / "run", K=4, per_chain=3)
+    train.train(cfg, quiet=True)
+    rows = thresholds.null_scores(cfg.out, 6)
+    steps = [r["step"] for r in runs.read_per_chain(cfg.out)]
+    assert [r["step"] for r in rows] == steps and all(len(r["delta"]) == 6 for r in rows)
+    fresh = evaluation.make_per_chain_data(train.Config(**{**vars(cfg), "per_chain_tasks": 6}), FreshChains())
+    seqs = fresh["seqs"].view(6, cfg.per_chain, -1)
+    for row in rows:
+        model = runs.load_run(cfg.out, row["step"])[2]
+        for k in range(6):
+            diffs = []
+            for seq in seqs[k]:
+                with torch.no_grad():
+                    logq = torch.log_softmax(model(seq[None, :-1]), -1)
+                diffs.append(nll(logq, seq[None]).mean() - nll(two_gen(seq[None], 10)[:, :-1], seq[None]).mean())
+            assert row["delta"][k] == pytest.approx(torch.stack(diffs).mean().item(), abs=1e-5)
+    # fresh chains, not S's: scoring S's chains instead would draw the run's own per-chain sequences
+    own = evaluation.make_per_chain_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))["seqs"]
+    assert not any(torch.equal(a, b) for a in fresh["seqs"] for b in own)
+    stamp = os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl"))
+    assert thresholds.null_scores(cfg.out, 6) == rows  # from the cache
+    assert os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl")) == stamp
+    assert [len(r["delta"]) for r in thresholds.null_scores(cfg.out, 4)] == [4] * len(steps)  # redone
+
+
 def test_dense_rows_carry_the_2gen_level_of_their_sequences(tmp_path):
     cfg = tiny(tmp_path, eval_dense=6)
     rows = [r for r in train.train(cfg, quiet=True) if r.get("dense")]
@@ -294,7 +323,8 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     """Runs, reuse, analysis, figure and JSON on runs of a few steps; Delta tau is replaced by a known
     divergence in K so that the fit has something to find whatever the tiny runs learn."""
     tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
-                       per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8)
+                       per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8,
+                       null_chains=5)
     monkeypatch.setitem(thresholds.K2_PRESETS, "quick", tiny_preset)
     monkeypatch.setattr(thresholds, "read_metrics", _with_K(thresholds.read_metrics))
     monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
@@ -317,7 +347,7 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     # a run that memorized before it formed the induction head has no Delta tau: left out, not "longer than the run"
     monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
                         else (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
-    result = thresholds.analyze_k2(thresholds.k2_runs("quick", str(tmp_path / "runs"), [0]))
+    result = thresholds.analyze_k2(thresholds.k2_runs("quick", str(tmp_path / "runs"), [0]), null_chains=5)
     assert result["delta_tau"][2] == [] and result["delta_tau"][3] != [] and [r["status"] for r in result["runs"]][0] == "mem first"
     # Fig. 8a with a finite median whose interval is unbounded (a censored seed among finite ones): the log axis
     # must span the values (its limits once came from a linear autoscale whose bottom was below 0)

@@ -69,24 +69,32 @@ RUNS = {  # (K, seed): (phi_beta_2 and train loss per dense row every 10 steps; 
 }
 
 
-def write_run(path, K, seed, dense, per_chain):
+# the fresh-chain null of every finite run at every step: 21 chains, so that the 5 % quantile is the second
+# smallest exactly (np.quantile's position 0.05 * 20 = 1): epsilon_null = -0.035, between the -0.04 and -0.03
+# of the runs' chains, where the older epsilon (-0.0174, below) counts both; the older rule passes 2 of the 21
+NULL = [-0.05, -0.035] + [0.01] * 19
+
+
+def write_run(path, K, seed, dense, per_chain, null=None):
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"K": K, "seed": seed, "iters": 30}))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dense))
-    rows = [{"step": s, "delta": d} for s, d in zip(STEPS, per_chain)]
-    (path / "per_chain.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, scores in (("per_chain", per_chain), ("per_chain_null", null)):
+        if scores is not None:
+            rows = [{"step": s, "delta": d} for s, d in zip(STEPS, scores)]
+            (path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_analyze_k2_on_hand_written_runs(tmp_path):
     cfgs = []
     for (K, seed), (phis, losses, scores) in RUNS.items():
-        write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores)
+        write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores, [NULL] * len(STEPS))
         cfgs.append(train.Config(K=K, seed=seed, out=str(tmp_path / f"K{K}_s{seed}")))
     for seed, (first, last) in EPS_SCORES.items():
         write_run(tmp_path / f"Kinf_s{seed}", math.inf, seed, dense_rows([0.1] * 4, [2.3] * 4),
                   [first, first, first, last])
         cfgs.append(train.Config(K=math.inf, seed=seed, out=str(tmp_path / f"Kinf_s{seed}")))
-    result = thresholds.analyze_k2(cfgs)
+    result = thresholds.analyze_k2(cfgs, null_chains=len(NULL))  # the nulls written above, not recomputed
 
     assert result["K"] == [8, 16, 32]
     assert result["delta_tau"] == {8: [10, 20], 16: [None], 32: [20, 30]}  # no Delta tau for a run never in 2-Gen
@@ -99,25 +107,36 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
     x = np.array(EPS_SCORES[0][1] + EPS_SCORES[1][1])
     assert result["epsilon"]["value"] == pytest.approx(0.02 - 2 * math.sqrt(0.00035), rel=1e-9)
     assert result["epsilon"]["value"] == pytest.approx(x.mean() - 2 * x.std(), rel=1e-9)
-    eps = result["epsilon"]["value"]  # -0.01742: -0.02 and below count as memorized, -0.01 and above do not
-    # memorized fractions, chain by chain against epsilon, and their sigmoid asymptotes
-    expected = {(K, s): [float(np.mean(np.array(d) < eps)) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
-    assert expected[8, 0] == [0, 0.25, 0.75, 1.0] and expected[16, 0] == [0, 0, 0.25, 0.75]
-    for r, curve in zip(result["memorized_curves"][8] + result["memorized_curves"][16] + result["memorized_curves"][32],
-                        expected.values()):
-        assert r == {"step": STEPS, "fraction": curve}
-    A = {key: fit_sigmoid(STEPS, curve)["A"] for key, curve in expected.items()}
+    assert -0.02 < result["epsilon"]["value"] < -0.01  # -0.01742: -0.02 and below pass the older rule, -0.01 and above do not
+    # the memorized fraction: chains below the null's 5 % quantile (-0.04 and below: -0.03 is inside the null),
+    # as the excess over 5 %: m = (f - 0.05) / 0.95
+    passing = {(K, s): [sum(v <= -0.04 for v in d) / len(d) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
+    assert passing[8, 0] == [0, 0, 0.25, 0.5] and passing[16, 0] == [0, 0, 0, 0.25]
+    expected = {key: [(f - 0.05) / 0.95 for f in curve] for key, curve in passing.items()}
+    old = {(K, s): [sum(v <= -0.02 for v in d) / len(d) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
+    assert old[8, 0] == [0, 0.25, 0.75, 1.0] and old[16, 0] == [0, 0, 0.25, 0.75]
+    curves = result["memorized_curves"][8] + result["memorized_curves"][16] + result["memorized_curves"][32]
+    for r, key in zip(curves, expected):
+        assert r["step"] == STEPS and r["fraction"] == pytest.approx(expected[key]) and r["fraction_old"] == old[key]
+        assert r["epsilon_null"] == [-0.035] * 4 and r["false_positive_old"] == [2 / 21] * 4
     seeds = {K: [s for k, s in RUNS if k == K] for K in (8, 16, 32)}
-    assert result["memorized_asymptote"] == {K: [pytest.approx(A[K, s]) for s in seeds[K]] for K in (8, 16, 32)}
-    assert [r["memorized_final"] for r in result["runs"]] == [c[-1] for c in expected.values()]
+    for suffix, curve in (("", expected), ("_old", old)):
+        A = {key: fit_sigmoid(STEPS, c)["A"] for key, c in curve.items()}
+        assert result["memorized_asymptote" + suffix] == {K: [pytest.approx(A[K, s]) for s in seeds[K]] for K in (8, 16, 32)}
+        assert [r["memorized_final" + suffix] for r in result["runs"]] == [pytest.approx(c[-1]) for c in curve.values()]
+    assert [r["false_positive_final_old"] for r in result["runs"]] == [2 / 21] * len(RUNS)
     # Fig. 8b: the line through the seeds' mean asymptotes against log K, from the largest on, at zero (and the
-    # same through their medians)
-    for key, average in (("memorized_zero", np.mean), ("memorized_zero_median", np.median)):
-        per_K = [average([A[K, s] for s in seeds[K]]) for K in (8, 16, 32)]
+    # same through their medians, and through the older rule's means)
+    A = {key: fit_sigmoid(STEPS, c)["A"] for key, c in expected.items()}
+    A_old = {key: fit_sigmoid(STEPS, c)["A"] for key, c in old.items()}
+    for key, average, asymptotes in (("memorized_zero", np.mean, A), ("memorized_zero_median", np.median, A),
+                                     ("memorized_zero_old", np.mean, A_old)):
+        per_K = [average([asymptotes[K, s] for s in seeds[K]]) for K in (8, 16, 32)]
         top = int(np.argmax(per_K))
         slope, intercept = np.polyfit(np.log([8, 16, 32][top:]), per_K[top:], 1)
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
     assert result["memorized_zero"] != pytest.approx(result["memorized_zero_median"], rel=0.01)
+    assert result["null"] == {"alpha": 0.05, "chains": 21}
 
 
 # ----------------------------------------------------------------------------- k1: K1* per seed, Fig. 7b's K
