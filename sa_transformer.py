@@ -203,7 +203,7 @@ PRESETS = {
     # (seeds_dyn for the full model, seeds_reduced for the reduced and frozen-weight ones); the
     # transformer runs (Fig. 6c bottom) run in the quick preset only with --transformer
     "quick": dict(N_tau=[32, 64, 128, 256], seeds_tau=2, N_dyn=64, seeds_dyn=3, seeds_reduced=2, transformer=False,
-                  N_transformer=[24, 32, 48, 64], seeds_transformer=2, transformer_iters=6000,
+                  N_transformer=[24, 32, 48, 64, 128, 256], seeds_transformer=2, transformer_iters=6000,
                   eval_batch=1024, landscape_batch=4096, mc_chains=200_000, stop_after=1.2),
     "paper": dict(N_tau=[32, 64, 128, 256, 512, 1024], seeds_tau=8, N_dyn=128, seeds_dyn=5, seeds_reduced=5, transformer=True,
                   N_transformer=[32, 64, 128, 256, 512], seeds_transformer=8, transformer_iters=200_000,
@@ -273,6 +273,18 @@ def train_transformers(P: dict, jobs: int) -> dict:
     return dict(sorted(by_N.items()))
 
 
+def add_transformer_runs(result: dict, P: dict, jobs: int):
+    """Train the transformer at the N of P["N_transformer"] that result (sa_scaling.json as loaded) does not hold
+    and merge their record into it (transformer_summary's keys)."""
+    todo = [N for N in P["N_transformer"] if str(N) not in result["tau_transformer"]]
+    print(f"transformer runs at N = {todo} ({P['seeds_transformer']} seeds, at most {P['transformer_iters']} steps); "
+          f"N = {sorted(map(int, result['tau_transformer']))} are in the record", flush=True)
+    new = transformer_summary(train_transformers(dict(P, N_transformer=todo), jobs) if todo else {})
+    for key, values in new.items():
+        merged = {**result.get(key, {}), **values}
+        result[key] = {N: merged[N] for N in sorted(merged, key=int)}
+
+
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
     """Exponents of beta(t), delta(t) over windows of the plateau (fractions of tau), the measured
     early rates against eq. (parameter_dynamics_simplest), and the mixture weights."""
@@ -304,14 +316,22 @@ def scaling_summary(tau_runs: dict, transformer: dict) -> dict:
     against N / log N, and the final losses at the largest N."""
     out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[False].items()},
            "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[True].items()},
-           "tau_transformer": {str(N): [r["tau"] for r in runs] for N, runs in transformer.items()}}
+           **transformer_summary(transformer)}
     out["tau_fits"] = {key: fit_tau(out[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
     largest = tau_runs[False][max(tau_runs[False])]
     for key, level in (("final_loss", None), ("loss_2gen", "masked_loss_2gen"), ("loss_1gen", "masked_loss_1gen")):
         out[key] = float(np.mean([r["masked_loss"][-1] if level is None else r["levels"][level] for r in largest]))
+    return out
+
+
+def transformer_summary(transformer: dict) -> dict:
+    """Fig. 6c bottom's record of {N: runs}: tau per seed (inf: never crossed within transformer_iters), the
+    predictor levels and each run's last loss."""
+    out = {"tau_transformer": {str(N): [r["tau"] for r in runs] for N, runs in transformer.items()}}
     if transformer:
         out["transformer_levels"] = {str(N): runs[0]["levels"] for N, runs in transformer.items()}
         out["transformer_final_loss"] = {str(N): [r["loss"][-1] for r in runs] for N, runs in transformer.items()}
+        out["transformer_steps"] = {str(N): [r["t"][-1] for r in runs] for N, runs in transformer.items()}
     return out
 
 
@@ -385,11 +405,16 @@ def main():
     cli.add_threads(parser)
     cli.add_figures(parser)
     parser.add_argument("--replot", action="store_true", help="only redraw the figures from FIGURES/sa_scaling.json")
+    parser.add_argument("--transformer-only", action="store_true",
+                        help="only the transformer runs (Fig. 6c bottom) at the preset's N that FIGURES/sa_scaling.json "
+                             "does not hold yet (a run is determined by N and its seed), merged into it; then --replot")
     args = parser.parse_args()
-    if args.replot:
+    if args.replot or args.transformer_only:
         cli.writable_dir(args.figures, "--figures")
         path = os.path.join(args.figures, "sa_scaling.json")
         result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
+        if args.transformer_only:
+            add_transformer_runs(result, PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1))
         result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}  # cheap
         write_figures(result, args.figures)
         with open(path, "w") as f:  # the refitted taus go back into the record

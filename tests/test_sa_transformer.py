@@ -414,7 +414,7 @@ def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp
         return [{"tau": a * N / math.log(N) * (1 + 0.01 * s), "masked_loss": [2.3, 2.01], "levels": levels} for s in range(n)]
 
     tau_runs = {False: {N: runs(2.0, N) for N in (32, 64, 128)}, True: {N: runs(4.0, N) for N in (32, 64, 128)}}
-    transformer = {N: [{**r, "loss": [2.3, 2.2]} for r in runs(30.0, N)] for N in (16, 32)}
+    transformer = {N: [{**r, "loss": [2.3, 2.2], "t": [0, 50]} for r in runs(30.0, N)] for N in (16, 32)}
     out = sa.scaling_summary(tau_runs, transformer)
     assert out["tau_fits"]["tau"]["prefactor"] == pytest.approx(2.0 * 1.005)
     assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
@@ -544,3 +544,29 @@ def test_run_records_keep_what_the_figures_draw(tmp_path):
                       "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                            "ablation": np.ones((3, 3)).tolist()}}, str(tmp_path))
     assert len(list(tmp_path.glob("sa_*.png"))) == 5
+
+
+def test_transformer_only_trains_the_missing_N_and_merges_them_in_order(monkeypatch):
+    """--transformer-only: the N already in the record are not trained again, the others are, with the
+    preset's seeds and budget, and every transformer key of the record gains them in increasing N."""
+    trained = []
+
+    def fake(P, jobs):  # train_transformers' {N: runs}, from the preset's N, seeds and budget
+        trained.extend((N, s, P["transformer_iters"]) for N in P["N_transformer"] for s in range(P["seeds_transformer"]))
+        return {N: [{"N": N, "seed": s, "t": [0, P["transformer_iters"]], "loss": [2.3, 2.0 + N / 1000], "levels": {"N": N},
+                     "tau": 10.0 * N} for s in range(P["seeds_transformer"])] for N in P["N_transformer"]}
+
+    monkeypatch.setattr(sa, "train_transformers", fake)
+    record = {"tau_transformer": {"24": [100.0, 120.0], "64": [90.0, 95.0]}, "transformer_levels": {"24": {}, "64": {}},
+              "transformer_final_loss": {"24": [2.1, 2.1], "64": [2.0, 2.0]}}
+    P = dict(sa.PRESETS["quick"], N_transformer=[24, 64, 128, 32], transformer_iters=50)
+    sa.add_transformer_runs(record, P, jobs=1)
+    assert sorted(trained) == [(32, 0, 50), (32, 1, 50), (128, 0, 50), (128, 1, 50)]
+    assert record["tau_transformer"] == {"24": [100.0, 120.0], "32": [320.0, 320.0], "64": [90.0, 95.0],
+                                         "128": [1280.0, 1280.0]}
+    assert list(record["transformer_final_loss"]) == ["24", "32", "64", "128"]
+    assert record["transformer_final_loss"]["128"] == [2.128, 2.128] and record["transformer_steps"] == {"32": [50, 50],
+                                                                                                           "128": [50, 50]}
+    trained.clear()
+    sa.add_transformer_runs(record, P, jobs=1)  # nothing missing: nothing trained
+    assert trained == []

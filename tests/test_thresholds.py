@@ -102,7 +102,7 @@ def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
     """thresholds.py grid: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly)."""
     members = {f"K{K}_s{s}": {"K": K, "seed": s, "max_phi_beta_2_dense": v, "gen_loss": 2.3 - v / 10, "gen_loss_2gen": 2.12}
                for K, values in ((80, [0.2, PHI_STAR, 0.6]), (64, [0.1, 0.15, 0.2])) for s, v in reversed(list(enumerate(values)))}
-    table = thresholds.grid_table({"members": members})
+    table = thresholds.grid_table(thresholds.bench_members({"members": members}))
     assert list(table) == [64, 80]
     assert table[80]["seed"] == [0, 1, 2] and table[80]["max_phi_beta"] == [0.2, PHI_STAR, 0.6]
     assert table[80]["heads"] == 1 and table[64]["heads"] == 0
@@ -112,3 +112,49 @@ def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
     thresholds.grid(args)
     assert json.load(open(tmp_path / "fig" / "g.json"))["K"]["80"]["heads"] == 1
     assert (tmp_path / "fig" / "g.png").exists()
+
+
+def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
+    """thresholds.py k1grid: every (condition, K, seed) probe trained once, the reweighted ones for x 1/w steps;
+    heads and K1* brackets per condition and seed from a stand-in rule on K, condition and seed (control:
+    K > 3 + 2 seed, reweight: K > 5 + 2 seed); figure and JSON; a rerun trains nothing."""
+    tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
+                ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
+    monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
+
+    def read(run_dir, dense=False, read_metrics=runs.read_metrics):  # rows that carry their run's K, seed and w
+        cfg, rows = read_metrics(run_dir, dense)
+        return cfg, [{**r, "K": cfg["K"], "seed": cfg["seed"], "w": cfg["prev_weight"]} for r in rows]
+
+    def rule(rows):
+        return 1.0 if rows[0]["K"] > (3 if rows[0]["w"] == 1 else 5) + 2 * rows[0]["seed"] else 0.0
+
+    monkeypatch.setattr(runs, "read_metrics", read)
+    monkeypatch.setattr(thresholds, "max_phi_beta", rule)
+    monkeypatch.chdir(tmp_path)
+    args = type("Args", (), dict(preset="quick", root=None, jobs=1, print_commands=False, K="2,4,6,8",
+                                 conditions="control,reweight", weight=0.25, seeds="0,1", figures="figures",
+                                 name="grid", device=None))
+    thresholds.k1_grid(args)
+    result = json.load(open(tmp_path / "figures" / "grid.json"))
+    assert result["brackets"] == {"control": [[2, 4], [4, 6]], "reweight": [[4, 6], [6, 8]]}
+    assert result["table"]["reweight"]["6"]["heads"] == 1 and result["table"]["control"]["6"]["heads"] == 2
+    assert len(result["runs"]) == 16 and result["weight"] == 0.25
+    root = tmp_path / "runs" / "k1grid_quick_w0.25"
+    assert runs.read_metrics(str(root / "reweight" / "K8_s1"))[0]["iters"] == 24  # 6 steps x 1/w
+    assert runs.read_metrics(str(root / "control" / "K8_s1"))[0]["iters"] == 6
+    stamp = os.path.getmtime(root / "reweight" / "K2_s0" / "metrics.jsonl")
+    thresholds.k1_grid(args)
+    assert os.path.getmtime(root / "reweight" / "K2_s0" / "metrics.jsonl") == stamp
+    assert (tmp_path / "figures" / "grid.png").exists()
+    args.conditions = "control,nonsense"
+    with pytest.raises(ValueError, match="unknown condition"):
+        thresholds.k1_grid(args)
+
+
+def test_grid_brackets_of_K1_star_per_seed():
+    """[largest K without the head, smallest K with it] per seed: heads from the smallest K on, none on the
+    grid, and a seed whose heads are not monotone (bracketed by its first)."""
+    heads = {16: [0.1, 0.5, 0.1, 0.1], 32: [0.2, 0.6, 0.5, 0.2], 64: [0.6, 0.7, 0.3, 0.3], 128: [0.7, 0.8, 0.9, 0.4]}
+    table = {K: {"seed": [0, 1, 2, 3], "max_phi_beta": v} for K, v in heads.items()}
+    assert thresholds.grid_brackets(table) == [[32, 64], [None, 16], [16, 32], [128, None]]
