@@ -147,7 +147,7 @@ def build_model(cfg: Config) -> Transformer:
 def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True, overwrite: bool = False) -> list[dict]:
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly
     as if never stopped; overwrite: start afresh where a run is. graph: on CUDA, the engine's speed (Triton kernels,
-    the step replayed as a CUDA graph, the batched sampler): the same computation, to the kernels' precision."""
+    the batched sampler and the step replayed as one CUDA graph): the same computation, to the kernels' precision."""
     ckpt_path, metrics_path, chain_path = (os.path.join(cfg.out, f) for f in ("ckpt.pt", "metrics.jsonl", "per_chain.jsonl"))
     members, locks = runs.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
     if runs.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
@@ -200,14 +200,10 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
         optimizer.step()
         return loss.detach()
 
-    if graph:  # speed on CUDA (the engine, the same computation): the Triton kernels in the model, the step captured once
-        # as a CUDA graph and replayed, the sampler as a sqrt(N)-depth scan instead of a launch per position
+    if graph:  # speed on CUDA (the engine, the same computation on the same batches): the Triton kernels in the model;
+        # tasks.batch's draws as a sqrt(N)-depth scan (fastdata.batches), captured with the step as one CUDA graph
         fastpath.accelerate(model)
-        train_step = runs.graphed(train_step, model, optimizer, (cfg.batch, cfg.N + 1), device)
-
-        def fast_batch() -> tuple[torch.Tensor, torch.Tensor]:
-            seqs, chains = fastdata.batches([tasks], cfg.batch, cfg.N + 1, [gen])  # tasks.batch's draws, batched
-            return seqs[0], chains[0]
+        sampled_step = runs.graphed(train_step, model, optimizer, tasks, gen, (cfg.batch, cfg.N + 1), device)
 
     dense_steps = set(range(0, cfg.iters + 1, cfg.eval_every)) | {cfg.iters} if cfg.eval_every else set()  # and the end
     saved, loss = start if ckpt else None, None  # the last checkpoint's step; the last step's loss
@@ -240,8 +236,8 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
                 progress.show(step, [batch_loss], [rows])
             if step == cfg.iters:
                 break
-            seqs, chains = fast_batch() if graph else tasks.batch(cfg.batch, cfg.N + 1, gen)  # (B, N + 1), (B,)
-            loss = train_step(seqs, chains)
+            # the batch: seqs (B, N + 1) from the chains (B,) of S it drew, then one AdamW step on it
+            loss = sampled_step() if graph else train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))
     except KeyboardInterrupt:  # Ctrl-C: one line; the last checkpoint, written atomically, stands
         raise runs.interrupted(step, saved, ckpt_path) from None
     plot_run([r for r in rows if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))

@@ -179,3 +179,17 @@ def test_bf16_reaches_the_step_and_config(tmp_path):
         losses[bf16] = rows[-1]["train_loss"]
         assert runs.read_metrics(cfg.out)[0]["bf16"] is bf16
     assert losses[True] != losses[False] and losses[True] == pytest.approx(losses[False], rel=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the graphed run)")
+def test_the_graphed_run_trains_on_the_plain_runs_batches(tmp_path, same_numbers):
+    """On CUDA the single run samples inside its CUDA graph (runs.graphed): it draws the batches of the plain path's
+    tasks.batch (so its losses are the plain run's, to the kernels' TF32 rounding) and leaves the generator, which
+    its checkpoint saves, exactly where the plain run leaves it."""
+    rows = {}
+    for graph in (True, False):
+        cfg = tiny(tmp_path / str(graph), device="cuda")
+        rows[graph] = train.train(cfg, quiet=True, graph=graph)
+    assert same_numbers(rows[True], rows[False], rel=1e-2)
+    a, b = (torch.load(tmp_path / str(graph) / "ckpt.pt", weights_only=True) for graph in (True, False))
+    assert torch.equal(a["rng"], b["rng"])
