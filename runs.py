@@ -124,7 +124,8 @@ def load_checkpoint(path: str, cfgs: list) -> list[dict]:
                       and saved.get(f.name, f.default) != getattr(cfg, f.name)]
         if mismatched:
             diffs = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {getattr(cfg, k)!r}" for k in mismatched)
-            raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs})")
+            hint = "; --fp32, --tf32, --bf16 name its precision" if {"tf32", "bf16"} & set(mismatched) else ""
+            raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs}{hint})")
     return members
 
 
@@ -202,8 +203,15 @@ def run_header(cfgs: list, where: str, resume_step: int | None) -> str:
     """The first lines of a run: what it will do (the same command is a 10^6-step run on a GPU) and where it writes."""
     c0 = cfgs[0]
     what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {c0.evals} log-spaced "
-            f"evaluations, on {c0.device}")
+            f"evaluations, on {c0.device} in {precision(c0)}")
     return "\n".join([what, where] + ([] if resume_step is None else [f"resuming from step {resume_step}"]))
+
+
+def precision(cfg) -> str:
+    """What a run's training step computes in (train.Config's tf32, bf16; evaluations are fp32 either way)."""
+    if cfg.bf16:
+        return "bf16 mixed precision" + (" with TF32 matmuls" if cfg.tf32 else "")
+    return "TF32 matmuls" if cfg.tf32 else "fp32"
 
 
 def progress_rate(steps_done: int, steps_left: int, seconds: float, eval_seconds: float, evals_done: int,
@@ -454,6 +462,7 @@ def member_commands(args: argparse.Namespace, cfgs: list) -> list[list[str]]:
         if value is not None and f.name not in ("K", "seed", "out", "preset"):
             passthrough += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
     passthrough += ["--resume"] * args.resume + ["--overwrite"] * args.overwrite + ["--no-graph"] * args.no_graph
+    passthrough += ["--fp32"] * getattr(args, "fp32", False)  # else a CUDA member would take CUDA's default precision
     return [[sys.executable, os.path.abspath(train.__file__), "--K", str(cfg.K), "--seed", str(cfg.seed), "--preset",
              cfg.preset, "--out", cfg.out, "--threads", "1", *passthrough] for cfg in cfgs]
 
