@@ -22,6 +22,7 @@ the plain model). The kernels' autograd.Functions have vmap rules: the members' 
 kernels/embedding.py).
 """
 import copy
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -199,25 +200,37 @@ class Ensemble:
 
 class GraphedStep:
     """trainer.step captured once in a CUDA graph and replayed: forward, backward and AdamW (created with
-    capturable=True) in one launch, so a step costs no Python and no kernel-launch overhead. Batches are
-    sampled outside the graph (each member draws exactly the single run's batches, step by step) and
-    copied into a static input; the returned loss tensor is overwritten by the next replay.
+    capturable=True) in one launch, so a step costs no Python and no kernel-launch overhead.
+
+    sample: () -> (seqs (E, B, N + 1), chains (E, B)), the batch sampler, drawing from the CUDA generators
+    `generators` only (fastdata.batches of task sets): it is captured in the same graph, so that a replay draws
+    its batch on the device too, and step() takes no batch. A graph replays the random draws of its capture at
+    fresh Philox offsets: each replay advances every generator by what the captured calls drew, so replay i
+    draws the numbers of the i-th eager call, and a generator's state after i replays is the eager one (its
+    checkpoints resume exactly; tests/test_ensemble.py pins both on a GPU). Without `sample` (a sampler that
+    waits for the device, as K = inf's rejection sampling does), batches are drawn outside and step(seqs, chains)
+    copies them into a static input. Either way self.seqs, self.task hold the last replay's batch, and the
+    returned loss tensor is overwritten by the next replay.
 
     Capturing needs a few eager warm-up steps (lazy AdamW state, library handles); they run on a side
-    stream and the weights and optimizer state they changed are put back before the capture."""
+    stream, and the weights, the optimizer state and the generators they changed are put back before the capture."""
 
-    def __init__(self, trainer, shape: tuple[int, ...], device: torch.device, warmup: int = 3):
-        self.trainer = trainer
-        self.seqs = torch.zeros(shape, dtype=torch.long, device=device)  # static inputs: (E, B, N + 1)
-        self.task = torch.zeros(shape[:2], dtype=torch.long, device=device)  # and the chains (E, B)
+    def __init__(self, trainer, shape: tuple[int, ...], device: torch.device, warmup: int = 3,
+                 sample=None, generators: list[torch.Generator] = ()):
+        self.trainer, self.samples = trainer, sample is not None
+        if not self.samples:
+            seqs = torch.zeros(shape, dtype=torch.long, device=device)  # static inputs: (E, B, N + 1)
+            task = torch.zeros(shape[:2], dtype=torch.long, device=device)  # and the chains (E, B)
+            sample = lambda: (seqs, task)  # noqa: E731
         params, opt = trainer.parameters(), trainer.opt
         saved_params = [p.detach().clone() for p in params]
         saved_state = {p: {k: v.clone() for k, v in opt.state[p].items()} for p in params if p in opt.state}
+        saved_rng = [g.get_state() for g in generators]
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(warmup):
-                trainer.step(self.seqs, self.task)
+                trainer.step(*sample())
         torch.cuda.current_stream(device).wait_stream(side)
         with torch.no_grad():
             for p, saved in zip(params, saved_params):
@@ -228,13 +241,24 @@ class GraphedStep:
                         v.copy_(saved_state[p][k])
                     else:
                         v.zero_()
+        for g, state in zip(generators, saved_rng):  # a generator's state is its host-side seed and offset
+            g.set_state(state)
         opt.zero_grad(set_to_none=True)  # gradients are then allocated inside the graph's memory pool
         self.graph = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings():  # torch >= 2.12 registers a generator at its first draw in a capture and
+            warnings.simplefilter("ignore")  # warns that this call is a no-op; earlier versions (2.11) need it
+            for g in generators:
+                self.graph.register_generator_state(g)
         with torch.cuda.graph(self.graph):
+            self.seqs, self.task = sample()
             self.loss = trainer.step(self.seqs, self.task)
 
-    def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        self.seqs.copy_(seqs)
-        self.task.copy_(task)
+    def step(self, *batch: torch.Tensor) -> torch.Tensor:
+        """One replay -> the losses (E,). batch: (seqs, chains) to copy into the static inputs, or nothing where the
+        graph samples its own."""
+        if bool(batch) == self.samples:
+            raise ValueError("a GraphedStep with a sampler draws its own batches; one without takes (seqs, chains)")
+        for static, x in zip((self.seqs, self.task), batch):
+            static.copy_(x)
         self.graph.replay()
         return self.loss

@@ -5,7 +5,8 @@ data. train.py trains one run top to bottom; what only serves scale or safety li
                                     one process at a time (OUT/.lock); a checkpoint is loaded as data only
                                     (weights_only) and must belong to the run that resumes it
     Progress                        the progress lines of a run or an ensemble, with an ETA
-    graphed                         train.py's plain step, captured once as a CUDA graph (ensemble.GraphedStep)
+    sampled_step, graphed           the sampler and the step captured once as one CUDA graph (ensemble.GraphedStep):
+                                    an ensemble's, and train.py's plain step's
     train_ensemble                  E runs trained together as one ensemble (ensemble.py): each member is the
                                     single run of train.train with its K and seed (tests/test_ensemble.py)
     make_configs, main              the (K, seed) grids of --K and --seeds lists: ensembles of --group models on
@@ -123,7 +124,8 @@ def load_checkpoint(path: str, cfgs: list) -> list[dict]:
                       and saved.get(f.name, f.default) != getattr(cfg, f.name)]
         if mismatched:
             diffs = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {getattr(cfg, k)!r}" for k in mismatched)
-            raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs})")
+            hint = "; --fp32, --tf32, --bf16 name its precision" if {"tf32", "bf16"} & set(mismatched) else ""
+            raise ValueError(f"--resume: checkpoint {path} does not match this run ({diffs}{hint})")
     return members
 
 
@@ -201,8 +203,15 @@ def run_header(cfgs: list, where: str, resume_step: int | None) -> str:
     """The first lines of a run: what it will do (the same command is a 10^6-step run on a GPU) and where it writes."""
     c0 = cfgs[0]
     what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {c0.evals} log-spaced "
-            f"evaluations, on {c0.device}")
+            f"evaluations, on {c0.device} in {precision(c0)}")
     return "\n".join([what, where] + ([] if resume_step is None else [f"resuming from step {resume_step}"]))
+
+
+def precision(cfg) -> str:
+    """What a run's training step computes in (train.Config's tf32, bf16; evaluations are fp32 either way)."""
+    if cfg.bf16:
+        return "bf16 mixed precision" + (" with TF32 matmuls" if cfg.tf32 else "")
+    return "TF32 matmuls" if cfg.tf32 else "fp32"
 
 
 def progress_rate(steps_done: int, steps_left: int, seconds: float, eval_seconds: float, evals_done: int,
@@ -273,14 +282,34 @@ class Progress:
 # ----------------------------------------------------------------------------- speed
 
 
-def graphed(step, model: Transformer, optimizer: torch.optim.Optimizer, shape: tuple[int, int], device: torch.device):
-    """step(seqs (B, N + 1), chains (B,)) -> loss, one model's training step on CUDA, captured once as a CUDA
-    graph and replayed (ensemble.GraphedStep: forward, backward and AdamW in one launch, the same computation).
-    The optimizer must be created with capturable=True."""
+def sampled_step(trainer, tasks: list, gens: list[torch.Generator], shape: tuple[int, int, int], device: torch.device,
+                 graph: bool):
+    """() -> losses (E,): every member's batch drawn from its task source and generator (fastdata.batches: member
+    e's is tasks[e].batch(B, N + 1, gens[e]), shape (E, B, N + 1)), then one step of `trainer`. graph (CUDA): the
+    step replayed as a CUDA graph (ensemble.GraphedStep) with the sampler captured inside it, so that sampling costs
+    no host launches; K = inf's rejection sampling waits for the device and cannot be captured, so its batches
+    are drawn before each replay."""
+    def sample():
+        return fastdata.batches(tasks, shape[1], shape[2], gens)
+
+    if not graph:
+        return lambda: trainer.step(*sample())
+    if all(isinstance(t, TaskSet) for t in tasks):
+        return GraphedStep(trainer, shape, device, sample=sample, generators=gens).step
+    replay = GraphedStep(trainer, shape, device).step
+    return lambda: replay(*sample())
+
+
+def graphed(step, model: Transformer, optimizer: torch.optim.Optimizer, tasks, gen: torch.Generator,
+            shape: tuple[int, int], device: torch.device):
+    """() -> loss: one model's training step(seqs (B, N + 1), chains (B,)) on the batch tasks.batch(*shape, gen)
+    draws, on CUDA, sampler and step captured once as a CUDA graph and replayed (sampled_step: forward, backward
+    and AdamW in one launch, the same computation on the same batches). The optimizer must be created with
+    capturable=True."""
     trainer = SimpleNamespace(parameters=lambda: list(model.parameters()), opt=optimizer,  # an ensemble of one
                               step=lambda seqs, chains: step(seqs[0], chains[0])[None])
-    replay = GraphedStep(trainer, (1, *shape), device).step
-    return lambda seqs, chains: replay(seqs[None], chains[None])[0]
+    replay = sampled_step(trainer, [tasks], [gen], (1, *shape), device, graph=True)
+    return lambda: replay()[0]
 
 
 # ----------------------------------------------------------------------------- ensembles
@@ -359,7 +388,7 @@ def train_ensemble(cfgs: list, ckpt_path: str, resume: bool = False, quiet: bool
         save_atomic({"step": step, "members": states}, ckpt_path)
         return states
 
-    step_fn = GraphedStep(trainer, (E, c0.batch, c0.N + 1), device).step if graph else trainer.step
+    step_fn = sampled_step(trainer, tasks, gens, (E, c0.batch, c0.N + 1), device, graph)  # each member's own batch
     dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) | {c0.iters} if c0.eval_every else set()  # and the end
     saved, loss = start if resume else None, None  # the last checkpoint's step; the last step's losses
     try:
@@ -389,8 +418,7 @@ def train_ensemble(cfgs: list, ckpt_path: str, resume: bool = False, quiet: bool
                 progress.show(step, losses, rows)
             if step == c0.iters:
                 break
-            seqs, chains = fastdata.batches(tasks, c0.batch, c0.N + 1, gens)  # each member's own batch, drawn together
-            loss = step_fn(seqs, chains)  # seqs (E, B, N + 1), their chains (E, B)
+            loss = step_fn()  # every member's batch drawn, then one step of all: losses (E,)
     except KeyboardInterrupt:
         raise interrupted(step, saved, ckpt_path) from None
     for e, cfg in enumerate(cfgs):  # each finished member looks like a finished single run
@@ -434,6 +462,7 @@ def member_commands(args: argparse.Namespace, cfgs: list) -> list[list[str]]:
         if value is not None and f.name not in ("K", "seed", "out", "preset"):
             passthrough += [f"--{f.name.replace('_', '-')}"] + ([] if f.type is bool else [str(value)])
     passthrough += ["--resume"] * args.resume + ["--overwrite"] * args.overwrite + ["--no-graph"] * args.no_graph
+    passthrough += ["--fp32"] * getattr(args, "fp32", False)  # else a CUDA member would take CUDA's default precision
     return [[sys.executable, os.path.abspath(train.__file__), "--K", str(cfg.K), "--seed", str(cfg.seed), "--preset",
              cfg.preset, "--out", cfg.out, "--threads", "1", *passthrough] for cfg in cfgs]
 

@@ -2,7 +2,7 @@
 (Sec. "Identifying in-context memorization and generalization regimes", Fig. 2; Appendix
 "Training Process", "Phase Identification").
 
-    python train.py --K 256                     # quick preset on a CPU, paper preset on CUDA
+    python train.py --K 256                     # quick preset on a CPU; on CUDA the paper preset, in bf16 (--fp32)
     python train.py --K 1024 --preset paper     # the appendix's hyper-parameters
     python train.py --K 256 --resume            # continue a stopped run from its last checkpoint, exactly
     python train.py --K 256 --overwrite         # start afresh where a run is (otherwise an error)
@@ -16,7 +16,7 @@ back are the engine in runs.py; main() hands a grid to it in one line.
 
 A run writes to runs/K<K>_s<seed>/ (or --out): config.json, metrics.jsonl (one JSON object per evaluation),
 ckpt.pt (latest resumable state: model, optimizer, RNG, step, config; written atomically), model_<step>.pt
-(weights at every evaluation step) and fig2a.png. Its first lines say the preset, steps and directory; a
+(weights at every evaluation step) and fig2a.png. Its first lines say the preset, steps, precision and directory; a
 directory that holds a run is only reused with --resume or --overwrite, and never by two processes at once.
 
 metrics.jsonl rows: the log-spaced full evaluations {"step", "train_loss", "gen_loss", "kl_<predictor>",
@@ -85,6 +85,7 @@ class Config:
     base_iters: int = 0  # with w < 1, iters = base_iters / w (the paper's x 1/w budget); 0 when not scaled
     task_injection: bool = False  # a learned D-vector per chain of S added to MLP1's input
     device: str = "cpu"  # cpu, cuda or cuda:<i> (the command line's default: cuda if available)
+    # precision: on CUDA the command line's default is both (CUDA_PRECISION; --fp32 turns both off), on a CPU neither
     tf32: bool = False  # CUDA: the model's matmuls in TF32 (10-bit mantissa), as the attention kernel's dots already are
     bf16: bool = False  # mixed precision: the training step's forward in bfloat16 (ensemble.mixed_precision); evaluations in fp32
     out: str = ""  # the run directory (default runs/K<K>_s<seed>); a grid's: OUT/K<K>_s<seed> (default OUT runs/sweep)
@@ -93,6 +94,13 @@ class Config:
 MAX_K = 2**16  # S is K C x C chains, and the 1-Mem / 2-Mem predictors weigh all K for every sequence
 MINIMUM = dict(N=2, D=1, mlp_width=0, C=2, seed=0, task_seed=0, batch=1, iters=1, evals=1, eval_train=1, eval_gen=1,
                ckpt_every=1, eval_every=0, eval_dense=1, per_chain=0, per_chain_tasks=1)  # of the integer fields
+
+# The command line's precision on CUDA when no flag names one: bf16 mixed precision with TF32 matmuls, whose step
+# ran at 1.4-1.7x TF32's rate (bench/README.md, 2026-11-27_h100_bench_train_c.log). Its evidence: the same 4
+# paper-preset models (K = 94, 3000 steps) trained in TF32 and in bf16 on an H100 reached the same tau_2gen for 3 of
+# 4 seeds and max phi_beta(2) within 0.0014; the fourth (the latest to generalize) 300 steps later and 0.013 lower,
+# where two TF32 runs of it differed by 200 steps (bench/results/2026-11-27_h100_grid_a.log, 2026-11-26_h100_grid_e.log).
+CUDA_PRECISION = dict(tf32=True, bf16=True)
 
 PRESETS = {
     "quick": dict(N=128, iters=2000, evals=40, eval_train=512, eval_gen=512, ckpt_every=500),
@@ -106,6 +114,12 @@ def make_config(args: argparse.Namespace) -> Config:
     values = dict(PRESETS[preset], preset=preset)
     values.update({f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name, None) is not None})
     values["device"] = cli.device(values.get("device"))  # default: where the preset was chosen for
+    named = [f"--{k}" for k in CUDA_PRECISION if k in values]
+    if getattr(args, "fp32", False):
+        if named:
+            raise ValueError(f"--fp32 excludes {' and '.join(named)}")
+    elif values["device"].startswith("cuda") and not named:
+        values.update(CUDA_PRECISION)
     cfg = Config(**values)
     if not 0 < cfg.prev_weight <= 1:
         raise ValueError(f"prev_weight must be in (0, 1], got {cfg.prev_weight}")
@@ -147,7 +161,7 @@ def build_model(cfg: Config) -> Transformer:
 def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True, overwrite: bool = False) -> list[dict]:
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly
     as if never stopped; overwrite: start afresh where a run is. graph: on CUDA, the engine's speed (Triton kernels,
-    the step replayed as a CUDA graph, the batched sampler): the same computation, to the kernels' precision."""
+    the batched sampler and the step replayed as one CUDA graph): the same computation, to the kernels' precision."""
     ckpt_path, metrics_path, chain_path = (os.path.join(cfg.out, f) for f in ("ckpt.pt", "metrics.jsonl", "per_chain.jsonl"))
     members, locks = runs.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
     if runs.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
@@ -200,14 +214,10 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
         optimizer.step()
         return loss.detach()
 
-    if graph:  # speed on CUDA (the engine, the same computation): the Triton kernels in the model, the step captured once
-        # as a CUDA graph and replayed, the sampler as a sqrt(N)-depth scan instead of a launch per position
+    if graph:  # speed on CUDA (the engine, the same computation on the same batches): the Triton kernels in the model;
+        # tasks.batch's draws as a sqrt(N)-depth scan (fastdata.batches), captured with the step as one CUDA graph
         fastpath.accelerate(model)
-        train_step = runs.graphed(train_step, model, optimizer, (cfg.batch, cfg.N + 1), device)
-
-        def fast_batch() -> tuple[torch.Tensor, torch.Tensor]:
-            seqs, chains = fastdata.batches([tasks], cfg.batch, cfg.N + 1, [gen])  # tasks.batch's draws, batched
-            return seqs[0], chains[0]
+        sampled_step = runs.graphed(train_step, model, optimizer, tasks, gen, (cfg.batch, cfg.N + 1), device)
 
     dense_steps = set(range(0, cfg.iters + 1, cfg.eval_every)) | {cfg.iters} if cfg.eval_every else set()  # and the end
     saved, loss = start if ckpt else None, None  # the last checkpoint's step; the last step's loss
@@ -240,8 +250,8 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
                 progress.show(step, [batch_loss], [rows])
             if step == cfg.iters:
                 break
-            seqs, chains = fast_batch() if graph else tasks.batch(cfg.batch, cfg.N + 1, gen)  # (B, N + 1), (B,)
-            loss = train_step(seqs, chains)
+            # the batch: seqs (B, N + 1) from the chains (B,) of S it drew, then one AdamW step on it
+            loss = sampled_step() if graph else train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))
     except KeyboardInterrupt:  # Ctrl-C: one line; the last checkpoint, written atomically, stands
         raise runs.interrupted(step, saved, ckpt_path) from None
     plot_run([r for r in rows if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))
@@ -327,6 +337,8 @@ def main():
             parser.add_argument(flag, action="store_true", default=None, dest=f.name, help=helps[f.name])
         elif f.name not in ("preset", "K", "seed", "base_iters", "device"):  # base_iters is set from --prev-weight
             parser.add_argument(flag, type=type(f.default), default=None, dest=f.name, help=helps[f.name])
+    parser.add_argument("--fp32", action="store_true", help="plain fp32: no TF32 matmuls, no bf16 (on CUDA the default "
+                        "is --tf32 --bf16, on a CPU fp32)")
     cli.add_device(parser)
     cli.add_threads(parser)
     cli.add_jobs(parser)

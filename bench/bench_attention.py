@@ -20,9 +20,16 @@ is the kernel with the untuned default tiles; "kernel graphed" the kernel's call
 graph (the GPU's time without Python and launch overhead, as in a graphed training step); --previous
 times another version of the kernel file (e.g. an earlier commit's) in the same run.
 
-Prints forward and forward+backward milliseconds (median of triton.testing.do_bench) and the
-ratio of every method's time to the kernel's, measured in the same run.
+Every method is first checked in every run (not only in the sweep): its output and the gradients of q, k, v (and
+the bias) for a random dO against the reference in true fp32, to TOLERANCE; one that fails is not timed, and
+FlexAttention's compile is retried with other kernel_options (FLEX_OPTIONS) where it fails. Each method is then
+timed eager and graphed ("<method> graphed": captured once in a CUDA graph, the GPU's time alone, as in the
+graphed training step), the baselines' rotary tables cached as the kernel's are. Prints forward and
+forward+backward milliseconds (the mean of triton.testing.do_bench's repetitions), the ratio of every method's
+time to the eager kernel's, measured in the same run, and the method's relative error. --rotate checks every
+tile candidate of the rotary pre-pass against the fp32 rotation before timing it.
 """
+import functools
 import json
 import os
 import shlex
@@ -67,9 +74,12 @@ CANDIDATES = {
 SWEEPS = ("fwd", "dkdv", "dq", "dq bias")  # what --sweep-kernels names
 
 
+cached_tables = functools.lru_cache(rotary_tables)  # the baselines' tables built once, as the kernel's are
+
+
 def rotated(q, k):
     """q and k rotated to their positions, as copies in their own dtype."""
-    cos, sin = rotary_tables(q.shape[2], q.shape[3], q.device)
+    cos, sin = cached_tables(q.shape[2], q.shape[3], q.device)
     return _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
 
 
@@ -93,9 +103,17 @@ def sdpa_mask(q, k, v, bias=None, rotary=False):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(0))
 
 
-def make_flex(N, device):
-    if flex_attention is None:
-        return None
+# FlexAttention's compile is retried with these kernel_options where the defaults fail (its bf16 backward with a
+# bias gradient ran out of shared memory on the H100): smaller tiles for the forward (M, N) and both backward
+# passes (M1, N1, M2, N2), one pipeline stage
+FLEX_OPTIONS = [None,
+                dict(BLOCK_M=64, BLOCK_N=32, BLOCK_M1=32, BLOCK_N1=64, BLOCK_M2=64, BLOCK_N2=32, num_stages=1),
+                dict(BLOCK_M=32, BLOCK_N=32, BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16, num_stages=1),
+                dict(BLOCK_M=16, BLOCK_N=16, BLOCK_M1=16, BLOCK_N1=16, BLOCK_M2=16, BLOCK_N2=16, num_stages=1, num_warps=4)]
+
+
+def make_flex(N, device, options=None):
+    """FlexAttention with a causal block mask (and the bias as a score_mod), compiled with kernel_options."""
     block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=N, KV_LEN=N, device=device)
     compiled = torch.compile(flex_attention)
 
@@ -103,7 +121,7 @@ def make_flex(N, device):
         if rotary:
             q, k = rotated(q, k)
         score_mod = None if bias is None else (lambda score, b, h, qi, ki: score + bias[h, qi - ki])
-        return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=options)
 
     return flex
 
@@ -119,23 +137,46 @@ def with_tiles(fn, tiles):
     return call
 
 
+def grad_out(q):
+    """The gradient dO fed to every backward: random, so that no term of a gradient cancels by symmetry."""
+    return torch.randn(q.shape, device=q.device, generator=torch.Generator(q.device).manual_seed(1)).to(q.dtype)
+
+
+def check(fn, q, k, v, bias, rotary, do) -> float:
+    """fn's largest relative error, over its output and the gradients of q, k, v (and bias) for dO = do, against
+    attention_reference in true fp32 on the same inputs (TOLERANCE says what passes)."""
+    leaves = [q, k, v] + ([bias] if bias is not None else [])
+    got = [fn(q, k, v, bias, rotary)]
+    got += torch.autograd.grad(got[0], leaves, do)
+    ref = [x.detach().float().requires_grad_() for x in leaves[:3]] + ([bias.detach().clone().requires_grad_()] if bias is not None else [])
+    tf32, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False
+    try:
+        want = [attention_reference(*ref[:3], ref[3] if bias is not None else None, rotary)]
+        want += torch.autograd.grad(want[0], ref, do.float())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return max(relative_error(g, w.detach()) for g, w in zip(got, want))
+
+
 def bench(fn, q, k, v, bias, rotary, backward, graphed=False):
-    """Median ms of fn (and its backward). graphed: the same work captured once in a CUDA graph and
-    replayed, so the time is the GPU's alone, without the Python and launch overhead of each call."""
+    """Mean ms of fn (and its backward, for a random dO) over do_bench's repetitions. graphed: the same work
+    captured once in a CUDA graph and replayed, so the time is the GPU's alone, without the Python and launch
+    overhead of each call."""
     from triton.testing import do_bench
 
     leaves = [q, k, v] + ([bias] if bias is not None else [])
+    do = grad_out(q)
 
     def step():
         out = fn(q, k, v, bias, rotary)
         if backward:
-            torch.autograd.grad(out, leaves, torch.ones_like(out))
+            torch.autograd.grad(out, leaves, do)
 
     return gpu_ms(step) if graphed else do_bench(step, warmup=25, rep=100)
 
 
 def gpu_ms(fn, warmup=25, rep=100):
-    """Median ms of fn's GPU work alone: fn captured once in a CUDA graph, do_bench around the replay.
+    """Mean ms of fn's GPU work alone: fn captured once in a CUDA graph, do_bench around the replay.
     Without the graph a call that takes the host longer than the GPU (about 10 us per launch or torch
     op on the lent H100, more than a whole kernel at N = 256) is timed at the host's pace."""
     from triton.testing import do_bench
@@ -306,7 +347,14 @@ def rotate_sweep(log, previous=None, S=64 * 128, N=256):
         methods["clone q, k"] = lambda: (q.clone(), k.clone())
         if previous is not None:
             methods["previous"] = lambda: previous._rotate(q, k)
+        cos, sin = rotary_tables(N, D, q.device)
+        want = [_rotate_reference(x[:64], cos, sin) for x in (q, k)]  # the first sequences: the reference is fp32
         for name, fn in methods.items():
+            if name != "clone q, k":  # every candidate computes the rotation, or its time is not reported
+                err = max(relative_error(got[:64], w) for got, w in zip(fn(), want))
+                if not err <= TOLERANCE[dtype]:
+                    log(f"rotate {str(dtype).removeprefix('torch.'):>8} {name:>16}: WRONG, relative error {err:.1e}")
+                    continue
             ms = gpu_ms(fn)
             results[f"{str(dtype).removeprefix('torch.')} {name}"] = ms
             log(f"rotate {str(dtype).removeprefix('torch.'):>8} {name:>16}: {ms:.3f} ms, {gb / ms:.2f} TB/s")
@@ -358,38 +406,52 @@ def main():
                             triton=triton.__version__, source="python " + shlex.join(["bench/bench_attention.py", *sys.argv[1:]]))
     tuned = dict(attn.TILES)
     record["tiles"] = {repr(k): list(v) for k, v in tuned.items()}
-    log(f"{'shape':>28} {'mode':>7} {'method':>14} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13}")
+    log(f"{'shape':>28} {'mode':>7} {'method':>22} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd / kernel':>13} {'f+b / kernel':>13} "
+        f"{'rel. error':>9}")
     rows = []
     for N, dtype, mode in shapes:
         q, k, v, bias = make_inputs(N, dtype, mode)
         rotary = mode == "rotary"
-        methods = {"kernel": attention}
+        methods = {"kernel": [attention]}  # name -> candidates: the first that computes the reference's numbers is timed
         if not args.only_kernel:
             if tuned:
-                methods["kernel 64x64"] = with_tiles(attention, {})
+                methods["kernel 64x64"] = [with_tiles(attention, {})]
             if args.previous:
-                methods["previous"] = load_attention(args.previous)
-            methods["eager"] = attention_reference
+                methods["previous"] = [load_attention(args.previous)]
+            methods["eager"] = [attention_reference]
             if rotary:
-                methods["sdpa causal"] = sdpa_causal
-            methods["sdpa+mask"] = sdpa_mask
-            flex = make_flex(N, "cuda")
-            if flex is not None:
-                methods["flex"] = flex
-        times = {}
-        for name, fn in methods.items():
-            for label, graphed in [(name, False)] + [("kernel graphed", True)] * (name == "kernel"):
+                methods["sdpa causal"] = [sdpa_causal]
+            methods["sdpa+mask"] = [sdpa_mask]
+            if flex_attention is not None:
+                methods["flex"] = [make_flex(N, "cuda", options) for options in FLEX_OPTIONS]
+        times, errors, do = {}, {}, grad_out(q)
+        for name, candidates in methods.items():
+            for i, fn in enumerate(candidates):
+                try:  # correctness first, in every run: output and gradients against the fp32 reference
+                    errors[name] = check(fn, q, k, v, bias, rotary, do)
+                    break
+                except Exception as e:  # e.g. FlexAttention's compile out of shared memory: its next kernel_options
+                    log(f"{name}{f' (kernel_options {FLEX_OPTIONS[i]})' if name == 'flex' else ''}: failed "
+                        f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:80]})")
+            else:
+                continue
+            if not errors[name] <= TOLERANCE[dtype]:
+                log(f"{name}: WRONG, relative error {errors[name]:.1e} against the fp32 reference; not timed")
+                continue
+            for label, graphed in ((name, False), (f"{name} graphed", True)):  # eager, and the GPU's time alone
                 try:
                     times[label] = tuple(bench(fn, q, k, v, bias, rotary, backward, graphed) for backward in (False, True))
-                except Exception as e:  # e.g. FlexAttention without a bias gradient on this torch
+                except Exception as e:
                     log(f"{label}: failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:80]})")
         if "kernel" not in times:
             continue
         base = times["kernel"]
         shape = f"B={B} H={H} N={N} d={D} {str(dtype)[6:]}"
         for name, (fwd, both) in times.items():
-            log(f"{shape:>28} {mode:>7} {name:>14} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f}")
-            rows.append({"N": N, "dtype": str(dtype)[6:], "mode": mode, "method": name, "fwd_ms": fwd, "fwd_bwd_ms": both})
+            err = errors[name.removesuffix(" graphed")]
+            log(f"{shape:>28} {mode:>7} {name:>22} {fwd:8.3f} {both:11.3f} {fwd / base[0]:13.2f} {both / base[1]:13.2f} {err:9.1e}")
+            rows.append({"N": N, "dtype": str(dtype)[6:], "mode": mode, "method": name, "fwd_ms": fwd, "fwd_bwd_ms": both,
+                         "relative_error": err})
         record["rows"] = rows
         if args.json:  # after every shape, so that a run stopped by a time limit keeps what it measured
             with open(args.json, "w") as f:

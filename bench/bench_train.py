@@ -7,14 +7,22 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
     python bench/bench_train.py --previous OLD.py          # CUDA: also with an earlier kernel file
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
-step as train.py does (the rate a run gets). On CUDA, variants put one earlier piece back in the same
-run (torch's layer norm, the residual adds apart from it, torch's MLP, torch's embedding, per-member
-sampling, an earlier attention kernel), so that each row's ratio says what that piece bought.
+step as train.py does (the rate a run gets: graphed, the sampler inside the step's CUDA graph). On CUDA,
+variants put one earlier piece back in the same run (torch's layer norm, the residual adds apart from it,
+torch's MLP, torch's embedding, the sampler outside the graph, per-member sampling, an earlier attention
+kernel), so that each row's ratio says what that piece bought; "compiled" is the baseline of a
+torch.compile'd whole step of the plain model (no kernels of ours), graphed the same way.
+
+Each case is timed --runs times (default 5) over --repeats steps after a warm-up: rates are the median, with
+the runs' spread (max - min) / median, so that a difference smaller than the spread is not read as one.
+GFLOP/s count causal attention (a position attends to itself and the positions before it) and are set against
+the matmul rate of the row's precision measured at the start of the run (bf16 rows: a bf16 matmul).
 """
 import gc
 import importlib.util
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -22,6 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
+import runs  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
 from fastdata import batches  # noqa: E402
 from fastpath import Kernels  # noqa: E402
@@ -74,59 +83,82 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, repeats):
+def timed(fn, device, repeats, runs=1) -> list[float]:
+    """Seconds per call of fn, one number per run of `repeats` calls, after one warm-up call."""
     fn()
     sync(device)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync(device)
-    return (time.perf_counter() - t0) / repeats
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) / repeats)
+    return times
+
+
+def rate(seconds: list[float], E: int) -> tuple[float, float]:
+    """(median model-steps/s, spread of the runs' rates: (max - min) / median)."""
+    rates = [E / t for t in seconds]
+    median = statistics.median(rates)
+    return median, (max(rates) - min(rates)) / median
 
 
 def step_flops(B: int, N: int, C: int, D: int) -> float:
-    """FLOPs of one training step (forward + backward ~ 3x forward): the weight matmuls per token,
-    plus the two attention products QK^T and AV over the full N x N map per layer."""
+    """FLOPs of one training step (forward + backward ~ 3x forward): the weight matmuls per token, plus the
+    two attention products QK^T and AV per layer over the causal map (position n attends to n + 1 keys: (N + 1) / 2
+    on average)."""
     weight_macs = 2 * (3 * D * D + 8 * D * D) + D * C  # per token: W_Q, W_K, W_V, MLP in/out per layer; W_U
-    attention_macs = 2 * (2 * N * D)  # per token: two layers of (q . k over N keys) + (sum of N values)
+    attention_macs = 2 * 2 * (N + 1) / 2 * D  # per token: two layers of (q . k over its keys) + (sum of their values)
     return 3 * 2 * B * N * (weight_macs + attention_macs)
 
 
-def setup(E: int, graph: bool, N: int, B: int, device, loop_sampling: bool = False, bf16: bool = False,
-          kernels: Kernels = Kernels()):
-    """(trainer, sample) for E models of different K: the single run or the ensemble train.py would build
-    (bf16: in mixed precision, train.py --bf16; kernels: the fast path's pieces on CUDA),
-    and a function drawing every member's batch from its own generator, as train.py does each step
-    (fastdata.batches; loop_sampling: one TaskSet.batch call per member, as before batches existed)."""
+def setup(E: int, graph: bool, N: int, B: int, device, bf16: bool = False, kernels: Kernels | None = Kernels(),
+          compiled: bool = False):
+    """(trainer, tasks, generators) for E models of different K: the single run or the ensemble train.py would
+    build (bf16: in mixed precision, train.py --bf16; kernels: the fast path's pieces on CUDA, None: the plain
+    model; compiled: the trainer's whole step through torch.compile), and each member's task set and generator."""
     tasks = [TaskSet.create(K, device=device) for K in torch.linspace(64, 128, E).int().tolist()]
     gens = [torch.Generator(device).manual_seed(e) for e in range(E)]
     models = [Transformer(max_len=N).to(device) for _ in range(E)]
     adamw = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3, capturable=graph)
     trainer = Ensemble(models, bf16=bf16, kernels=kernels, **adamw) if E > 1 else Single(models[0], bf16=bf16, kernels=kernels, **adamw)
-
-    def sample():
-        if loop_sampling:
-            return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]
-        return batches(tasks, B, N + 1, gens)  # seqs, chains
-
-    return trainer, sample
+    if compiled:
+        trainer.step = torch.compile(trainer.step)
+    return trainer, tasks, gens
 
 
-def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, loop_sampling: bool = False,
-          bf16: bool = False, kernels: Kernels = Kernels()) -> tuple[float, float, str]:
-    """(seconds per step with a fixed batch, seconds per step with sampling, peak GiB on CUDA) of E models;
-    the peak counts what this case allocates (weights, optimizer, graph, activations), not earlier cases' leftovers."""
+def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int, sampling: str = "graph",
+          bf16: bool = False, kernels: Kernels | None = Kernels(), compiled: bool = False):
+    """(seconds per step with a fixed batch, with sampling: a list per run each; peak GiB on CUDA) of E models.
+    sampling: "graph" as train.py samples (graphed: the sampler inside the step's graph, runs.sampled_step),
+    "host" fastdata.batches outside the graph, "loop" one TaskSet.batch call per member outside it (as before
+    fastdata.batches existed). The peak counts what this case allocates (weights, optimizer, graphs, activations),
+    not earlier cases' leftovers; the fixed-batch graph is freed before the sampling one is captured."""
     if device.type == "cuda":
         gc.collect()  # the previous case's trainer and graph may sit in reference cycles
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    trainer, sample = setup(E, graph, N, B, device, loop_sampling, bf16, kernels)
-    step = GraphedStep(trainer, (E, B, N + 1), device).step if graph else trainer.step
+    trainer, tasks, gens = setup(E, graph, N, B, device, bf16, kernels, compiled)
+    shape = (E, B, N + 1)
+
+    def sample():
+        if sampling == "loop":
+            return [torch.stack(x) for x in zip(*(t.batch(B, N + 1, g) for t, g in zip(tasks, gens)))]
+        return batches(tasks, B, N + 1, gens)  # seqs, chains
+
+    step = GraphedStep(trainer, shape, device).step if graph else trainer.step
     batch = sample()
-    fixed = timed(lambda: step(*batch), device, repeats)
-    sampled = timed(lambda: step(*sample()), device, repeats)
+    fixed = timed(lambda: step(*batch), device, repeats, runs_)
+    if graph and sampling == "graph":
+        del step
+        gc.collect()
+        sampled_step = runs.sampled_step(trainer, tasks, gens, shape, device, graph)
+    else:
+        sampled_step = lambda: step(*sample())  # noqa: E731
+    sampled = timed(sampled_step, device, repeats, runs_)
     peak = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}" if device.type == "cuda" else "-"
     return fixed, sampled, peak
 
@@ -136,8 +168,8 @@ def profile(E: int, N: int, B: int, device, bf16: bool = False):
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    trainer, sample = setup(E, False, N, B, device, bf16=bf16)
-    seqs, chains = sample()
+    trainer, tasks, gens = setup(E, False, N, B, device, bf16=bf16)
+    seqs, chains = batches(tasks, B, N + 1, gens)
     for _ in range(2):
         trainer.step(seqs, chains)
     sync(device)
@@ -154,7 +186,8 @@ def main():
     cli.add_device(parser)
     cli.add_threads(parser)
     cli.add_preset(parser, PRESETS, "the sequence length N: quick 128, paper 256")
-    parser.add_argument("--repeats", type=int, default=None, help="timed steps (default 30 on CUDA, 5 on a CPU)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 30 on CUDA, 5 on a CPU)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per case: the median and the spread (default 5)")
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
     parser.add_argument("--profile", action="store_true",
@@ -167,6 +200,7 @@ def main():
     cli.set_threads(args.threads)
     if args.repeats is not None:
         check_int("--repeats", args.repeats, 1)
+    check_int("--runs", args.runs, 1)
     try:
         sizes = [check_int("--sizes", int(s), 1) for s in (args.sizes or ("8,32,64" if device.type == "cuda" else "2")).split(",")]
     except ValueError:
@@ -176,9 +210,12 @@ def main():
     name = torch.cuda.get_device_name() if cuda else f"{cpu_name()}, {os.cpu_count()} cores"
     print(f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"matmuls in {'TF32' if args.tf32 else 'fp32'}")
-    a = torch.randn(4096, 4096, device=device)
-    peak = 2 * 4096**3 / timed(lambda: a @ a, device, 5) / 1e9
-    print(f"{'tf32' if args.tf32 else 'fp32'} matmul 4096^3: {peak:.0f} GFLOP/s")
+    peaks = {}  # the matmul rate of each precision the rows run in: the denominator of "of peak"
+    for dtype in (torch.float32,) + (torch.bfloat16,) * cuda:
+        a = torch.randn(4096, 4096, device=device, dtype=dtype)
+        peaks[dtype] = 2 * 4096**3 / min(timed(lambda: a @ a, device, 5, 3)) / 1e9
+        name = "bf16" if dtype == torch.bfloat16 else "tf32" if args.tf32 else "fp32"
+        print(f"{name} matmul 4096^3: {peaks[dtype]:.0f} GFLOP/s")
 
     preset = args.preset or ("paper" if cuda else "quick")  # the preset of the device timed
     N, B = PRESETS[preset]["N"], 128
@@ -192,19 +229,24 @@ def main():
     if cuda:
         cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
         cases += [(1, False, "bf16"), (1, True, "bf16")] + [(E, True, "bf16") for E in sizes]
+        cases += [(E, True, f"{precision}host sampling") for precision in ("", "bf16 ") for E in (1, E_max)]
+        cases += [(1, True, f"{precision}compiled") for precision in ("", "bf16 ")]
         # the MLP kernel takes fp32 only with TF32 allowed: without --tf32 its fp32 rows would time the baseline
         cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding")
                   for precision in ("", "bf16 ") if precision or args.tf32 or piece != "torch MLP" for E in (1, E_max)]
     if args.previous:
         cases += [(E, True, f"{precision}previous kernel") for precision in ("", "bf16 ") for E in (1, E_max)]
     flops = step_flops(B, N, 10, 64)
-    print(f"{preset} preset (B = {B}, N = {N}), model-steps/s; x = against the single eager run")
+    print(f"{preset} preset (B = {B}, N = {N}), model-steps/s, the median of {args.runs} runs of {repeats} steps and "
+          f"their spread; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; loop sampling = one "
-          "TaskSet.batch call per member instead of fastdata.batches; previous kernel = attention from --previous; "
-          "bf16 = mixed precision (train.py --bf16)")
-    print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} | {'with sampling':>13} {'x':>5} | peak GiB")
+          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; host sampling = "
+          "fastdata.batches outside the step's CUDA graph, its batch copied in; loop sampling = one TaskSet.batch call "
+          "per member, outside the graph; previous kernel = attention from --previous; compiled = torch.compile of the "
+          "plain model's whole step (no kernels of ours), graphed; bf16 = mixed precision (train.py --bf16)")
+    print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'spread':>6} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} "
+          f"| {'with sampling':>13} {'spread':>6} {'x':>5} | peak GiB")
     base = None
     this_attention = attention_kernel.attention
     for E, graph, variant in cases:
@@ -212,12 +254,20 @@ def main():
         piece = variant.removeprefix("bf16").strip()
         # an earlier kernel file replaces the attention function for its rows (the fast path calls it by name)
         attention_kernel.attention = load_attention(args.previous) if piece == "previous kernel" else this_attention
-        fixed, sampled, mem = bench(E, graph, N, B, device, repeats, loop_sampling=variant == "loop sampling", bf16=bf16,
-                                    kernels=VARIANTS.get(piece, Kernels()))
-        rate, rate_sampled = E / fixed, E / sampled
-        base = base or (rate, rate_sampled)
-        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>20} | {rate:9.1f} {rate / base[0]:5.2f} {flops * rate / 1e9:8.1f} "
-              f"{flops * rate / 1e9 / peak:7.0%} | {rate_sampled:13.1f} {rate_sampled / base[1]:5.2f} | {mem}", flush=True)
+        sampling = {"host sampling": "host", "loop sampling": "loop"}.get(piece, "graph")
+        try:
+            fixed, sampled, mem = bench(E, graph, N, B, device, repeats, args.runs, sampling, bf16,
+                                        None if piece == "compiled" else VARIANTS.get(piece, Kernels()), piece == "compiled")
+        except Exception as e:  # a baseline that does not compile or capture on this torch: the other rows still run
+            print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>20} | failed ({type(e).__name__}: "
+                  f"{(str(e).splitlines() or [''])[0][:100]})", flush=True)
+            continue
+        (r, spread), (r_sampled, spread_sampled) = rate(fixed, E), rate(sampled, E)
+        base = base or (r, r_sampled)
+        peak = peaks[torch.bfloat16 if bf16 else torch.float32]
+        print(f"{E:>6} {'yes' if graph else 'no':>5} {variant:>20} | {r:9.1f} {spread:6.1%} {r / base[0]:5.2f} "
+              f"{flops * r / 1e9:8.1f} {flops * r / 1e9 / peak:7.0%} | {r_sampled:13.1f} {spread_sampled:6.1%} "
+              f"{r_sampled / base[1]:5.2f} | {mem}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
     attention_kernel.attention = this_attention

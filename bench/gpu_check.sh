@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100):
+# The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100 before the e2e stage and
+# bench_train's 5 runs per case were added; MLP=0 ATTENTION=0 GRID=0 keeps the tests, e2e and bench_train):
 #   1. the kernel, layer norm, MLP, embedding, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage)
-#   3. bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
+#   3. the default command end to end (issue 31): `train.py --K 256 --preset paper` for E2E_ITERS steps (default
+#      20000) with 10 evaluations, in its CUDA default (bf16, TF32 matmuls) and with --fp32: the first lines (the
+#      precision it states), the progress lines' it/s (evaluations left out) and the wall time (E2E=0 skips it);
+#      then bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
 #      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, per-member
 #      sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
-#      in both precisions and of the single run's in bf16
+#      in both precisions and of the single run's in bf16; each case 5 runs (median and spread), the sampler
+#      inside the step's graph ("with sampling") and outside it ("host sampling"), and a torch.compile'd whole step
 #   4. bench_attention.py: the kernel against eager, SDPA and FlexAttention at ATTENTION_N (default 256,1024;
 #      ATTENTION=0 skips it); SWEEP=1 re-runs the tile sweep first (all kernels, ~2.5 min, or
 #      SWEEP_KERNELS="dq bias" for one) and writes kernels/tiles.json, which the kernel reads;
@@ -19,6 +24,7 @@
 # Logs go to $OUT (default: runs/gpu_check), at most 8 files (what the lease returns).
 #
 #     bash bench/gpu_check.sh
+#     MLP=0 ATTENTION=0 GRID=0 bash bench/gpu_check.sh      # issue 31: the sampler in the graph, the default command's rate
 #     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
 #     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
@@ -37,7 +43,8 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 # compiles dominate the tests: 8 processes when pytest-xdist is there
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_embedding.py tests/test_transformer.py \
-    tests/test_fastpath.py tests/test_ensemble.py tests/test_markov.py 2>&1 | tee -a "$OUT/tests.log"
+    tests/test_fastpath.py tests/test_ensemble.py tests/test_markov.py tests/test_train.py::test_the_graphed_run_trains_on_the_plain_runs_batches \
+    2>&1 | tee -a "$OUT/tests.log"
 
 if [ "${MLP:-1}" = 1 ]; then
     stage bench_mlp | tee "$OUT/bench_mlp.log"
@@ -47,8 +54,19 @@ if [ "${MLP:-1}" = 1 ]; then
     [ -f kernels/mlp_tiles.json ] && cp kernels/mlp_tiles.json "$OUT/mlp_tiles.json"
 fi
 
-stage bench_train | tee "$OUT/bench_train.log"
-timeout 260 $PY bench/bench_train.py --tf32 --profile $PREV 2>&1 | tee -a "$OUT/bench_train.log"
+: > "$OUT/bench_train.log"  # the e2e runs and bench_train.py share one log (the lease returns at most 8 files)
+if [ "${E2E:-1}" = 1 ]; then
+    stage e2e | tee -a "$OUT/bench_train.log"
+    for precision in "" "--fp32"; do
+        t0=$SECONDS
+        timeout 150 $PY train.py --K 256 --preset paper --iters "${E2E_ITERS:-20000}" --evals 10 $precision --overwrite \
+            --out "/tmp/gpu_check_e2e$precision" 2>&1 | tee -a "$OUT/bench_train.log"
+        echo "e2e ${precision:-default}: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s wall" | tee -a "$OUT/bench_train.log"
+    done
+fi
+
+stage bench_train | tee -a "$OUT/bench_train.log"
+timeout 360 $PY bench/bench_train.py --tf32 --profile $PREV 2>&1 | tee -a "$OUT/bench_train.log"
 
 if [ "${ATTENTION:-1}" = 1 ]; then
     stage bench_attention | tee "$OUT/bench_attention.log"

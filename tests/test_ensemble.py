@@ -9,6 +9,7 @@ import torch
 
 import ensemble
 import evaluation
+import fastdata
 import runs
 import train
 from cli import parse_list
@@ -234,3 +235,33 @@ def test_bf16_runs_the_forward_in_bfloat16_and_keeps_fp32_state(members):
     if members > 1:
         single = trainer(True, 1).step(seqs[:1], task[:1])
         torch.testing.assert_close(losses[True][:1], single, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (CUDA graphs)")
+@pytest.mark.parametrize("members", [1, 3])
+def test_a_graph_that_samples_draws_the_eager_batches(members):
+    """A GraphedStep with the sampler captured (runs.sampled_step: train.py's and the ensembles' CUDA path): replay
+    i draws exactly the batches of the i-th eager fastdata.batches call, i.e. of TaskSet.batch, from the first
+    replay on (the warm-up's draws are undone), and leaves every generator where the eager calls leave it."""
+    sources = [TaskSet.create(K, seed=s, device=DEVICE) for K, s in ((3, 0), (70, 1), (9, 2))][:members]
+
+    def gens():
+        return [torch.Generator(DEVICE).manual_seed(s) for s in (5, 6, 7)[:members]]
+
+    models = []
+    for e in range(members):
+        model = Transformer(C=10, D=16, max_len=16)
+        model.reset_parameters(torch.Generator().manual_seed(e))
+        models.append(model.to(DEVICE))
+    trainer = (ensemble.Ensemble(models, capturable=True) if members > 1 else ensemble.Single(models[0], capturable=True))
+    got, want = gens(), gens()
+    step = ensemble.GraphedStep(trainer, (members, 8, 17), torch.device(DEVICE),
+                                sample=lambda: fastdata.batches(sources, 8, 17, got), generators=got)
+    for i in range(4):
+        step.step()
+        seqs, chains = fastdata.batches(sources, 8, 17, want)
+        assert torch.equal(step.seqs, seqs) and torch.equal(step.task, chains), i
+    for a, b in zip(got, want):
+        assert torch.equal(a.get_state(), b.get_state())
+    with pytest.raises(ValueError, match="draws its own batches"):
+        step.step(seqs, chains)

@@ -1,4 +1,5 @@
 """train.py: a tiny end-to-end run, exact resume after a kill, the grid commands, bad input."""
+import argparse
 import json
 import os
 import subprocess
@@ -120,6 +121,7 @@ def bad(args, cwd=ROOT):
     (["--batch", "0"], "batch"),
     (["--K", "two"], "K"),
     (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+    (["--fp32", "--bf16"], "--fp32 excludes --bf16"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     r = bad(args)
@@ -179,3 +181,47 @@ def test_bf16_reaches_the_step_and_config(tmp_path):
         losses[bf16] = rows[-1]["train_loss"]
         assert runs.read_metrics(cfg.out)[0]["bf16"] is bf16
     assert losses[True] != losses[False] and losses[True] == pytest.approx(losses[False], rel=2e-2)
+
+
+@pytest.mark.parametrize("flags, cuda, cpu", [
+    ({}, (True, True), (False, False)),  # the default: bf16 with TF32 matmuls on CUDA, fp32 on a CPU
+    ({"fp32": True}, (False, False), (False, False)),
+    ({"bf16": True}, (False, True), (False, True)),  # a flag given is taken as it is, the other stays off
+    ({"tf32": True}, (True, False), (True, False)),
+])
+def test_cuda_trains_in_bf16_unless_told_and_the_first_line_says_so(monkeypatch, flags, cuda, cpu):
+    """The command line's precision (train.CUDA_PRECISION): (tf32, bf16) of the config, and the run's first line."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # cli.device accepts "cuda"; nothing runs there
+    for device, want in (("cuda", cuda), ("cpu", cpu)):
+        cfg = train.make_config(argparse.Namespace(preset="paper", K=4, device=device, **flags))
+        assert (cfg.tf32, cfg.bf16) == want, device
+        words = {(True, True): "bf16 mixed precision with TF32 matmuls", (False, True): "bf16 mixed precision",
+                 (True, False): "TF32 matmuls", (False, False): "fp32"}[want]
+        assert runs.run_header([cfg], "", None).splitlines()[0].endswith(f"on {device} in {words}")
+
+
+def test_a_grid_passes_fp32_on_to_its_members():
+    out = subprocess.run([sys.executable, "train.py", "--K", "4,16", "--fp32", "--print-commands"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert all(line.endswith("--fp32") for line in out.stdout.strip().splitlines())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the graphed run)")
+def test_the_graphed_run_trains_on_the_plain_runs_batches(tmp_path, same_numbers):
+    """On CUDA the single run samples inside its CUDA graph (runs.graphed): it draws the batches of the plain path's
+    tasks.batch (so its losses are the plain run's, to the kernels' TF32 rounding) and leaves the generator, which
+    its checkpoint saves, exactly where the plain run leaves it."""
+    rows = {}
+    for graph in (True, False):
+        cfg = tiny(tmp_path / str(graph), device="cuda")
+        rows[graph] = train.train(cfg, quiet=True, graph=graph)
+    assert same_numbers(rows[True], rows[False], rel=1e-2)
+    a, b = (torch.load(tmp_path / str(graph) / "ckpt.pt", weights_only=True) for graph in (True, False))
+    assert torch.equal(a["rng"], b["rng"])
+
+
+def test_resuming_in_another_precision_names_the_precision_flags(tmp_path):
+    """A run begun in fp32 on CUDA before bf16 became the default there is resumed with --fp32: the error says so."""
+    train.train(tiny(tmp_path, iters=2, evals=1), quiet=True)
+    with pytest.raises(ValueError, match="bf16: checkpoint False vs now True; --fp32, --tf32, --bf16 name its precision"):
+        train.train(tiny(tmp_path, iters=2, evals=1, bf16=True), resume=True, quiet=True)
