@@ -20,13 +20,20 @@ every other reader of the stream sees it unperturbed, the target's LayerNorm kee
 its unperturbed input, and what the target then writes flows downstream as usual. The importance of an
 edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta).
 
-    python trace.py circuits                  # quick runs K = 1024 and 16, trained first if missing
+    python trace.py circuits                  # quick runs K = 4, 64, 1024, trained first if missing
     python trace.py circuits --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
     python trace.py circuits --replot         # only redraw the figure from FIGURES/circuits.json
 
 It writes figures/circuits.png and .json, the repository's committed copies; --figures DIR writes
-elsewhere. Tracing runs on the CPU: ~3 min for the four phases on 2 cores, plus ~5 min for each quick
-run it has to train first (a fresh clone: ~13 min in all).
+elsewhere. Tracing runs on the CPU: ~3 min for the four phases on 2 cores, plus ~5-10 min for each quick
+run it has to train first.
+
+Which checkpoint shows a phase: over every evaluation of the runs given, the one whose output is closest to
+the phase's predictor relative to the next-closest of the four, i.e. the largest ratio
+D(next predictor) / D(phase's predictor) (phase_checkpoint). The paper takes the checkpoint with the lowest
+divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; at the quick scale that rule picked a
+2-Mem checkpoint tied with 1-Mem and a "1-Gen" one closer to 1-Mem, so the ratio (stated with each phase, with
+the margin in nats) picks checkpoints that are unambiguously in their phase, from any of the runs.
 
 Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
 repository root; nothing here or in the tests needs the standard one.
@@ -170,9 +177,8 @@ def connectivity(importance: dict[str, float]) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the phases' circuits
 
-PHASE_RUN = {"1gen": "gen", "2gen": "gen", "1mem": "mem", "2mem": "mem"}  # which run each phase is traced in
-PRESET_K = {"quick": {"gen": 1024, "mem": 16}, "paper": {"gen": 1024, "mem": 128}}  # the paper: Fig. A3's caption
-TRAIN_TIME = {"quick": "~5 min on 2 CPU cores", "paper": "10^6 steps, 20-50 min on an H100"}
+PRESET_K = {"quick": [4, 64, 1024], "paper": [128, 1024]}  # the runs searched for the four phases (paper: Fig. A3)
+TRAIN_TIME = {"quick": "5-10 min on a CPU core", "paper": "10^6 steps, 20-50 min on an H100"}
 
 
 def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, bool]:
@@ -209,34 +215,44 @@ def train_run(K: int, preset: str) -> str:
     return args.out
 
 
-def describe_runs(found: dict[str, tuple[str, bool]], preset: str) -> str:
-    """'runs/K1024_s0 (1-Gen, 2-Gen; found)'-style text of find_run's answers {label: (run, to train)}."""
-    return ", ".join(f"{run} ({label}; {f'to train first: {TRAIN_TIME[preset]}' if missing else 'found'})"
-                     for label, (run, missing) in found.items())
+def describe_runs(found: dict, preset: str) -> str:
+    """'runs/K1024_s0 (found), runs/K4_s0 (to train first: ...)'-style text of find_run's answers {key: (run, to train)}."""
+    return ", ".join(f"{run} ({f'to train first: {TRAIN_TIME[preset]}' if missing else 'found'})"
+                     for run, missing in found.values())
 
 
-def phase_checkpoint(rows: list[dict], phase: str) -> dict:
-    """The evaluation row with the lowest behavioral divergence to the phase's predictor (Fig. A3's rule)."""
-    return min(rows, key=lambda r: r[f"kl_{phase}"])
+def closeness(row: dict, phase: str) -> tuple[float, float]:
+    """(ratio, margin) of an evaluation row for a phase: the divergence to the next-closest of the four predictors
+    over the divergence to the phase's, and their difference in nats (ratio > 1, margin > 0: in the phase)."""
+    others = min(row[f"kl_{q}"] for q in PREDICTORS if q != phase)
+    return others / max(row[f"kl_{phase}"], 1e-12), others - row[f"kl_{phase}"]
+
+
+def phase_checkpoint(rows: dict[str, list[dict]], phase: str) -> tuple[str, dict]:
+    """(run, evaluation row) of the checkpoint, among every run's full evaluations {run: rows}, that is closest to
+    the phase's predictor relative to the next-closest predictor (the largest closeness ratio)."""
+    return max(((run, r) for run, rs in rows.items() for r in rs), key=lambda item: closeness(item[1], phase)[0])
 
 
 def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict:
-    """For each phase: the run of its kind ("gen" or "mem"), its checkpoint closest to the phase's
-    predictor, and the importance of every edge on n_seqs held-out sequences from that run's S."""
+    """For each phase: its checkpoint among the runs {name: run directory} (phase_checkpoint), with its
+    divergence, closeness ratio and margin, and the importance of every edge on n_seqs held-out sequences from
+    that run's S."""
+    rows = {run: load_run(run)[1] for run in runs.values()}
     phases = {}
     for phase in PREDICTORS:
-        run = runs[PHASE_RUN[phase]]
-        _, rows, _, _ = load_run(run)
-        best = phase_checkpoint(rows, phase)
+        run, best = phase_checkpoint(rows, phase)
+        ratio, margin = closeness(best, phase)
         cfg, _, model, tasks = load_run(run, best["step"])
         g = torch.Generator().manual_seed(seed)  # the same draws for every phase of a run
         seqs, _ = tasks.batch(n_seqs, cfg.N + 1, g)
         t0 = time.time()
         importance = edge_importance(model, seqs[:, :-1])
-        print(f"{LABELS[phase]}: {run} step {best['step']} (divergence {best[f'kl_{phase}']:.4f}), "
-              f"{len(EDGES)} ablations in {time.time() - t0:.1f} s; strongest: "
+        print(f"{LABELS[phase]}: {run} step {best['step']} (divergence {best[f'kl_{phase}']:.4f}, next predictor "
+              f"x{ratio:.2f}, +{margin:.3f}), {len(EDGES)} ablations in {time.time() - t0:.1f} s; strongest: "
               + ", ".join(f"{e} {v:.3f}" for e, v in sorted(importance.items(), key=lambda kv: -kv[1])[:4]), flush=True)
-        phases[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "importance": importance}
+        phases[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "ratio": ratio,
+                         "margin": margin, "importance": importance}
     return phases
 
 
@@ -302,7 +318,8 @@ def plot_circuits(phases: dict, path: str):
         fig.colorbar(im, ax=ax, fraction=0.046, label="importance (nats)")
         name = os.path.basename(os.path.normpath(result["run"]))
         ax.set_title(f"{LABELS[phase]}: {name}, step {result['step']}\n"
-                     f"divergence to {LABELS[phase]} {result['divergence']:.3f}", fontsize=10)
+                     f"divergence to {LABELS[phase]} {result['divergence']:.3f}"
+                     + (f", next x{result['ratio']:.2f}" if "ratio" in result else ""), fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
     fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats); graphs: the edges above "
                  f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey",
@@ -333,13 +350,15 @@ def replot(figures: str):
 
 def circuits(args):
     preset = cli.preset(args.preset)
-    K = PRESET_K[preset]
-    found = {kind: find_run(getattr(args, f"{kind}_run"), K[kind], preset, f"--{kind}-run") for kind in K}
+    if args.runs:  # K is only read for a default run
+        found = {run: find_run(run, 0, preset, "--runs") for run in args.runs.split(",")}
+    else:
+        found = {K: find_run(None, K, preset, "--runs") for K in PRESET_K[preset]}
     committed = " (the committed copies; --figures DIR writes elsewhere)" if os.path.normpath(args.figures) == "figures" else ""
-    cli.announce(preset, f"circuits of {describe_runs({'1-Gen, 2-Gen': found['gen'], '1-Mem, 2-Mem': found['mem']}, preset)}; "
+    cli.announce(preset, f"circuits of {describe_runs(found, preset)}; "
                          f"4 x {len(EDGES)} ablations on {args.n_seqs} sequences, ~3 min on 2 CPU cores at N = 128",
                  f"{args.figures}/circuits.png and .json{committed}")
-    runs = {kind: train_run(K[kind], preset) if missing else run for kind, (run, missing) in found.items()}
+    runs = {str(key): train_run(key, preset) if missing else run for key, (run, missing) in found.items()}
     t0 = time.time()
     phases = trace_phases(runs, args.n_seqs, args.seed)
     plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
@@ -355,12 +374,12 @@ def main():
     p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)",
                        description="Trace the four phases' circuits (Figs. 3, A2, A3). Writes FIGURES/circuits.png and "
                                    ".json; the default FIGURES, figures, holds the repository's committed copies.")
-    cli.add_preset(p, PRESET_K, "which runs: quick K = 1024 and 16, trained on the CPU if missing; "
+    cli.add_preset(p, PRESET_K, "which runs: quick K = 4, 64, 1024, trained on the CPU if missing; "
                                 "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
     cli.add_figures(p)
     p.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/circuits.json")
-    p.add_argument("--gen-run", default=None, help="generalizing run (default: runs/K1024_s0 of the preset)")
-    p.add_argument("--mem-run", default=None, help="memorizing run (default: runs/K16_s0, paper runs/K128_s0)")
+    p.add_argument("--runs", default=None, help="comma-separated run directories whose checkpoints the four phases are "
+                   "picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
     p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
     p.add_argument("--seed", type=int, default=0, help="generator seed of the held-out sequences")
     cli.add_threads(p)

@@ -166,10 +166,21 @@ def test_bad_arguments_are_value_errors():
         trace.run_edges(Transformer(D=16, n_tasks=3, max_len=24), seqs)
 
 
-def test_phase_checkpoint_is_the_row_closest_to_the_predictor():
-    rows = [{"step": s, "kl_1gen": a, "kl_2gen": b} for s, a, b in ((0, 0.5, 0.9), (10, 0.1, 0.3), (20, 0.2, 0.05))]
-    assert trace.phase_checkpoint(rows, "1gen")["step"] == 10
-    assert trace.phase_checkpoint(rows, "2gen")["step"] == 20
+def test_phase_checkpoint_is_the_one_closest_to_its_predictor_relative_to_the_next():
+    """Over every run's rows: the largest D(next-closest predictor) / D(phase's predictor). Run a's step 10 has
+    the lowest 1-Gen divergence, but 1-Mem is nearly as close there (x1.1); run b's step 5 is x2 (the paper's
+    lowest-divergence rule would pick a's step 10)."""
+    def row(step, g1, g2, m1, m2):
+        return {"step": step, "kl_1gen": g1, "kl_2gen": g2, "kl_1mem": m1, "kl_2mem": m2}
+
+    rows = {"a": [row(0, 0.5, 0.9, 0.6, 0.9), row(10, 0.10, 0.3, 0.11, 0.5), row(20, 0.2, 0.05, 0.3, 0.4)],
+            "b": [row(5, 0.15, 0.3, 0.4, 0.5), row(15, 0.3, 0.2, 0.1, 0.09)]}
+    assert trace.phase_checkpoint(rows, "1gen") == ("b", rows["b"][0])
+    assert trace.phase_checkpoint(rows, "2gen") == ("a", rows["a"][2])  # x4
+    assert trace.phase_checkpoint(rows, "2mem") == ("b", rows["b"][1])  # x1.11, the only row where 2-Mem is closest
+    ratio, margin = trace.closeness(rows["a"][1], "1gen")
+    assert ratio == pytest.approx(1.1) and margin == pytest.approx(0.01)
+    assert trace.closeness(rows["a"][1], "1mem") == (pytest.approx(0.10 / 0.11), pytest.approx(-0.01))  # not in 1-Mem
 
 
 # ----------------------------------------------------------------------------- the command: runs by preset, the figure
@@ -185,16 +196,16 @@ def tiny_run(out, K=3, preset="quick", iters=12):
 def test_find_run_takes_the_presets_runs_and_refuses_what_it_cannot_train(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: False)
-    assert trace.find_run(None, 16, "quick", "--mem-run") == (os.path.join("runs", "K16_s0"), True)  # trained on the CPU
-    with pytest.raises(ValueError, match="need a GPU.*--mem-run"):
-        trace.find_run(None, 128, "paper", "--mem-run")
+    assert trace.find_run(None, 16, "quick", "--runs") == (os.path.join("runs", "K16_s0"), True)  # trained on the CPU
+    with pytest.raises(ValueError, match="need a GPU.*--runs"):
+        trace.find_run(None, 128, "paper", "--runs")
     tiny_run(tmp_path / "runs" / "K3_s0", preset="quick")
-    assert trace.find_run(None, 3, "quick", "--mem-run") == (os.path.join("runs", "K3_s0"), False)
+    assert trace.find_run(None, 3, "quick", "--runs") == (os.path.join("runs", "K3_s0"), False)
     with pytest.raises(ValueError, match="holds a quick run"):  # never resumed with the paper's hyper-parameters
-        trace.find_run(None, 3, "paper", "--gen-run")
-    assert trace.find_run(str(tmp_path / "runs" / "K3_s0"), 3, "paper", "--gen-run") == (str(tmp_path / "runs" / "K3_s0"), False)
+        trace.find_run(None, 3, "paper", "--runs")
+    assert trace.find_run(str(tmp_path / "runs" / "K3_s0"), 3, "paper", "--runs") == (str(tmp_path / "runs" / "K3_s0"), False)
     with pytest.raises(ValueError, match="not a run directory"):
-        trace.find_run(str(tmp_path / "nothing"), 3, "quick", "--gen-run")
+        trace.find_run(str(tmp_path / "nothing"), 3, "quick", "--runs")
 
 
 def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_path, monkeypatch):
@@ -202,7 +213,7 @@ def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_
     monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: True)
     trained = []
     monkeypatch.setattr(trace.train, "train", lambda cfg, **kw: trained.append((cfg, kw)))
-    run, missing = trace.find_run(None, 128, "paper", "--mem-run")
+    run, missing = trace.find_run(None, 128, "paper", "--runs")
     assert missing and trace.train_run(128, "paper") == run == os.path.join("runs", "K128_s0")
     (cfg, kw), = trained
     paper = trace.train.PRESETS["paper"]
@@ -214,12 +225,12 @@ def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_
 def test_circuits_command_announces_its_runs_and_replots_from_its_json(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     tiny_run(run)
-    argv = ["trace.py", "circuits", "--preset", "quick", "--gen-run", str(run), "--mem-run", str(run), "--n-seqs", "4",
+    argv = ["trace.py", "circuits", "--preset", "quick", "--runs", f"{run},{run}", "--n-seqs", "4",
             "--figures", str(tmp_path / "figs")]
     monkeypatch.setattr(sys, "argv", argv)
     trace.main()
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"preset quick: circuits of {run} (1-Gen, 2-Gen; found), {run} (1-Mem, 2-Mem; found)")
+    assert first.startswith(f"preset quick: circuits of {run} (found);")
     assert first.endswith(f"writing {tmp_path / 'figs'}/circuits.png and .json")  # not figures/: no warning about it
     figures = []
     monkeypatch.setattr(trace.plt, "close", figures.append)
