@@ -201,17 +201,7 @@ def plot_k1(result: dict, path: str):
     for cond in result["K1_star"]:
         axes[0].plot([], [], color=colors[cond], label=cond)
     axes[0].legend(fontsize=8)
-    taus = result["tau_2gen"]["tau"]
-    reached = [t for t in taus if t is not None]
-    never = len(taus) - len(reached)
-    edges = np.linspace(0, result["tau_2gen"]["iters"], 11)
-    axes[2].hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
-    width = edges[1] - edges[0]
-    axes[2].bar(edges[-1] + width, never, width=width * 0.9, color="tab:orange", label="never (within the run)")
-    axes[2].set_xlabel("tau_2gen (step at which phi_beta(2) first exceeds 0.45)")
-    axes[2].set_ylabel("seeds")
-    axes[2].set_title(f"Fig. 7b: K = {result['tau_2gen']['K']} (about K1*), {len(taus)} seeds")
-    axes[2].legend(fontsize=8)
+    draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
     lo, hi = result["search"]["lo"], result["search"]["hi"]
     for i, cond in enumerate(result["K1_star"]):
         values = result["K1_star"][cond]
@@ -239,6 +229,25 @@ def plot_k1(result: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def tau_bins(iters: int) -> np.ndarray:
+    """Fig. 7b's bins of tau_2gen: ten over the run."""
+    return np.linspace(0, iters, 11)
+
+
+def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
+    """Fig. 7b on ax: the seeds' tau_2gen in tau_bins(iters), and those that never entered 2-Gen (None) as one bar
+    past the end of the run."""
+    reached = [t for t in taus if t is not None]
+    edges = tau_bins(iters)
+    ax.hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
+    width = edges[1] - edges[0]
+    ax.bar(edges[-1] + width, len(taus) - len(reached), width=width * 0.9, color="tab:orange", label="never (within the run)")
+    ax.set_xlabel(f"tau_2gen (step at which phi_beta(2) first exceeds {PHI_STAR})")
+    ax.set_ylabel("seeds")
+    ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
+    ax.legend(fontsize=8)
 
 
 def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
@@ -599,13 +608,14 @@ def grid_table(grid: dict) -> dict:
 
 
 def plot_grid(table: dict, title: str, path: str):
-    """Fig. 7a / A9 of a fixed grid: max phi_beta(2) and the final L_gen against K, one line per seed."""
+    """Fig. 7a / A9 of a fixed grid (grid_table's): max phi_beta(2) and the final L_gen against K, one line per seed."""
     Ks = sorted(table)
-    seeds = table[Ks[0]]["seed"]
+    seeds = sorted({s for row in table.values() for s in row["seed"]})
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, seed in enumerate(seeds):
+    for i, seed in enumerate(seeds):  # a seed drawn at the K it has (a grid still being trained lacks some)
+        at = [(K, table[K]["seed"].index(seed)) for K in Ks if seed in table[K]["seed"]]
         for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
-            ax.plot(Ks, [table[K][key][i] for K in Ks], ".-", color=f"C{i}", label=f"seed {seed}")
+            ax.plot([K for K, _ in at], [table[K][key][j] for K, j in at], ".-", color=f"C{i}", label=f"seed {seed}")
     axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
     axes[1].plot(Ks, [table[K]["gen_loss_2gen"] for K in Ks], "k:", label="2-Gen")
     for ax, label in zip(axes, ("max_t phi_beta(2)", "L_gen at the end")):

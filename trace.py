@@ -221,10 +221,10 @@ def phase_checkpoint(rows: list[dict], phase: str) -> dict:
 
 
 def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict:
-    """For each phase: the run of its kind ("gen" or "mem"), its checkpoint closest to the phase's
+    """For each phase whose kind of run ("gen" or "mem") is given: that run, its checkpoint closest to the phase's
     predictor, and the importance of every edge on n_seqs held-out sequences from that run's S."""
     phases = {}
-    for phase in PREDICTORS:
+    for phase in (p for p in PREDICTORS if PHASE_RUN[p] in runs):  # campaign.py traces a memorizing run alone
         run = runs[PHASE_RUN[phase]]
         _, rows, _, _ = load_run(run)
         best = phase_checkpoint(rows, phase)
@@ -286,7 +286,8 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
 def plot_circuits(phases: dict, path: str):
     """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2), their edges on
     one colour scale. Returns the figure (closed)."""
-    fig, axes = plt.subplots(2, 4, figsize=(19, 10.5), gridspec_kw={"height_ratios": [1, 1.35]})
+    fig, axes = plt.subplots(2, len(phases), figsize=(4.75 * len(phases), 10.5), gridspec_kw={"height_ratios": [1, 1.35]},
+                             squeeze=False)
     for col, (phase, result) in enumerate(phases.items()):
         M = connectivity(result["importance"])
         ax = axes[0, col]
