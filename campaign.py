@@ -11,27 +11,40 @@ the ledger, so they can be redrawn on any machine.
     python campaign.py run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
     python campaign.py report k1_paper                   # figures/k1_paper.png and .json from the ledger
 
+The sizes of the pieces come from the seconds the committed ledgers measured (SPECS says how); a piece's measured
+seconds correct the next one's estimate on the same card.
+
 circuits_paper  Figs. 3, 4, A2, A3, A8 at the paper's scale: K = 1024 (1-Gen, 2-Gen) and K = 128 (1-Mem, 2-Mem),
                 seed 0, trained together for `iters` steps, then trace.py's circuits and task_vectors.py's
                 experiments on them in the same call. One piece.
+circuits_mem_paper
+                the same for K = 128 alone (1-Mem, 2-Mem), 10^5 steps: circuits_paper's K = 128 was in neither
+                phase after 3 x 10^4. One piece, a call of its own (~8 min predicted).
 k1_paper        Figs. 7a, A9, 7c: K1* per seed by binary search over integer K (16 control seeds, 4 with task
                 injection), 10^4 steps per probe, phi_beta(2) every 100 steps on 4096 sequences (the paper's
                 protocol). A round's probes are independent runs: a piece is a round, or as many of its probes as
                 fit the budget.
+grids           fixed lists of (condition, K, seed) runs with given train settings; a piece is as many runs as fit
+                the budget, in the spec's order, trained together (ensembles on CUDA, one-thread processes on a
+                CPU); the ledger keeps per run its config, dense readouts and full evaluations. Each has its report
+                (campaign_reports.py):
+  reweight_paper  Fig. 7c at the paper's w = 1/10: K = 94, 128, 192 x 2 seeds, 10^5 steps (x 1/w) against the
+                  control's 10^4; per condition Fig. 7a / A9 (max phi_beta(2), L_gen) and each seed's K1* bracket.
+  tau_paper       Fig. 7b: tau_2gen at K = 94 over 64 seeds, 10^4 steps, 'never' counted.
+  sweep_paper     Figs. 2b, 2c: K = 2^3..2^10 x 2 seeds, 3 x 10^4 steps with 40 full evaluations: the heat maps
+                  of the divergences to the four predictors and the readouts.
 *_tiny          the same on a CPU in seconds (tests/test_campaign.py: a campaign interrupted after every piece
-                gives the same ledger and figures as one uninterrupted call).
+                gives the same ledger and figures as one uninterrupted call; the reports on known ledgers).
 """
 import datetime
 import json
 import os
 import shutil
-import statistics
 import time
 
-import matplotlib.pyplot as plt
-import numpy as np
 import torch
 
+import campaign_reports as reports
 import cli
 import probes
 import runs
@@ -39,29 +52,73 @@ import task_vectors
 import thresholds
 import trace
 import train
+from markov import check_int
 
 LEDGERS = "ledgers"
 
 # A campaign's spec is fixed once its first piece is in the ledger (the ledger keeps a copy and refuses another).
 # "train": train.Config values on top of the train preset "preset"; bf16: the K = 94 grid reproduced tau_2gen and
 # phi_beta within 0.006 in bf16 on an H100, at ~2x the fp32 rate.
+#
+# Sizing, from the seconds the committed ledgers measured on an NVIDIA H100 80GB HBM3 (2026-11-27):
+# - k1_paper's four pieces, each one ensemble of 10^4-step probes with phi_beta(2) every 100 steps on 4096
+#   sequences (8, 2, 6, 3 probes in 106.1, 51.4, 89.7, 68.3 s), fit by least squares as 38 s per ensemble
+#   (compilation, evaluation data) + 0.86 ms per model-step (residuals within 5 s): K1_RATE below;
+# - circuits_paper's training, one 2-model ensemble of 3 x 10^4 steps with 40 full evaluations in 104.4 s: less the
+#   38 s per ensemble, 1.11 ms per model-step with full evaluations (FULL_RATE), 3.48 ms per step of the ensemble;
+#   its analysis, 164 s: four phases traced in 12.5-13.6 s each (the call's log,
+#   bench/results/2026-11-27_h100_campaign_d.log) and task_vectors.experiments on the K = 128 run in 111 s.
+K1_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00086)
+FULL_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00111)
+K1_PROBE = dict(thresholds.PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
 SPECS = {
     "circuits_paper": dict(kind="circuits", preset="paper", Ks={"gen": 1024, "mem": 128}, seed=0, iters=30_000,
                            train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
                            seconds_per_step=0.006),
-    "k1_paper": dict(kind="k1", preset="paper", probe=dict(thresholds.PRESETS["paper"], bf16=True),
-                     plan={"control": list(range(16)), "inject": list(range(4))},
+    "k1_paper": dict(kind="k1", preset="paper", probe=K1_PROBE, plan={"control": list(range(16)), "inject": list(range(4))},
                      seconds_per_model_step=1 / 1500, seconds_per_probe=8),
+    # 1b: circuits_paper's K = 128 was in neither 1-Mem nor 2-Mem after 3 x 10^4 steps; alone and longer. A lone
+    # model's step is taken at the 2-model ensemble's 3.48 ms (an upper bound), the analysis (two phases traced,
+    # the task vectors) at 2 x 13 + 111 s: 10^5 steps predict 348 + 140 = 488 s, a call of its own.
+    "circuits_mem_paper": dict(kind="circuits", preset="paper", Ks={"mem": 128}, seed=0, iters=100_000,
+                               train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
+                               seconds_per_step=0.00348, seconds_analysis=140),
+    # 3, Fig. 7c: gradient reweighting at the paper's w = 1/10 on a fixed grid, 10^5 steps (x 1/w) against the
+    # control's 10^4 at the same K and seeds. The reweighting path's own rate is not measured yet: K1_RATE, corrected
+    # after its first piece (card_scale). Controls 38 + 52 s; each reweighted run 86 s.
+    "reweight_paper": dict(kind="grid", report="reweight", preset="paper", train=K1_PROBE,
+                           conditions=["control", "reweight"], Ks=[94, 128, 192], seeds=[0, 1], **K1_RATE),
+    # 4, Fig. 7b: tau_2gen at the paper's K1* ~ 94 over 64 seeds, 10^4 steps: 64 x 8.6 s + 38 s per ensemble,
+    # two calls
+    "tau_paper": dict(kind="grid", report="tau", preset="paper", train=K1_PROBE, conditions=["control"], Ks=[94],
+                      seeds=list(range(64)), **K1_RATE),
+    # 5, Figs. 2b, 2c: K = 2^3..2^10, 2 seeds, 3 x 10^4 steps with 40 full evaluations (circuits_paper's runs, whose
+    # K = 128 and 1024 of seed 0 these repeat): a seed's 8 runs predict 38 + 266 = 304 s, a piece per call
+    "sweep_paper": dict(kind="grid", report="sweep", preset="paper", train=dict(iters=30_000, evals=40, bf16=True),
+                        conditions=["control"], Ks=[2**i for i in range(3, 11)], seeds=[0, 1], **FULL_RATE),
     # CPU-sized stand-ins with the same code path, for the tests
     "circuits_tiny": dict(kind="circuits", preset="quick", Ks={"gen": 64, "mem": 4}, seed=0, iters=60,
                           train=dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16), trace_seqs=16,
-                          tv_per_chain=6, tv_patch_seqs=8, seconds_per_step=0.02),
+                          tv_per_chain=6, tv_patch_seqs=8, seconds_per_step=0.02, seconds_analysis=5),
+    "circuits_mem_tiny": dict(kind="circuits", preset="quick", Ks={"mem": 4}, seed=0, iters=60,
+                              train=dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16), trace_seqs=16,
+                              tv_per_chain=6, tv_patch_seqs=8, seconds_per_step=0.02, seconds_analysis=5),
     "k1_tiny": dict(kind="k1", preset="quick",
                     probe=dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4,
                                eval_gen=4, D=8, lo=2, hi=9, ratio=1.0, weight=0.5),
                     plan={"control": [0, 1], "inject": [0]}, seconds_per_model_step=0.01, seconds_per_probe=1),
 }
-VOLATILE = ("card", "date", "seconds", "model_steps", "predicted")  # a piece's fields that differ between two identical runs
+TINY_PROBE = dict(SPECS["k1_tiny"]["probe"], evals=2)  # a final full evaluation besides step 0: Fig. A9's L_gen
+TINY_RATE = dict(seconds_per_ensemble=1, seconds_per_model_step=0.01)
+SPECS |= {
+    "reweight_tiny": dict(kind="grid", report="reweight", preset="quick", train=TINY_PROBE,
+                          conditions=["control", "reweight"], Ks=[3, 6], seeds=[0, 1], **TINY_RATE),
+    "tau_tiny": dict(kind="grid", report="tau", preset="quick", train=TINY_PROBE, conditions=["control"], Ks=[4],
+                     seeds=[0, 1, 2], **TINY_RATE),
+    "sweep_tiny": dict(kind="grid", report="sweep", preset="quick",
+                       train=dict(N=8, batch=4, iters=6, evals=2, eval_train=8, eval_gen=8, D=8),
+                       conditions=["control"], Ks=[2, 4, 8], seeds=[0, 1], **TINY_RATE),
+}
 
 
 # ----------------------------------------------------------------------------- the ledger
@@ -109,9 +166,14 @@ def compact(rows: list[dict], keys: tuple[str, ...], digits: int = 5) -> list[di
     return [{k: round(r[k], digits) if isinstance(r[k], float) else r[k] for k in keys if k in r} for r in rows]
 
 
-# ----------------------------------------------------------------------------- K1*: rounds of probes
+DENSE_KEYS = ("step", "phi_beta_2", "gen_loss", "train_loss")  # what the ledger keeps of the dense readouts
+METRIC_KEYS = ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "train_loss_1gen",
+               "train_loss_2gen", "train_loss_1mem", "train_loss_2mem", "gen_loss_1gen", "gen_loss_2gen",
+               "gen_loss_1mem", "gen_loss_2mem", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "n_A_1",
+               "n_A_2")  # and of the full evaluations
 
-DENSE_KEYS = ("step", "phi_beta_2", "gen_loss", "train_loss")
+
+# ----------------------------------------------------------------------------- K1*: rounds of probes
 
 
 def k1_state(spec: dict, ledger: dict):
@@ -138,39 +200,17 @@ def k1_piece_cost(spec: dict, keys: list) -> float:
     return len(keys) * (iters * spec["seconds_per_model_step"] + spec["seconds_per_probe"])
 
 
-def k1_run(spec: dict, ledger: dict, root: str, device: str, deadline: float, jobs: int, max_probes: int,
-           max_pieces: int, ledgers: str) -> str:
-    """Pieces until the searches end, the next one does not fit before `deadline`, or max_pieces are done.
-    Returns what remains."""
-    for _ in range(max_pieces):
-        searches, _ = k1_state(spec, ledger)
-        pending = probes.pending_probes(searches)
-        if not pending:
-            return "nothing left: every search has ended"
-        # the spec's rate, corrected by the slowest piece measured on this card so far
-        scale = max([p["seconds"] / p["predicted"] for p in ledger["pieces"] if p["card"] == card(device)] or [1.0])
-        fit = [key for i, key in enumerate(pending, 1) if scale * k1_piece_cost(spec, pending[:i]) <= deadline - time.time()]
-        take = pending[:min(len(fit), max_probes)]
-        if not take:
-            return (f"{len(pending)} probes pending in this round (~{scale * k1_piece_cost(spec, pending[:1]):.0f} s "
-                    f"each); none fits the time left")
-        predicted = scale * k1_piece_cost(spec, take)
-        # ensembles of one group each: the controls of a round train together, injected probes per K
-        cfgs = [probes.probe_config(spec["preset"], spec["probe"], *key, root, device=device, **flag(spec)) for key in take]
-        t0 = time.time()
-        print(f"piece {len(ledger['pieces']) + 1}: {len(take)} of {len(pending)} pending probes "
-              f"(~{predicted:.0f} s predicted)", flush=True)
-        outcome = probes.run_probes(cfgs, jobs)
-        seconds = time.time() - t0
-        ledger["pieces"].append({"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(rows, DENSE_KEYS)}
-                                            for (c, K, s), rows in zip(take, outcome)],
-                                 **stamp(device, seconds, sum(cfg.iters for cfg in cfgs)),
-                                 "predicted": round(k1_piece_cost(spec, take), 1)})  # at the spec's rate
-        save_ledger(ledger, ledgers)
-        print(f"piece done in {seconds:.0f} s (predicted {predicted:.0f})", flush=True)
-    searches, _ = k1_state(spec, ledger)
-    pending = probes.pending_probes(searches)
-    return f"{max_pieces} pieces done; {len(pending)} probes pending" if pending else "nothing left: every search has ended"
+def k1_pending(spec: dict, ledger: dict) -> list:
+    return probes.pending_probes(k1_state(spec, ledger)[0])
+
+
+def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
+    """The probes `keys` trained (as ensembles of one schedule each on CUDA: the controls of a round together,
+    injected probes per K): their ledger records, and the model-steps."""
+    cfgs = [probes.probe_config(spec["preset"], spec["probe"], *key, root, device=device, **flag(spec)) for key in keys]
+    outcome = probes.run_probes(cfgs, jobs)
+    return ({"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(rows, DENSE_KEYS)}
+                        for (c, K, s), rows in zip(keys, outcome)]}, sum(cfg.iters for cfg in cfgs))
 
 
 def flag(spec: dict) -> dict:
@@ -178,88 +218,100 @@ def flag(spec: dict) -> dict:
     return {"bf16": True} if spec["probe"].get("bf16") else {}
 
 
-def k1_report(spec: dict, ledger: dict) -> dict:
-    """Per condition and seed: K1* when its search ended, else the bracket so far; the probes' summaries."""
-    searches, outcomes = k1_state(spec, ledger)
-    probe_runs = thresholds.k1_runs(outcomes)
-    seeds = {}
-    for (cond, seed), s in searches.items():
-        below = [K for K, up in s.probes.items() if not up]
-        above = [K for K, up in s.probes.items() if up]
-        seeds.setdefault(cond, []).append({
-            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {}),
-            "bracket": [max(below) if below else None, min(above) if above else None], "probes": len(s.probes)})
-    K1 = {c: [r.get("K1_star") for r in rows if r["done"]] for c, rows in seeds.items()}
-    p = spec["probe"]
-    return {"preset": spec["preset"], "iters": p["iters"], "N": p["N"], "phi_star": thresholds.PHI_STAR,
-            "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": seeds,
-            "median_K1_star": {c: statistics.median([v for v in vs if v is not None]) if any(v is not None for v in vs)
-                               else None for c, vs in K1.items()},
-            "runs": probe_runs, "pieces": [{k: piece.get(k) for k in VOLATILE} | {"probes": len(piece["probes"])}
-                                     for piece in ledger["pieces"]]}
+# ----------------------------------------------------------------------------- pieces that fit a budget
 
 
-def plot_k1_campaign(result: dict, path: str):
-    """Fig. 7a (max phi_beta(2) against K), A9 (min L_gen against K) per seed, and each seed's K1* or bracket."""
-    colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for cond in result["seeds"]:
-        for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
-            rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
-            style = dict(color=colors[cond], marker=".", lw=0.8, alpha=0.7)
-            axes[0].plot([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], **style)
-            axes[1].plot([r["K"] for r in rs], [r["min_gen_loss"] for r in rs], **style)
-        axes[0].plot([], [], color=colors[cond], label=cond)
-    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
-    for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("K")
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=8)
-    axes[0].set_title("Fig. 7a: max phi_beta(2) per probe")
-    axes[1].set_title("Fig. A9: min L_gen per probe")
-    ax = axes[2]
-    for i, (cond, rows) in enumerate(result["seeds"].items()):
-        xs = i + np.linspace(-0.25, 0.25, len(rows)) if len(rows) > 1 else [i]
-        for x, r in zip(xs, rows):
-            lo, hi = r["bracket"]
-            if r["done"] and r.get("K1_star") is not None:
-                ax.plot(x, r["K1_star"], "o", color=colors[cond])
-            elif r["probes"]:  # a search still running (or outside [lo, hi]): its bracket; none yet: nothing
-                ax.vlines(x, lo or result["search"]["lo"] / 1.3, hi or result["search"]["hi"] * 1.3, color=colors[cond],
-                          lw=2, alpha=0.5)
-        if result["median_K1_star"].get(cond) is not None:
-            ax.hlines(result["median_K1_star"][cond], i - 0.3, i + 0.3, color=colors[cond])
-    ax.axhline(94, color="gray", ls=":", lw=1, label="the paper's K1* ~ 94")
-    ax.set_xticks(range(len(result["seeds"])), list(result["seeds"]))
-    ax.set_yscale("log", base=2)
-    ax.set_ylabel("K1* (dot) or its bracket so far (bar)")
-    ax.set_title("Fig. 7c: K1* per seed (line: median of the ended searches)")
-    ax.legend(fontsize=8)
-    done = sum(r["done"] for rows in result["seeds"].values() for r in rows)
-    total = sum(len(rows) for rows in result["seeds"].values())
-    fig.suptitle(f"K1* at the paper's scale (N = {result['N']}, {result['iters']} steps per probe): {done}/{total} "
-                 f"searches ended, {len(result['runs'])} probes", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def card_scale(ledger: dict, device: str) -> float:
+    """The factor on the spec's predicted seconds: the slowest piece measured on this card so far (1 before any)."""
+    return max([p["seconds"] / p["predicted"] for p in ledger["pieces"] if p["card"] == card(device)] or [1.0])
+
+
+def run_pieces(ledger: dict, device: str, deadline: float, max_runs: int, max_pieces: int, ledgers: str, noun: str,
+               pending, cost, train_piece) -> str:
+    """Pieces until pending() is empty, the next piece does not fit before `deadline`, or max_pieces are done. A
+    piece is the longest head of pending() whose cost(keys) (seconds at the spec's rate) times card_scale fits the
+    time left, at most max_runs runs; train_piece(keys) returns its ledger records and model-steps. The ledger is
+    saved after every piece, so a call killed midway loses only the piece it was training. Returns what remains."""
+    for _ in range(max_pieces):
+        todo = pending()
+        if not todo:
+            return f"nothing left: every {noun} is done"
+        scale = card_scale(ledger, device)
+        fit = [key for i, key in enumerate(todo, 1) if scale * cost(todo[:i]) <= deadline - time.time()]
+        take = todo[:min(len(fit), max_runs)]
+        if not take:
+            return f"{len(todo)} {noun}s pending (~{scale * cost(todo[:1]):.0f} s for the next); none fits the time left"
+        print(f"piece {len(ledger['pieces']) + 1}: {len(take)} of {len(todo)} pending {noun}s "
+              f"(~{scale * cost(take):.0f} s predicted)", flush=True)
+        t0 = time.time()
+        records, model_steps = train_piece(take)
+        seconds = time.time() - t0
+        ledger["pieces"].append({**records, **stamp(device, seconds, model_steps),
+                                 "predicted": round(cost(take), 1)})  # at the spec's rate: card_scale's denominator
+        save_ledger(ledger, ledgers)
+        print(f"piece done in {seconds:.0f} s (predicted {scale * cost(take):.0f})", flush=True)
+    left = len(pending())
+    return f"{max_pieces} pieces done; {left} {noun}s pending" if left else f"nothing left: every {noun} is done"
+
+
+# ----------------------------------------------------------------------------- grids: fixed lists of runs
+
+
+def config_record(cfg: train.Config) -> dict:
+    """A run's config as the ledger keeps it: everything but the scratch directory."""
+    return {k: v for k, v in vars(cfg).items() if k != "out"}
+
+
+def grid_keys(spec: dict) -> list:
+    """The grid's runs (condition, K, seed) in training order: condition, then seed, then K (so that a piece holds
+    runs of one schedule, one ensemble on CUDA)."""
+    return [(c, K, s) for c in spec["conditions"] for s in spec["seeds"] for K in spec["Ks"]]
+
+
+def grid_config(spec: dict, key: tuple, root: str, device: str) -> train.Config:
+    """One run of the grid: the condition's train.py run (reweighting multiplies the iterations by 1/w)."""
+    return probes.probe_config(spec["preset"], spec["train"], *key, root, device=device)
+
+
+def grid_records(ledger: dict) -> list[dict]:
+    return [m for piece in ledger["pieces"] for m in piece["members"]]
+
+
+def grid_pending(spec: dict, ledger: dict) -> list:
+    done = {(m["condition"], m["K"], m["seed"]) for m in grid_records(ledger)}
+    return [key for key in grid_keys(spec) if key not in done]
+
+
+def grid_cost(spec: dict, keys: list) -> float:
+    """Predicted seconds of training these runs in one call: a fixed cost per ensemble (compilation, evaluation
+    data) and the model-steps at the measured rate."""
+    cfgs = [grid_config(spec, key, "", "cpu") for key in keys]
+    return (spec["seconds_per_ensemble"] * len(probes.ensemble_groups(cfgs))
+            + spec["seconds_per_model_step"] * sum(cfg.iters for cfg in cfgs))
+
+
+def grid_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
+    """The runs `keys` trained (ensembles on CUDA, one-thread processes on a CPU): per run its config, dense
+    readouts and full evaluations as the ledger keeps them, and the model-steps."""
+    cfgs = [grid_config(spec, key, root, device) for key in keys]
+    probes.run_probes(cfgs, jobs)
+    members = [{"condition": c, "K": K, "seed": s, "config": config_record(cfg),
+                "dense": compact(runs.read_metrics(cfg.out, dense=True)[1], DENSE_KEYS),
+                "full": compact(runs.read_metrics(cfg.out)[1], METRIC_KEYS)} for (c, K, s), cfg in zip(keys, cfgs)]
+    return {"members": members}, sum(cfg.iters for cfg in cfgs)
 
 
 # ----------------------------------------------------------------------------- circuits and task vectors
-
-METRIC_KEYS = ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "train_loss_1gen",
-               "train_loss_2gen", "train_loss_1mem", "train_loss_2mem", "gen_loss_1gen", "gen_loss_2gen",
-               "gen_loss_1mem", "gen_loss_2mem", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "n_A_1",
-               "n_A_2")
 
 
 def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: float, figures: str,
                  ledgers: str) -> str:
     if ledger["pieces"]:
         return "nothing left: the runs are trained and traced"
-    predicted = spec["iters"] * spec["seconds_per_step"]
+    # training, then tracing and task vectors (circuits_paper's spec, fixed by its ledger, predates the latter)
+    predicted = spec["iters"] * spec["seconds_per_step"] + spec.get("seconds_analysis", 0)
     if predicted > deadline - time.time():
-        return f"the piece needs ~{predicted:.0f} s of training; it does not fit the time left"
+        return f"the piece needs ~{predicted:.0f} s (training and analysis); it does not fit the time left"
     t0 = time.time()
     cfgs = {name: probes.run_config(spec["preset"], {**train.PRESETS[spec["preset"]], **spec["train"]}, K, spec["seed"],
                                     os.path.join(root, f"K{K}_s{spec['seed']}"), device=device, iters=spec["iters"])
@@ -269,11 +321,13 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
     rows = runs.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
     seconds_train = time.time() - t0
     run_dirs = {name: cfg.out for name, cfg in cfgs.items()}
-    phases = trace.trace_phases(run_dirs, spec["trace_seqs"], seed=0)
-    piece = {"runs": {name: {"config": {k: v for k, v in vars(cfg).items() if k != "out"},
-                             "rows": compact([r for r in rs if not r.get("dense")], METRIC_KEYS)}
+    # a memorizing run alone (circuits_mem_*) is traced in the memorizing phases only
+    traced = trace.PREDICTORS if "gen" in run_dirs else ("1mem", "2mem")
+    phases = trace.trace_phases(run_dirs, spec["trace_seqs"], seed=0, phases=traced)
+    kind = {d: name for name, d in run_dirs.items()}  # "gen" or "mem"
+    piece = {"runs": {name: {"config": config_record(cfg), "rows": compact([r for r in rs if not r.get("dense")], METRIC_KEYS)}
                       for (name, cfg), rs in zip(cfgs.items(), rows)},
-             "phases": {ph: {**d, "run": "gen" if d["run"] == run_dirs["gen"] else "mem"} for ph, d in phases.items()},
+             "phases": {ph: {**d, "run": kind[d["run"]]} for ph, d in phases.items()},
              "seconds_train": round(seconds_train, 1)}
     tv_dir = os.path.join(root, "task_vectors")
     os.makedirs(tv_dir, exist_ok=True)
@@ -284,63 +338,42 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
     return f"trained and traced in {time.time() - t0:.0f} s; nothing left"
 
 
-def margins(rows: list[dict], phases: dict) -> dict:
-    """For each traced phase: the divergence of its checkpoint to the phase's predictor and to the runner-up."""
-    out = {}
-    for ph, d in phases.items():
-        row = next(r for r in rows[d["run"]] if r["step"] == d["step"])
-        others = {p: row[f"kl_{p}"] for p in ("1gen", "2gen", "1mem", "2mem") if p != ph}
-        runner = min(others, key=others.get)
-        out[ph] = {"step": d["step"], "run": d["run"], "divergence": row[f"kl_{ph}"], "runner_up": runner,
-                   "runner_up_divergence": others[runner], "margin": others[runner] - row[f"kl_{ph}"]}
-    return out
-
-
-def circuits_report(spec: dict, ledger: dict, figures: str, name: str) -> dict | None:
-    if not ledger["pieces"]:
-        return None
-    piece = ledger["pieces"][0]
-    rows = {run: piece["runs"][run]["rows"] for run in piece["runs"]}
-    phases = {ph: {**d, "run": f"K{spec['Ks'][d['run']]}"} for ph, d in piece["phases"].items()}
-    trace.plot_circuits(phases, os.path.join(figures, f"{name}.png"))
-    for run, cfg in piece["runs"].items():
-        config = train.Config(**{**cfg["config"], "out": ""})
-        train.plot_run(rows[run], config, os.path.join(figures, f"{name.replace('circuits', 'fig2a')}_K{config.K}.png"))
-    tv_name = name.replace("circuits", "task_vectors")
-    task_vectors.plot(piece["task_vectors"], os.path.join(figures, f"{tv_name}.png"))
-    with open(os.path.join(figures, f"{tv_name}.json"), "w") as f:
-        json.dump(piece["task_vectors"], f, indent=1)
-    return {"iters": spec["iters"], "Ks": spec["Ks"], "phases": phases, "margins": margins(rows, piece["phases"]),
-            "final": {run: {k: rs[-1][k] for k in ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem",
-                                                      "kl_2mem", "phi_beta_2")} for run, rs in rows.items()},
-            "pieces": [{k: p.get(k) for k in VOLATILE} for p in ledger["pieces"]]}
-
-
 # ----------------------------------------------------------------------------- command line
 
 
 def run(name: str, budget_min: float, device: str, root: str, jobs: int = 1, max_probes: int = 10**6,
         max_pieces: int = 10**6, figures: str = "figures", ledgers: str = LEDGERS) -> str:
-    """The next pieces of campaign `name` that fit budget_min minutes; appends them to its ledger."""
+    """The next pieces of campaign `name` that fit budget_min minutes; appends them to its ledger. max_probes: at
+    most this many runs a piece (k1 probes, grid runs)."""
     ledger = load_ledger(name, ledgers)
     spec = SPECS[name]
     deadline = time.time() + 60 * budget_min
     if os.path.isdir(root):  # run directories of an earlier call are never reused: the ledger is the record
         shutil.rmtree(root)
+    if spec["kind"] == "circuits":
+        return circuits_run(spec, ledger, root, device, deadline, figures, ledgers)
     if spec["kind"] == "k1":
-        return k1_run(spec, ledger, root, device, deadline, jobs, max_probes, max_pieces, ledgers)
-    return circuits_run(spec, ledger, root, device, deadline, figures, ledgers)
+        return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "probe",
+                          lambda: k1_pending(spec, ledger), lambda keys: k1_piece_cost(spec, keys),
+                          lambda keys: k1_train(spec, keys, root, device, jobs))
+    return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "run",
+                      lambda: grid_pending(spec, ledger), lambda keys: grid_cost(spec, keys),
+                      lambda keys: grid_train(spec, keys, root, device, jobs))
 
 
 def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict | None:
-    """figures/<name>.png and .json (and their companions) from the ledger alone."""
+    """figures/<name>.png and .json (and their companions) from the ledger alone; None while it has no piece."""
     ledger, spec = load_ledger(name, ledgers), SPECS[name]
-    os.makedirs(figures, exist_ok=True)
-    result = k1_report(spec, ledger) if spec["kind"] == "k1" else circuits_report(spec, ledger, figures, name)
-    if result is None:
+    if not ledger["pieces"]:
         return None
+    os.makedirs(figures, exist_ok=True)
     if spec["kind"] == "k1":
-        plot_k1_campaign(result, os.path.join(figures, f"{name}.png"))
+        result = reports.k1(spec, *k1_state(spec, ledger), ledger["pieces"])
+        reports.plot_k1_campaign(result, os.path.join(figures, f"{name}.png"))
+    elif spec["kind"] == "circuits":
+        result = reports.circuits(spec, ledger["pieces"], figures, name)
+    else:
+        result = reports.GRID[spec["report"]](spec, grid_records(ledger), ledger["pieces"], figures, name)
     with open(os.path.join(figures, f"{name}.json"), "w") as f:
         json.dump(thresholds.finite_json(result), f, indent=1)
     return result
@@ -351,6 +384,10 @@ def status(name: str, ledgers: str = LEDGERS) -> str:
     done = f"{len(ledger['pieces'])} pieces in {ledger_path(name, ledgers)}"
     if spec["kind"] == "circuits":
         return f"{done}; " + ("done" if ledger["pieces"] else "the one piece (train, trace, task vectors) remains")
+    if spec["kind"] == "grid":
+        pending = grid_pending(spec, ledger)
+        return (f"{done}: {len(grid_records(ledger))}/{len(grid_keys(spec))} runs; next: {len(pending)} runs "
+                f"(~{grid_cost(spec, pending) / 60:.1f} min at the spec's rate)")
     searches, outcomes = k1_state(spec, ledger)
     pending = probes.pending_probes(searches)
     ended = sum(not s.pending() for s in searches.values())
@@ -370,8 +407,9 @@ def main():
         if command == "run":
             p.add_argument("--budget-min", type=float, required=True, help="minutes this call may spend, analysis included")
             p.add_argument("--root", default=None, help="scratch run directories (default runs/campaign_<name>; emptied)")
-            p.add_argument("--max-probes", type=int, default=10**6, help="k1: at most this many probes a piece")
-            p.add_argument("--max-pieces", type=int, default=10**6, help="k1: stop after this many pieces")
+            p.add_argument("--max-probes", type=int, default=10**6,
+                           help="k1 and grid campaigns: at most this many runs (probes, grid runs) a piece")
+            p.add_argument("--max-pieces", type=int, default=10**6, help="k1 and grid campaigns: stop after this many pieces")
             cli.add_device(p)
             cli.add_jobs(p)
         if command in ("run", "report"):
@@ -382,6 +420,8 @@ def main():
     elif args.command == "run":
         if not args.budget_min > 0:
             raise ValueError(f"--budget-min must be > 0, got {args.budget_min}")
+        check_int("--max-probes", args.max_probes, 1)
+        check_int("--max-pieces", args.max_pieces, 1)
         device = cli.device(args.device)
         root = args.root or os.path.join("runs", f"campaign_{args.campaign}")
         cli.announce(SPECS[args.campaign]["preset"], f"campaign {args.campaign}, {args.budget_min} min on {device}, "

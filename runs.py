@@ -523,33 +523,51 @@ def main(args: argparse.Namespace, cfgs: list):
 
 
 def plot_sweep(sweep_dir: str, path: str):
-    """Fig. 2b/2c: divergence to each predictor and the readouts over (K, step), from the runs' metrics
-    (seeds averaged)."""
+    """Fig. 2b/2c from the run directories under sweep_dir: the figure at path, its numbers next to it (.json)."""
     if not os.path.isdir(sweep_dir):
         raise ValueError(f"no sweep directory {sweep_dir} (--out names it; default runs/sweep)")
-    runs = {}
+    by_K = {}
     for name in sorted(os.listdir(sweep_dir)):
         d = os.path.join(sweep_dir, name)
         if os.path.exists(os.path.join(d, "metrics.jsonl")):
             cfg, rows = read_metrics(d)
-            runs.setdefault(cfg["K"], []).append((cfg, rows))
-    if not runs:
+            by_K.setdefault(cfg["K"], []).append((cfg, rows))
+    if not by_K:
         raise ValueError(f"no runs with metrics.jsonl under {sweep_dir}")
-    Ks = sorted(runs)
-    steps = [r["step"] for r in runs[Ks[0]][0][1]]
-    keys = [("kl_1gen", "D(1-Gen)"), ("kl_2gen", "D(2-Gen)"), ("kl_1mem", "D(1-Mem)"), ("kl_2mem", "D(2-Mem)"),
-            ("phi_delta_1", "phi_delta (1)"), ("phi_beta_2", "phi_beta (2)"), ("n_A_1", "n_A (1) / N"), ("n_A_2", "n_A (2) / N")]
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    summary = sweep_summary(by_K)
+    draw_sweep(summary, path)
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(summary, f)
+
+
+SWEEP_KEYS = (("kl_1gen", "D(1-Gen)"), ("kl_2gen", "D(2-Gen)"), ("kl_1mem", "D(1-Mem)"), ("kl_2mem", "D(2-Mem)"),
+              ("phi_delta_1", "phi_delta (1)"), ("phi_beta_2", "phi_beta (2)"), ("n_A_1", "n_A (1) / N"),
+              ("n_A_2", "n_A (2) / N"))
+
+
+def sweep_summary(by_K: dict) -> dict:
+    """Fig. 2b/2c's numbers from {K: [(config, full evaluation rows), one per seed]} (run directories, or a
+    campaign's ledger): per readout the seeds' mean over (K, step), n_A as a fraction of N. The runs share their
+    evaluation steps."""
+    Ks = sorted(by_K)
+    steps = [r["step"] for r in by_K[Ks[0]][0][1]]
     summary = {"K": Ks, "step": steps}
-    for ax, (key, title) in zip(axes.flat, keys):
-        grid = np.array([[np.mean([rows[i][key] / (cfg["N"] if key.startswith("n_A") else 1) for cfg, rows in runs[K]])
-                          for i in range(len(steps))] for K in Ks])
-        summary[key] = grid.tolist()
+    for key, _ in SWEEP_KEYS:
+        summary[key] = [[float(np.mean([rows[i][key] / (cfg["N"] if key.startswith("n_A") else 1) for cfg, rows in by_K[K]]))
+                         for i in range(len(steps))] for K in Ks]
+    return summary
+
+
+def draw_sweep(summary: dict, path: str):
+    """Fig. 2b/2c: the divergence to each predictor and the readouts over (K, step), from sweep_summary's numbers."""
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    for ax, (key, title) in zip(axes.flat, SWEEP_KEYS):
         if key.startswith("kl"):  # darker = closer to the predictor
-            im = ax.pcolormesh(np.maximum(steps, 1), Ks, grid, shading="nearest", cmap="Greys_r",
-                               norm=LogNorm(vmin=1e-3, vmax=1.0))
+            im = ax.pcolormesh(np.maximum(summary["step"], 1), summary["K"], summary[key], shading="nearest",
+                               cmap="Greys_r", norm=LogNorm(vmin=1e-3, vmax=1.0))
         else:
-            im = ax.pcolormesh(np.maximum(steps, 1), Ks, grid, shading="nearest", cmap="viridis", vmin=0, vmax=1)
+            im = ax.pcolormesh(np.maximum(summary["step"], 1), summary["K"], summary[key], shading="nearest",
+                               cmap="viridis", vmin=0, vmax=1)
         fig.colorbar(im, ax=ax)
         ax.set_xscale("log")
         ax.set_yscale("log", base=2)
@@ -559,8 +577,6 @@ def plot_sweep(sweep_dir: str, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    with open(os.path.splitext(path)[0] + ".json", "w") as f:
-        json.dump(summary, f)
 
 
 # ----------------------------------------------------------------------------- runs as a library (trace.py, ...)

@@ -225,17 +225,7 @@ def plot_k1(result: dict, path: str):
     for cond in result["K1_star"]:
         axes[0].plot([], [], color=colors[cond], label=cond)
     axes[0].legend(fontsize=8)
-    taus = result["tau_2gen"]["tau"]
-    reached = [t for t in taus if t is not None]
-    never = len(taus) - len(reached)
-    edges = np.linspace(0, result["tau_2gen"]["iters"], 11)
-    axes[2].hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
-    width = edges[1] - edges[0]
-    axes[2].bar(edges[-1] + width, never, width=width * 0.9, color="tab:orange", label="never (within the run)")
-    axes[2].set_xlabel("tau_2gen (step at which phi_beta(2) first exceeds 0.45)")
-    axes[2].set_ylabel("seeds")
-    axes[2].set_title(f"Fig. 7b: K = {result['tau_2gen']['K']} (about K1*), {len(taus)} seeds")
-    axes[2].legend(fontsize=8)
+    draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
     lo, hi = result["search"]["lo"], result["search"]["hi"]
     for i, cond in enumerate(result["K1_star"]):
         values = result["K1_star"][cond]
@@ -263,6 +253,25 @@ def plot_k1(result: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def tau_bins(iters: int) -> np.ndarray:
+    """Fig. 7b's bins of tau_2gen: ten over the run."""
+    return np.linspace(0, iters, 11)
+
+
+def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
+    """Fig. 7b on ax: the seeds' tau_2gen in tau_bins(iters), and those that never entered 2-Gen (None) as one bar
+    past the end of the run."""
+    reached = [t for t in taus if t is not None]
+    edges = tau_bins(iters)
+    ax.hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
+    width = edges[1] - edges[0]
+    ax.bar(edges[-1] + width, len(taus) - len(reached), width=width * 0.9, color="tab:orange", label="never (within the run)")
+    ax.set_xlabel(f"tau_2gen (step at which phi_beta(2) first exceeds {PHI_STAR})")
+    ax.set_ylabel("seeds")
+    ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
+    ax.legend(fontsize=8)
 
 
 def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
@@ -697,17 +706,19 @@ def bench_members(grid: dict) -> list[dict]:
 
 def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end"):
     """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
-    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed)."""
+    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
+    each seed drawn at the K it has (a grid still being trained lacks some)."""
     Ks = sorted({K for table in tables.values() for K in table})
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     markers = ".osd^v"
     for c, (condition, table) in enumerate(tables.items()):
-        K_cond = sorted(table)
-        for i, seed in enumerate(table[K_cond[0]]["seed"]):
+        for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
+            at = [(K, table[K]["seed"].index(seed)) for K in sorted(table) if seed in table[K]["seed"]]
             color, marker = (f"C{i}", ".") if len(tables) == 1 else (f"C{c}", markers[i % len(markers)])
             label = f"seed {seed}" if len(tables) == 1 else f"{condition}, seed {seed}"
             for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
-                ax.plot(K_cond, [table[K][key][i] for K in K_cond], marker=marker, ls="-", color=color, label=label)
+                ax.plot([K for K, _ in at], [table[K][key][j] for K, j in at], marker=marker, ls="-", color=color,
+                        label=label)
     axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
     level = {K: table[K]["gen_loss_2gen"] for table in tables.values() for K in table}
     axes[1].plot(Ks, [level[K] for K in Ks], "k:", label="2-Gen")
@@ -725,19 +736,14 @@ def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = 
     plt.close(fig)
 
 
-def grid_brackets(table: dict) -> list[list]:
+def grid_brackets(table: dict) -> dict[int, list]:
     """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
-    (None where the grid has no such K); a seed whose heads are not monotone in K is bracketed by its first K
-    with a head."""
-    Ks = sorted(table)
-    brackets = []
-    for i in range(len(table[Ks[0]]["seed"])):
-        head = [table[K]["max_phi_beta"][i] > PHI_STAR for K in Ks]
-        first = next((j for j, h in enumerate(head) if h), None)
-        if first is None:  # no head on the grid: K1* >= its largest K
-            brackets.append([Ks[-1], None])
-        else:
-            brackets.append([Ks[first - 1] if first > 0 else None, Ks[first]])
+    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
+    brackets = {}
+    for seed in sorted({s for row in table.values() for s in row["seed"]}):
+        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
+        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
+        brackets[seed] = [max(below) if below else None, min(above) if above else None]
     return brackets
 
 

@@ -234,13 +234,13 @@ def phase_checkpoint(rows: dict[str, list[dict]], phase: str) -> tuple[str, dict
     return max(((run, r) for run, rs in rows.items() for r in rs), key=lambda item: closeness(item[1], phase)[0])
 
 
-def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict:
-    """For each phase: its checkpoint among the runs {name: run directory} (phase_checkpoint), with its
-    divergence, closeness ratio and margin, and the importance of every edge on n_seqs held-out sequences from
-    that run's S."""
+def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0, phases: tuple[str, ...] = PREDICTORS) -> dict:
+    """For each phase of `phases`: its checkpoint among the runs {name: run directory} (phase_checkpoint), with
+    its divergence, closeness ratio and margin, and the importance of every edge on n_seqs held-out sequences
+    from that run's S."""
     rows = {run: load_run(run)[1] for run in runs.values()}
-    phases = {}
-    for phase in PREDICTORS:
+    result = {}
+    for phase in phases:
         run, best = phase_checkpoint(rows, phase)
         ratio, margin = closeness(best, phase)
         cfg, _, model, tasks = load_run(run, best["step"])
@@ -251,9 +251,9 @@ def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0) -> dict
         print(f"{LABELS[phase]}: {run} step {best['step']} (divergence {best[f'kl_{phase}']:.4f}, next predictor "
               f"x{ratio:.2f}, +{margin:.3f}), {len(EDGES)} ablations in {time.time() - t0:.1f} s; strongest: "
               + ", ".join(f"{e} {v:.3f}" for e, v in sorted(importance.items(), key=lambda kv: -kv[1])[:4]), flush=True)
-        phases[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "ratio": ratio,
+        result[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "ratio": ratio,
                          "margin": margin, "importance": importance}
-    return phases
+    return result
 
 
 # ----------------------------------------------------------------------------- figure
@@ -302,7 +302,8 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
 def plot_circuits(phases: dict, path: str):
     """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2), their edges on
     one colour scale. Returns the figure (closed)."""
-    fig, axes = plt.subplots(2, 4, figsize=(19, 10.5), gridspec_kw={"height_ratios": [1, 1.35]})
+    fig, axes = plt.subplots(2, len(phases), figsize=(4.75 * len(phases), 10.5), gridspec_kw={"height_ratios": [1, 1.35]},
+                             squeeze=False)
     for col, (phase, result) in enumerate(phases.items()):
         M = connectivity(result["importance"])
         ax = axes[0, col]

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One GPU call of the paper-scale campaigns (campaign.py), sized to a lease of ~10 minutes:
 #   1. the card, and the ensemble engine's tests compiled on it (tests/test_ensemble.py; TESTS=0 skips them)
-#   2. the next pieces of each campaign in CAMPAIGNS (default "circuits_paper k1_paper"), each given the time left
-#      before TOTAL seconds (default 500) from the start, less ANALYSIS seconds (default 20) for the reports;
-#      K1* pieces of at most MAX_PROBES probes (default 8), so that each measured piece corrects the next's estimate
+#   2. the next pieces of each campaign in CAMPAIGNS (default "k1_paper reweight_paper tau_paper sweep_paper": the
+#      K1* searches' pending probes first, then the fixed grids), each given the time left before TOTAL seconds
+#      (default 500) from the start, less ANALYSIS seconds (default 20) for the reports; K1* pieces of at most
+#      MAX_PROBES probes (default 8), so that each measured piece corrects the next's estimate; grid pieces of at most
+#      MAX_RUNS runs (default: as many as fit). circuits_mem_paper (~8 min) and circuits_paper (done) are not in the
+#      default: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs the former in a call of its own
 #   3. the reports (figures from the ledgers), then the ledgers, figures and logs into $OUT/campaign.tar.gz
 #      (a lease returns at most 8 files) and the log into $OUT/campaign.log
 # Unpack here with: tar -xzf <files_at>/campaign.tar.gz   (ledgers/ and figures/ of the repository)
@@ -26,19 +29,23 @@ if [ "${TESTS:-1}" = 1 ]; then
     timeout 100 $PY -m pytest -q -x $XDIST tests/test_ensemble.py tests/test_markov.py 2>&1 | tail -n 5 | tee -a "$LOG"
 fi
 
-for name in ${CAMPAIGNS:-circuits_paper k1_paper}; do
+CAMPAIGNS=${CAMPAIGNS:-k1_paper reweight_paper tau_paper sweep_paper}
+for name in $CAMPAIGNS; do
     left=$((TOTAL - ANALYSIS - SECONDS))
     if [ "$left" -lt 30 ]; then echo "no time left for $name" | tee -a "$LOG"; continue; fi
     stage "campaign $name ($left s left)"
     budget=$($PY -c "print(round(($left - 15) / 60, 2))")
     extra=""
-    case "$name" in k1_*) extra="--max-probes ${MAX_PROBES:-8}";; esac
+    case "$name" in
+        k1_*) extra="--max-probes ${MAX_PROBES:-8}";;
+        *) extra="${MAX_RUNS:+--max-probes $MAX_RUNS}";;
+    esac
     timeout $((left + 10)) $PY campaign.py run "$name" --budget-min "$budget" $extra 2>&1 | grep -v "^step " | tee -a "$LOG"
     echo "$name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 done
 
 stage reports
-for name in ${CAMPAIGNS:-circuits_paper k1_paper}; do
+for name in $CAMPAIGNS; do
     timeout 60 $PY campaign.py report "$name" 2>&1 | tail -n 3 | tee -a "$LOG"
 done
 ls -l ledgers figures/*_paper* 2>&1 | tee -a "$LOG"

@@ -1,12 +1,17 @@
 """campaign.py: a campaign interrupted after every piece ends with the same ledger and figures as one uninterrupted
-call, its searches replayed from the ledger as they ran; ledgers of another spec are refused; the circuits
-campaign's figures come from its ledger alone."""
+call (K1* searches replayed from the ledger as they ran; fixed grids); ledgers of another spec are refused; the
+circuits campaigns' figures come from their ledgers alone; the grid reports compute what they draw on known ledgers."""
 import json
+import sys
 
+import numpy as np
 import pytest
 
 import campaign
+import cli
 import probes
+import runs
+import thresholds
 
 
 def _stable(ledger: dict) -> list:
@@ -73,21 +78,160 @@ def test_a_piece_that_does_not_fit_is_not_started(tmp_path):
     assert not (tmp_path / "ledgers" / "k1_tiny.json").exists()
 
 
-def test_the_circuits_campaign_is_one_piece_and_its_figures_come_from_the_ledger(tmp_path):
+@pytest.mark.parametrize("name, phases, figures", [
+    ("circuits_tiny", {"1gen", "2gen", "1mem", "2mem"}, ("circuits_tiny", "task_vectors_tiny", "fig2a_tiny_K64", "fig2a_tiny_K4")),
+    ("circuits_mem_tiny", {"1mem", "2mem"}, ("circuits_mem_tiny", "task_vectors_mem_tiny", "fig2a_mem_tiny_K4"))])
+def test_the_circuits_campaign_is_one_piece_and_its_figures_come_from_the_ledger(tmp_path, name, phases, figures):
     """Train, trace and task vectors in one piece; a second call trains nothing; the report redraws everything
-    from the ledger alone (the run directories deleted), twice with the same numbers."""
+    from the ledger alone (the run directories deleted), twice with the same numbers. A memorizing run alone
+    (circuits_mem_*) is traced in its two phases."""
     kw = dict(figures=str(tmp_path / "figures"), ledgers=str(tmp_path / "ledgers"))
-    assert campaign.run("circuits_tiny", 5, "cpu", str(tmp_path / "runs"), **kw).endswith("nothing left")
-    assert campaign.run("circuits_tiny", 5, "cpu", str(tmp_path / "runs"), **kw).startswith("nothing left")
+    assert campaign.run(name, 5, "cpu", str(tmp_path / "runs"), **kw).endswith("nothing left")
+    assert campaign.run(name, 5, "cpu", str(tmp_path / "runs"), **kw).startswith("nothing left")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # a call empties the scratch runs: the ledger is the record
-    ledger = json.load(open(tmp_path / "ledgers" / "circuits_tiny.json"))
-    assert len(ledger["pieces"]) == 1 and set(ledger["pieces"][0]["phases"]) == {"1gen", "2gen", "1mem", "2mem"}
-    first = campaign.report("circuits_tiny", **kw)
-    again = campaign.report("circuits_tiny", **kw)
+    ledger = json.load(open(tmp_path / "ledgers" / f"{name}.json"))
+    assert len(ledger["pieces"]) == 1 and set(ledger["pieces"][0]["phases"]) == phases
+    first = campaign.report(name, **kw)
+    again = campaign.report(name, **kw)
     assert first == again
     for ph, m in first["margins"].items():  # the margin is the runner-up's divergence less the phase's own
         row = next(r for r in ledger["pieces"][0]["runs"][m["run"]]["rows"] if r["step"] == m["step"])
         others = [row[f"kl_{p}"] for p in ("1gen", "2gen", "1mem", "2mem") if p != ph]
         assert m["margin"] == pytest.approx(min(others) - row[f"kl_{ph}"])
-    for name in ("circuits_tiny.png", "task_vectors_tiny.png", "fig2a_tiny_K64.png", "fig2a_tiny_K4.png"):
-        assert (tmp_path / "figures" / name).exists()
+    for figure in figures:
+        assert (tmp_path / "figures" / f"{figure}.png").exists()
+
+
+def test_a_circuits_piece_that_does_not_fit_with_its_analysis_is_not_started(tmp_path):
+    """The budget counts the tracing and task vectors after the training (circuits_mem_tiny: 1.2 s + 5 s)."""
+    message = campaign.run("circuits_mem_tiny", 4 / 60, "cpu", str(tmp_path / "runs"), ledgers=str(tmp_path / "ledgers"))
+    assert "does not fit" in message and not (tmp_path / "ledgers").exists()
+
+
+@pytest.mark.parametrize("flags, word", [(["--max-probes", "0"], "--max-probes"), (["--max-pieces", "-1"], "--max-pieces"),
+                                         (["--budget-min", "0"], "--budget-min")])
+def test_bad_run_flags_are_one_line_and_start_nothing(tmp_path, monkeypatch, capsys, flags, word):
+    monkeypatch.setattr(sys, "argv", ["campaign.py", "run", "tau_tiny", "--budget-min", "1", "--device", "cpu",
+                                      "--root", str(tmp_path / "runs"), "--ledgers", str(tmp_path / "ledgers"), *flags])
+    with pytest.raises(SystemExit) as stop:
+        cli.run(campaign.main)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and word in err[0] and "Traceback" not in err[0]
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- fixed grids
+
+
+@pytest.mark.parametrize("name", ["reweight_tiny", "tau_tiny", "sweep_tiny"])
+def test_an_interrupted_grid_campaign_equals_an_uninterrupted_one(tmp_path, name):
+    """The same runs, configs and rows in the ledger, and the same figure JSON, whether one call trains the whole
+    grid or every call stops after a piece of at most two runs."""
+    one, many = tmp_path / "one", tmp_path / "many"
+    assert _run_to_the_end(one, name, max_probes=10**6) == 1
+    calls = _run_to_the_end(many, name, max_probes=2, max_pieces=1)
+    ledgers = [json.load(open(d / "ledgers" / f"{name}.json")) for d in (one, many)]
+    assert calls == len(ledgers[1]["pieces"]) == -(-len(campaign.grid_keys(campaign.SPECS[name])) // 2)
+
+    def members(ledger):
+        return sorted(campaign.grid_records(ledger), key=lambda m: (m["condition"], m["K"], m["seed"]))
+
+    assert members(ledgers[0]) == members(ledgers[1])
+    assert [(m["condition"], m["K"], m["seed"]) for m in members(ledgers[0])] == sorted(campaign.grid_keys(campaign.SPECS[name]))
+    figure_json = []
+    for d in (one, many):
+        campaign.report(name, str(d / "figures"), str(d / "ledgers"))
+        figure_json.append({k: v for k, v in json.load(open(d / "figures" / f"{name}.json")).items() if k != "pieces"})
+    assert figure_json[0] == figure_json[1]
+    n = len(campaign.grid_keys(campaign.SPECS[name]))
+    assert f"{n}/{n} runs; next: 0 runs" in campaign.status(name, str(many / "ledgers"))
+
+
+def _member(cond: str, K: int, seed: int, phi: list[float], gen_loss: list[float], N: int = 8, iters: int = 6) -> dict:
+    """A grid run as the ledger keeps it: dense readouts phi_beta(2) at steps 0, 3, 6, ..., full evaluations with
+    L_gen at their steps and known divergences (kl_<p> = K / 1000 + seed / 100 + step / 10^4 + a per-predictor
+    offset), n_A = N / 2."""
+    dense = [{"step": 3 * i, "phi_beta_2": v, "gen_loss": 2.0, "train_loss": 2.0} for i, v in enumerate(phi)]
+    full = [{"step": 3 * i, "gen_loss": g, "gen_loss_2gen": 2.1, "train_loss": 2.0,
+             **{f"kl_{p}": K / 1000 + seed / 100 + 3 * i / 1e4 + j / 10 for j, p in enumerate(("1gen", "2gen", "1mem", "2mem"))},
+             "phi_delta_1": 0.1, "phi_beta_2": v, "n_A_1": N / 2, "n_A_2": N / 4} for i, (g, v) in enumerate(zip(gen_loss, phi))]
+    return {"condition": cond, "K": K, "seed": seed, "config": {"K": K, "seed": seed, "N": N, "iters": iters},
+            "dense": dense, "full": full}
+
+
+def _ledger(tmp_path, name: str, members: list[dict]) -> str:
+    """A ledger of campaign `name` holding `members` (two pieces), as `campaign.py run` writes one."""
+    ledgers = str(tmp_path / "ledgers")
+    ledger = campaign.load_ledger(name, ledgers)
+    half = len(members) // 2
+    for part in (members[:half], members[half:]):
+        ledger["pieces"].append({"members": part, "card": "cpu", "date": "2026-11-27", "seconds": 1.0,
+                                 "model_steps": 6 * len(part), "predicted": 1.0})
+    campaign.save_ledger(ledger, ledgers)
+    return ledgers
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The drawing functions the reports call, recording their arguments (and still drawing)."""
+    calls = {}
+    for module, fn in ((thresholds, "plot_grid"), (thresholds, "draw_tau_histogram"), (runs, "draw_sweep")):
+        real = getattr(module, fn)
+
+        def spy(*args, _real=real, _fn=fn):
+            calls.setdefault(_fn, []).append(args)
+            return _real(*args)
+        monkeypatch.setattr(module, fn, spy)
+    return calls
+
+
+def test_the_reweight_report_draws_each_conditions_max_phi_beta_and_brackets_K1(tmp_path, drawn):
+    """max phi_beta(2) over the dense readouts, L_gen at the last full evaluation, tau_2gen at the first readout
+    above phi_beta* (strictly), and per seed the bracket (largest K without the head, smallest K with it]."""
+    phi = {("control", 3): [0.1, 0.3, 0.2], ("control", 6): [0.1, 0.6, 0.5], ("reweight", 3): [0.1, 0.2, 0.45],
+           ("reweight", 6): [0.1, 0.2, 0.3]}
+    members = [_member(c, K, s, [v + (0.2 if (c, K, s) == ("reweight", 6, 1) else 0) for v in phi[c, K]], [2.5, 2.3, 2.2 - s / 10])
+               for c in ("control", "reweight") for s in (0, 1) for K in (3, 6)]
+    figures = tmp_path / "figures"
+    result = campaign.report("reweight_tiny", str(figures), _ledger(tmp_path, "reweight_tiny", members))
+    assert result["K1_bracket"] == {"control": {0: [3, 6], 1: [3, 6]}, "reweight": {0: [6, None], 1: [3, 6]}}
+    control = result["K"]["control"]
+    assert control[6]["max_phi_beta"] == [0.6, 0.6] and control[3]["max_phi_beta"] == [0.3, 0.3]
+    assert control[6]["gen_loss"] == [2.2, 2.1] and control[6]["heads"] == 2
+    assert result["K"]["reweight"][3]["heads"] == 0  # 0.45 is not above phi_beta* = 0.45
+    taus = {(r["condition"], r["K"], r["seed"]): r["tau_2gen"] for r in result["runs"]}
+    assert taus["control", 6, 0] == 3 and taus["reweight", 6, 1] == 6 and taus["reweight", 3, 0] is None
+    tables = [table for args in drawn["plot_grid"] for table in args[0].values()]  # one condition per figure
+    assert tables == [result["K"]["control"], result["K"]["reweight"]]  # what the figures draw is what the JSON says
+    assert "seed 0 (6, None]" in drawn["plot_grid"][1][1]
+    assert (figures / "reweight_tiny_control.png").exists() and (figures / "reweight_tiny_reweight.png").exists()
+    saved = json.load(open(figures / "reweight_tiny.json"))
+    assert saved["K1_bracket"]["reweight"]["0"] == [6, None] and saved["K"]["control"]["6"]["heads"] == 2
+
+
+def test_the_tau_report_counts_never_apart_and_draws_its_histogram(tmp_path, drawn):
+    """tau_2gen per seed in seed order, the histogram over tau_bins and the 'never' seeds counted apart; the
+    figure is given the same numbers."""
+    phis = {0: [0.1, 0.5, 0.6], 1: [0.1, 0.2, 0.3], 2: [0.1, 0.2, 0.9]}  # tau 3, never, 6
+    result = campaign.report("tau_tiny", str(tmp_path / "figures"),
+                             _ledger(tmp_path, "tau_tiny", [_member("control", 4, s, phis[s], [2.3, 2.2, 2.1]) for s in (2, 0, 1)]))
+    assert result["seed"] == [0, 1, 2] and result["tau_2gen"] == [3, None, 6] and result["never"] == 1
+    assert result["bins"] == pytest.approx(list(np.linspace(0, 6, 11)))
+    assert result["counts"] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 1]  # 3 in [3.0, 3.6); 6 in the last, closed bin
+    assert drawn["draw_tau_histogram"][0][1:] == ([3, None, 6], 6, 4)
+    assert json.load(open(tmp_path / "figures" / "tau_tiny.json"))["tau_2gen"] == [3, None, 6]
+
+
+def test_the_sweep_report_averages_the_seeds_full_evaluations_per_K(tmp_path, drawn):
+    """Figs. 2b-c from the ledger: per K and step the seeds' mean of each divergence (n_A over N), the K trained
+    so far only; the heat maps are drawn from the JSON's numbers."""
+    members = [_member("control", K, s, [0.1, 0.2, 0.3], [2.3, 2.2, 2.1]) for K in (2, 8) for s in (0, 1)]
+    members.append(_member("control", 4, 0, [0.1, 0.2, 0.3], [2.3, 2.2, 2.1]))
+    result = campaign.report("sweep_tiny", str(tmp_path / "figures"), _ledger(tmp_path, "sweep_tiny", members))
+    assert result["K"] == [2, 4, 8] and result["step"] == [0, 3, 6] and result["seeds"] == {2: [0, 1], 4: [0], 8: [0, 1]}
+    for i, K in enumerate((2, 4, 8)):
+        seed_mean = 0.005 if K != 4 else 0.0  # seeds 0 and 1: + 0.01 / 2
+        assert result["kl_2mem"][i] == pytest.approx([K / 1000 + seed_mean + 3 * j / 1e4 + 0.3 for j in range(3)])
+        assert result["n_A_1"][i] == pytest.approx([0.5] * 3)
+    summary = drawn["draw_sweep"][0][0]
+    assert {k: summary[k] for k in ("K", "step", "kl_2mem")} == {k: result[k] for k in ("K", "step", "kl_2mem")}

@@ -137,7 +137,7 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
                                  name="grid", device=None))
     thresholds.k1_grid(args)
     result = json.load(open(tmp_path / "figures" / "grid.json"))
-    assert result["brackets"] == {"control": [[2, 4], [4, 6]], "reweight": [[4, 6], [6, 8]]}
+    assert result["brackets"] == {"control": {"0": [2, 4], "1": [4, 6]}, "reweight": {"0": [4, 6], "1": [6, 8]}}
     assert result["table"]["reweight"]["6"]["heads"] == 1 and result["table"]["control"]["6"]["heads"] == 2
     assert len(result["runs"]) == 16 and result["weight"] == 0.25
     root = tmp_path / "runs" / "k1grid_quick_w0.25"
@@ -154,7 +154,9 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
 
 def test_grid_brackets_of_K1_star_per_seed():
     """[largest K without the head, smallest K with it] per seed: heads from the smallest K on, none on the
-    grid, and a seed whose heads are not monotone (bracketed by its first)."""
+    grid, a seed whose heads are not monotone (the first above the second), a seed missing at one K."""
     heads = {16: [0.1, 0.5, 0.1, 0.1], 32: [0.2, 0.6, 0.5, 0.2], 64: [0.6, 0.7, 0.3, 0.3], 128: [0.7, 0.8, 0.9, 0.4]}
     table = {K: {"seed": [0, 1, 2, 3], "max_phi_beta": v} for K, v in heads.items()}
-    assert thresholds.grid_brackets(table) == [[32, 64], [None, 16], [16, 32], [128, None]]
+    assert thresholds.grid_brackets(table) == {0: [32, 64], 1: [None, 16], 2: [64, 32], 3: [128, None]}
+    table[64] = {"seed": [1, 2, 3], "max_phi_beta": [0.7, 0.3, 0.3]}  # seed 0 not trained at K = 64 yet
+    assert thresholds.grid_brackets(table)[0] == [32, 128]
