@@ -410,7 +410,10 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
                      "passing_final": passing[-1], "epsilon_null_final": eps_null[-1],
                      "memorized_final_old": fraction_old[-1], "memorized_asymptote_old": A_old,
-                     "false_positive_final_old": false_old[-1]})
+                     "false_positive_final_old": false_old[-1],
+                     # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
+                     "gap_to_2gen": [[r["step"], round(r["train_loss"] - r["train_loss_2gen"], 5)] for r in dense
+                                     if r["step"] % max(c.iters // 8, 1) == 0]})
         asymptote.setdefault(c.K, []).append(A)
         asymptote_old.setdefault(c.K, []).append(A_old)
         curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_old": fraction_old,

@@ -89,7 +89,7 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
     cfgs = []
     for (K, seed), (phis, losses, scores) in RUNS.items():
         write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores, [NULL] * len(STEPS))
-        cfgs.append(train.Config(K=K, seed=seed, out=str(tmp_path / f"K{K}_s{seed}")))
+        cfgs.append(train.Config(K=K, seed=seed, iters=30, out=str(tmp_path / f"K{K}_s{seed}")))
     for seed, (first, last) in EPS_SCORES.items():
         write_run(tmp_path / f"Kinf_s{seed}", math.inf, seed, dense_rows([0.1] * 4, [2.3] * 4),
                   [first, first, first, last])
@@ -137,6 +137,8 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
     assert result["memorized_zero"] != pytest.approx(result["memorized_zero_median"], rel=0.01)
     assert result["null"] == {"alpha": 0.05, "chains": 21}
+    # the gap to 2-Gen at every eighth of the run (30 // 8 = 3 steps: the readouts at steps 0 and 30)
+    assert result["runs"][0]["gap_to_2gen"] == [[0, pytest.approx(0.3)], [30, pytest.approx(-0.1)]]
 
 
 # ----------------------------------------------------------------------------- k1: K1* per seed, Fig. 7b's K
