@@ -810,6 +810,16 @@ def k1_grid(args):
     print(f"wrote {args.figures}/{args.name}.png and .json in {result['minutes_this_call']} min")
 
 
+def add_run_flags(p, seeds: str):
+    """The flags of a subcommand that trains a fixed set of runs: where, how many at a time, its figure, its seeds."""
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
+    cli.add_seeds(p, None, seeds)
+    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -829,12 +839,7 @@ def main():
     cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, MLPs 8 wide, 4000 steps, K = 24..48; "
                                   "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
-    cli.add_device(p)
-    cli.add_jobs(p)
-    cli.add_threads(p)
-    cli.add_figures(p)
-    cli.add_seeds(p, None, "seeds at every K (default: 0-3)")
-    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
+    add_run_flags(p, "seeds at every K (default: 0-3)")
     p = sub.add_parser("k1grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
     cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
     p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
@@ -842,12 +847,7 @@ def main():
     p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
     p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
-    cli.add_device(p)
-    cli.add_jobs(p)
-    cli.add_threads(p)
-    cli.add_figures(p)
-    cli.add_seeds(p, None, "seeds at every K (default: the preset's control seeds)")
-    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
+    add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
     p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
                    "command wrote (its analysis redone from the per-run rows)")
