@@ -4,7 +4,7 @@
 #   1. the kernel, layer norm, MLP, embedding, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage)
-#   3. the default command end to end (issue 31): `train.py --K 256 --preset paper` for E2E_ITERS steps (default
+#   3. the default command end to end: `train.py --K 256 --preset paper` for E2E_ITERS steps (default
 #      20000) with 10 evaluations, in its CUDA default (bf16, TF32 matmuls) and with --fp32: the first lines (the
 #      precision it states), the progress lines' it/s (evaluations left out) and the wall time (E2E=0 skips it);
 #      then bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
@@ -24,7 +24,7 @@
 # Logs go to $OUT (default: runs/gpu_check), at most 8 files (what the lease returns).
 #
 #     bash bench/gpu_check.sh
-#     MLP=0 ATTENTION=0 GRID=0 bash bench/gpu_check.sh      # issue 31: the sampler in the graph, the default command's rate
+#     MLP=0 ATTENTION=0 GRID=0 bash bench/gpu_check.sh      # the sampler in the graph, the default command's rate
 #     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
 #     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
