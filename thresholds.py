@@ -57,14 +57,18 @@ PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 # K1*: a run generalizes when max_t phi_beta(2) > phi_beta*. K2*: a run memorizes once it beats 2-Gen on S;
 # Delta tau_K = tau_2mem - tau_2gen; a chain counts as memorized when Delta^k < epsilon.
 #
-# Which epsilon: a chain's score averages a few dozen sequences, so a model that memorizes nothing still beats
-# 2-Gen on some chains by chance. The null of the memorized fraction is the same model scored the same way on
-# fresh chains of D_T, which it cannot have memorized (null_scores). Per model and step, epsilon is the
-# NULL_ALPHA-quantile of those fresh-chain scores, so a chain the model treats like an unseen one passes with
-# probability NULL_ALPHA; if a fraction m of S is memorized (always passing) and the rest pass at that rate,
-# the fraction f that passes is m + (1 - m) NULL_ALPHA, and the memorized fraction is m = (f - alpha) / (1 - alpha).
+# The null: a chain's score averages a few dozen sequences, so a model that memorizes nothing could still beat
+# 2-Gen on some chains by chance. The same model scored the same way on fresh chains of D_T, which it cannot have
+# memorized (null_scores), measures that rate: f0, the fraction of its fresh-chain scores below epsilon. If a
+# fraction m of S is memorized (always passing) and the rest pass at the rate f0, the fraction of S that passes is
+# f = m + (1 - m) f0, so the memorized fraction is m = (f - f0) / (1 - f0) (corrected).
+#
+# A second, weaker question the null answers: which chains does the model treat better than chains it never saw,
+# whether or not it beats 2-Gen on them? A chain whose score is below the NULL_ALPHA-quantile of the model's
+# fresh-chain scores (null_epsilon) passes by chance with probability NULL_ALPHA; the same correction gives the
+# fraction of S with a chain-specific advantage.
 
-NULL_ALPHA = 0.05  # the per-chain false-positive rate of the memorized-fraction rule
+NULL_ALPHA = 0.05  # the false-positive rate of the chain-specific-advantage rule
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -122,10 +126,10 @@ def null_epsilon(null_rows: list[dict], alpha: float = NULL_ALPHA) -> list[float
     return [float(np.quantile(r["delta"], alpha)) for r in sorted(null_rows, key=lambda r: r["step"])]
 
 
-def memorized_excess(fraction: list[float], alpha: float = NULL_ALPHA) -> list[float]:
-    """The memorized fraction m = (f - alpha) / (1 - alpha) from the fraction f below the null's alpha-quantile
-    (unclipped: below 0 where fewer chains than alpha pass, by chance)."""
-    return [(f - alpha) / (1 - alpha) for f in fraction]
+def corrected(fraction: list[float], false_rate: list[float]) -> list[float]:
+    """m = (f - f0) / (1 - f0) per step: the fraction of S that passes a rule, f, corrected for the rate f0 at which
+    chains nobody memorized pass it (unclipped: below 0 where fewer chains pass than the null's rate)."""
+    return [(f - f0) / (1 - f0) for f, f0 in zip(fraction, false_rate)]
 
 
 # ----------------------------------------------------------------------------- the experiments' presets
@@ -382,9 +386,9 @@ def _null_job(job: tuple[str, int]) -> list[dict]:
 
 
 def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dict:
-    """Delta tau per run, medians and intervals per K, the divergence fit, the memorized fractions with their
-    sigmoid asymptotes against each model's fresh-chain null (and, beside them, by the older rule with epsilon
-    from the K = inf runs, with that rule's false-positive rate on the fresh chains), from the runs' metrics.
+    """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs, and the
+    memorized fractions corrected by each model's fresh-chain null, with their sigmoid asymptotes (and beside them
+    the raw fractions, the null's false-positive rates and the chain-specific advantage), from the runs' metrics.
     delta_tau[K] holds the seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps
     it spent there); a seed that never formed the induction head or memorized first is left out of it (its
     status is in runs)."""
@@ -392,7 +396,7 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
     eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     nulls = cli.parallel_map(_null_job, [(c.out, null_chains) for c in finite], jobs, progress="fresh-chain scores")
     Ks = sorted({c.K for c in finite})
-    runs, dtau, bound, asymptote, asymptote_old, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}, {}
+    runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
     for c, null in zip(finite, nulls):
         dense = read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
@@ -400,24 +404,22 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
             dtau[c.K].append(value)
             bound[c.K].append(censored_after(dense))
         chain_rows = read_per_chain(c.out)
+        steps, raw = memorized_fraction(chain_rows, eps["value"])
+        false = memorized_fraction(null, eps["value"])[1]  # the rule on chains nobody memorized
+        fraction = corrected(raw, false)
         eps_null = null_epsilon(null)
-        steps, passing = memorized_fraction(chain_rows, eps_null)
-        fraction = memorized_excess(passing)
-        fraction_old = memorized_fraction(chain_rows, eps["value"])[1]
-        false_old = memorized_fraction(null, eps["value"])[1]  # the older rule on chains nobody memorized
-        A, A_old = fit_sigmoid(steps, fraction)["A"], fit_sigmoid(steps, fraction_old)["A"]
+        specific = corrected(memorized_fraction(chain_rows, eps_null)[1], [NULL_ALPHA] * len(steps))
+        A = fit_sigmoid(steps, fraction)["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
-                     "passing_final": passing[-1], "epsilon_null_final": eps_null[-1],
-                     "memorized_final_old": fraction_old[-1], "memorized_asymptote_old": A_old,
-                     "false_positive_final_old": false_old[-1],
+                     "memorized_final_raw": raw[-1], "false_positive_final": false[-1], "specific_final": specific[-1],
+                     "epsilon_null_final": eps_null[-1],
                      # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
                      "gap_to_2gen": [[r["step"], round(r["train_loss"] - r["train_loss_2gen"], 5)] for r in dense
                                      if r["step"] % max(c.iters // 8, 1) == 0]})
         asymptote.setdefault(c.K, []).append(A)
-        asymptote_old.setdefault(c.K, []).append(A_old)
-        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_old": fraction_old,
-                                           "false_positive_old": false_old, "epsilon_null": eps_null})
+        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_raw": raw,
+                                           "false_positive": false, "specific": specific, "epsilon_null": eps_null})
     measured = [K for K in Ks if dtau[K]]
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
     fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
@@ -431,7 +433,6 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
             "memorized_asymptote": asymptote, "memorized_zero": zero(asymptote, np.mean),
             # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
             "memorized_zero_median": zero(asymptote, np.median),
-            "memorized_asymptote_old": asymptote_old, "memorized_zero_old": zero(asymptote_old, np.mean),
             "memorized_curves": curves, "runs": runs}
 
 
@@ -449,8 +450,6 @@ def plot_k2(result: dict, path: str):
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
     asymptote, curves_by_K = per_K(result["memorized_asymptote"]), per_K(result["memorized_curves"])
-    old = per_K(result.get("memorized_asymptote_old", {}))  # none in a JSON written before the fresh-chain null
-    alpha = result.get("null", {}).get("alpha", 0.0)
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
@@ -517,18 +516,15 @@ def plot_k2(result: dict, path: str):
         if fit["K2_star"] is not None or off["K2_star"] is not None:
             ax8a.legend(loc="upper left")
 
+        eps = result["epsilon"]
+        null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
         means = [float(np.mean(asymptote[K])) for K in Ks]
-        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3,
-                      label=f"chains below the null's {alpha:.0%} quantile,\nexcess over {alpha:.0%}")
+        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3)
         zero = result["memorized_zero"]
         if zero is not None:
             top = int(np.argmax(means))
             ax8b.plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
-        if old:  # the older rule, epsilon from the K = inf models, for comparison
-            ax8b.plot(Ks, [float(np.mean(old[K])) for K in Ks], "s:", color="gray",
-                      label=f"Delta^k < {result['epsilon']['value']:.2g} (K = inf calibration)")
-        ax8b.axhline(0, color="k", lw=0.5)
-        ax8b.legend(fontsize=8)
+            ax8b.legend()
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
@@ -543,29 +539,28 @@ def plot_k2(result: dict, path: str):
                 ax10.plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
             ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
                       label=f"K = {K}")
-        ax10.axhline(0, color="k", lw=0.5)
         ax10.set_xscale("log")
         ax10.set_xlabel("step")
-        ax10.set_ylabel(f"memorized fraction (excess over\nthe fresh-chain null's {alpha:.0%})")
+        ax10.set_ylabel(f"fraction with Delta^k < epsilon = {eps['value']:.2g}" + ("\n(corrected by the fresh-chain null)" if null else ""))
         ax10.set_title("Fig. A10: memorized fraction over training")
         ax10.legend(ncol=2)
-        if old:  # the null: how often the older rule calls a chain the model never saw memorized
-            last = {K: [c["fraction_old"][-1] for c in curves_by_K[K]] for K in Ks}
-            false = {K: [c["false_positive_old"][-1] for c in curves_by_K[K]] for K in Ks}
-            for values, style, label in ((last, "s:", "chains of S"), (false, "x--", "fresh chains (false positives)")):
-                axeps.errorbar(Ks, [float(np.mean(values[K])) for K in Ks], yerr=[float(np.std(values[K])) for K in Ks],
-                               fmt=style, color="gray" if values is last else "tab:red", capsize=3, label=label)
-            axeps.plot(Ks, [float(np.mean([c["fraction"][-1] for c in curves_by_K[K]])) for K in Ks], "ko-",
-                       label="memorized (null-corrected)")
+        if null:  # at the end of the runs: the rule on S and on fresh chains, and the chain-specific advantage
+            def at_end(key):
+                return [float(np.mean([c[key][-1] for c in curves_by_K[K]])) for K in Ks]
+
+            axeps.plot(Ks, at_end("fraction_raw"), "ko-", label=f"S: Delta^k < {eps['value']:.2g}")
+            axeps.plot(Ks, at_end("false_positive"), "x--", color="tab:red", label="fresh chains: Delta^k < epsilon")
+            axeps.plot(Ks, at_end("specific"), "s:", color="tab:blue",
+                       label=f"S: below the fresh chains'\n{NULL_ALPHA:.0%} quantile (corrected)")
             axeps.set_xscale("log", base=2)
             axeps.set_xticks(Ks, [str(K) for K in Ks])
+            axeps.set_ylim(-0.05, 1.05)
             axeps.set_xlabel("K")
-            axeps.set_ylabel("fraction at the end of the run")
-            axeps.set_title(f"the null: Delta^k < epsilon = {result['epsilon']['value']:.2g} (K = inf models)\n"
-                            f"on S and on {result['null']['chains']} fresh chains", fontsize=10)
-            axeps.legend(fontsize=8)
-        else:  # a JSON written before the null: its epsilon calibration
-            eps = result["epsilon"]
+            axeps.set_ylabel("fraction of chains at the end")
+            axeps.set_title(f"the null: each model on {result['null']['chains']} fresh chains\n"
+                            f"(epsilon from {len(eps['per_model'])} models at K = inf)", fontsize=10)
+            axeps.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 0.06))
+        else:
             axeps.hist(eps["scores"], bins=40, color="tab:blue")
             axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
             axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")

@@ -71,7 +71,7 @@ RUNS = {  # (K, seed): (phi_beta_2 and train loss per dense row every 10 steps; 
 
 # the fresh-chain null of every finite run at every step: 21 chains, so that the 5 % quantile is the second
 # smallest exactly (np.quantile's position 0.05 * 20 = 1): epsilon_null = -0.035, between the -0.04 and -0.03
-# of the runs' chains, where the older epsilon (-0.0174, below) counts both; the older rule passes 2 of the 21
+# of the runs' chains, where epsilon (-0.0174, below) counts both; epsilon passes 2 of the 21
 NULL = [-0.05, -0.035] + [0.01] * 19
 
 
@@ -107,31 +107,32 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
     x = np.array(EPS_SCORES[0][1] + EPS_SCORES[1][1])
     assert result["epsilon"]["value"] == pytest.approx(0.02 - 2 * math.sqrt(0.00035), rel=1e-9)
     assert result["epsilon"]["value"] == pytest.approx(x.mean() - 2 * x.std(), rel=1e-9)
-    assert -0.02 < result["epsilon"]["value"] < -0.01  # -0.01742: -0.02 and below pass the older rule, -0.01 and above do not
-    # the memorized fraction: chains below the null's 5 % quantile (-0.04 and below: -0.03 is inside the null),
-    # as the excess over 5 %: m = (f - 0.05) / 0.95
-    passing = {(K, s): [sum(v <= -0.04 for v in d) / len(d) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
-    assert passing[8, 0] == [0, 0, 0.25, 0.5] and passing[16, 0] == [0, 0, 0, 0.25]
-    expected = {key: [(f - 0.05) / 0.95 for f in curve] for key, curve in passing.items()}
-    old = {(K, s): [sum(v <= -0.02 for v in d) / len(d) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
-    assert old[8, 0] == [0, 0.25, 0.75, 1.0] and old[16, 0] == [0, 0, 0.25, 0.75]
+    assert -0.02 < result["epsilon"]["value"] < -0.01  # -0.01742: -0.02 and below pass, -0.01 and above do not
+    # the rule on S: chains with Delta^k < epsilon; on the 21 fresh chains 2 pass (-0.05, -0.035): f0 = 2/21;
+    # the memorized fraction m = (f - f0) / (1 - f0)
+    raw = {(K, s): [sum(v <= -0.02 for v in d) / len(d) for d in scores] for (K, s), (_, _, scores) in RUNS.items()}
+    assert raw[8, 0] == [0, 0.25, 0.75, 1.0] and raw[16, 0] == [0, 0, 0.25, 0.75]
+    f0 = 2 / 21
+    expected = {key: [(f - f0) / (1 - f0) for f in curve] for key, curve in raw.items()}
+    # the chain-specific advantage: below the null's 5 % quantile (-0.035: -0.04 passes, -0.03 does not), over 5 %
+    specific = {(K, s): [(sum(v <= -0.04 for v in d) / len(d) - 0.05) / 0.95 for d in scores]
+                for (K, s), (_, _, scores) in RUNS.items()}
+    assert specific[8, 0] == [pytest.approx(v) for v in (-0.05 / 0.95, -0.05 / 0.95, 0.2 / 0.95, 0.45 / 0.95)]
     curves = result["memorized_curves"][8] + result["memorized_curves"][16] + result["memorized_curves"][32]
     for r, key in zip(curves, expected):
-        assert r["step"] == STEPS and r["fraction"] == pytest.approx(expected[key]) and r["fraction_old"] == old[key]
-        assert r["epsilon_null"] == [-0.035] * 4 and r["false_positive_old"] == [2 / 21] * 4
+        assert r["step"] == STEPS and r["fraction"] == pytest.approx(expected[key]) and r["fraction_raw"] == raw[key]
+        assert r["false_positive"] == [f0] * 4 and r["specific"] == pytest.approx(specific[key])
+        assert r["epsilon_null"] == [-0.035] * 4
     seeds = {K: [s for k, s in RUNS if k == K] for K in (8, 16, 32)}
-    for suffix, curve in (("", expected), ("_old", old)):
-        A = {key: fit_sigmoid(STEPS, c)["A"] for key, c in curve.items()}
-        assert result["memorized_asymptote" + suffix] == {K: [pytest.approx(A[K, s]) for s in seeds[K]] for K in (8, 16, 32)}
-        assert [r["memorized_final" + suffix] for r in result["runs"]] == [pytest.approx(c[-1]) for c in curve.values()]
-    assert [r["false_positive_final_old"] for r in result["runs"]] == [2 / 21] * len(RUNS)
-    # Fig. 8b: the line through the seeds' mean asymptotes against log K, from the largest on, at zero (and the
-    # same through their medians, and through the older rule's means)
     A = {key: fit_sigmoid(STEPS, c)["A"] for key, c in expected.items()}
-    A_old = {key: fit_sigmoid(STEPS, c)["A"] for key, c in old.items()}
-    for key, average, asymptotes in (("memorized_zero", np.mean, A), ("memorized_zero_median", np.median, A),
-                                     ("memorized_zero_old", np.mean, A_old)):
-        per_K = [average([asymptotes[K, s] for s in seeds[K]]) for K in (8, 16, 32)]
+    assert result["memorized_asymptote"] == {K: [pytest.approx(A[K, s]) for s in seeds[K]] for K in (8, 16, 32)}
+    for key, values in (("memorized_final", expected), ("memorized_final_raw", raw), ("specific_final", specific)):
+        assert [r[key] for r in result["runs"]] == [pytest.approx(c[-1]) for c in values.values()], key
+    assert [r["false_positive_final"] for r in result["runs"]] == [f0] * len(RUNS)
+    # Fig. 8b: the line through the seeds' mean asymptotes against log K, from the largest on, at zero (and the
+    # same through their medians)
+    for key, average in (("memorized_zero", np.mean), ("memorized_zero_median", np.median)):
+        per_K = [average([A[K, s] for s in seeds[K]]) for K in (8, 16, 32)]
         top = int(np.argmax(per_K))
         slope, intercept = np.polyfit(np.log([8, 16, 32][top:]), per_K[top:], 1)
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
