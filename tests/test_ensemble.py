@@ -141,11 +141,13 @@ def test_bad_lists_are_one_line_and_exit_2(args, words):
 
 
 def test_grid_on_the_command_line(tmp_path):
+    heat_maps = os.path.join(ROOT, "figures", "fig2bc.png")  # the committed quick sweep's
+    stamp = os.path.getmtime(heat_maps) if os.path.exists(heat_maps) else None
     r = cli("--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
             "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
-    assert not os.path.exists(os.path.join(ROOT, "figures", "fig2bc.png"))  # a grid is not a sweep: no heat maps
+    assert (os.path.getmtime(heat_maps) if os.path.exists(heat_maps) else None) == stamp  # a grid is not a sweep
     cfg, rows = runs.read_metrics(tmp_path / "K5_s1")
     assert (cfg["K"], cfg["seed"], rows[-1]["step"]) == (5, 1, 4)
     assert [r["step"] for r in runs.read_metrics(tmp_path / "K5_s1", dense=True)[1]] == [0, 2, 4]
