@@ -9,7 +9,8 @@ SGD on fresh chains (K = infinity) at the last position, tau_2Gen as the halfway
 loss between the 1-Gen plateau and 2-Gen, the control and bias-ablation series of tau_2Gen(N) fitted
 against N / log N, and the non-autoregressive transformer without MLP1 (Fig. 6c bottom).
 
-    python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores, 83 min with --transformer)
+    python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores; --transformer: ~2.5 h more)
+    python sa_transformer.py --transformer-only   # only the transformer's N missing from figures/sa_scaling.json
     python sa_transformer.py --preset paper  # the paper's sizes and seeds
     python sa_transformer.py --replot        # only redraw the five figures from figures/sa_scaling.json
 
