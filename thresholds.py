@@ -702,12 +702,14 @@ def bench_members(grid: dict) -> list[dict]:
              "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
 
 
-def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end"):
+def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end",
+              brackets: dict[str, dict] | None = None):
     """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
     one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
-    each seed drawn at the K it has (a grid still being trained lacks some)."""
+    each seed drawn at the K it has (a grid still being trained lacks some); with brackets ({condition: {seed:
+    grid_brackets' [lo, hi]}}) a third panel, Fig. 7c per seed: the interval of K that holds each seed's K1*."""
     Ks = sorted({K for table in tables.values() for K in table})
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3 if brackets else 2, figsize=(15 if brackets else 10, 3.8))
     markers = ".osd^v"
     for c, (condition, table) in enumerate(tables.items()):
         for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
@@ -728,10 +730,30 @@ def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = 
         ax.legend(fontsize=7)
     axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
     axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
+    if brackets:
+        draw_brackets(axes[2], brackets, Ks)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
+    """Fig. 7c from a fixed grid: per condition and seed a bar over [the largest K without the head, the smallest K
+    with it]; an end the grid does not give runs to the panel's edge."""
+    lo_edge, hi_edge = min(Ks) / 1.6, max(Ks) * 1.6
+    labels = []
+    for c, (condition, per_seed) in enumerate(brackets.items()):
+        for seed, (lo, hi) in per_seed.items():
+            ax.plot([lo or lo_edge, hi or hi_edge], [len(labels)] * 2, color=f"C{c}", lw=6, solid_capstyle="butt")
+            labels.append(f"{condition}, seed {seed}")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(labels) - 0.3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(lo_edge, hi_edge)
+    ax.set_xticks(Ks, [str(K) for K in Ks])
+    ax.set_xlabel("K")
+    ax.set_title("Fig. 7c: where each seed's K1* lies\n(largest K without the head, smallest K with it)", fontsize=10)
 
 
 def grid_brackets(table: dict) -> dict[int, list]:
@@ -793,7 +815,8 @@ def k1_grid(args):
               "minutes_this_call": round((time.time() - t0) / 60, 1)}
     title = (f"K1* on a fixed grid (preset {preset}, N = {p['N']}, {p['iters']} steps; reweight: w = {weight:g}, "
              f"x {1 / weight:g} steps)")
-    plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen")
+    plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen",
+              brackets=result["brackets"])
     with open(os.path.join(args.figures, f"{args.name}.json"), "w") as f:
         json.dump(finite_json(result), f, indent=1)
     for c in conditions:

@@ -131,6 +131,8 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(runs, "read_metrics", read)
     monkeypatch.setattr(thresholds, "max_phi_beta", rule)
+    figures = []
+    monkeypatch.setattr(thresholds.plt, "close", figures.append)
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=None, jobs=1, print_commands=False, K="2,4,6,8",
                                  conditions="control,reweight", weight=0.25, seeds="0,1", figures="figures",
@@ -138,6 +140,8 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     thresholds.k1_grid(args)
     result = json.load(open(tmp_path / "figures" / "grid.json"))
     assert result["brackets"] == {"control": {"0": [2, 4], "1": [4, 6]}, "reweight": {"0": [4, 6], "1": [6, 8]}}
+    bars = figures[0].axes[2].lines  # Fig. 7c: one bar per condition and seed over its bracket
+    assert [list(bar.get_xdata()) for bar in bars] == [[2, 4], [4, 6], [4, 6], [6, 8]]
     assert result["table"]["reweight"]["6"]["heads"] == 1 and result["table"]["control"]["6"]["heads"] == 2
     assert len(result["runs"]) == 16 and result["weight"] == 0.25
     root = tmp_path / "runs" / "k1grid_quick_w0.25"
