@@ -12,32 +12,42 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
                                               bayes.py's cumulative sum over every chain and position
 
 The ensembles (runs.py) and train.py's CUDA block sample through `batches` (E separate batch() calls cost more
-than the step itself), and both pass `predict` to evaluation.make_eval_data (the paper preset's L_train levels:
+than the step itself); on CUDA its walk along the chains is one Triton launch (kernels/markov_walk.py, the same
+numbers; WALK_KERNEL = False keeps the scan). Both pass `predict` to evaluation.make_eval_data (the paper preset's L_train levels:
 8192 sequences of 257 states against K = 1024 chains and more).
 """
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 
 import bayes
+from kernels import markov_walk
 from markov import TaskSet, check_int, check_seqs, inverse_cdf, stationary, uniforms
 
+# On CUDA, batches walk the chains in kernels/markov_walk.py rather than _states' scan; MARKOV_ICL_WALK=0 in the
+# environment keeps the scan (bench/gpu_campaign.sh sets it where the kernel's tests fail on the card)
+WALK_KERNEL = os.environ.get("MARKOV_ICL_WALK", "1") != "0"
 ANCHOR_EVERY = 8  # positions between the exact log-likelihood anchors of the memorizing predictors
 
 # ----------------------------------------------------------------------------- sampler
 
 
-def _states(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int) -> torch.Tensor:
+def _states(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int,
+            kernel: bool = False) -> torch.Tensor:
     """markov._sample_from's sequences (n, length) from the chains Tb (n, C, C), p (n, C) and the uniforms
     u0 (n, 1), u (block, nb, n) of markov.uniforms, all positions at once.
 
     With one uniform per position, step t is a fixed map f_t: {0..C-1} -> {0..C-1} (the inverse CDF of
-    column mu at u_t), and s_t = f_t o ... o f_1 (s_0): `_compose` runs that as a blocked scan."""
+    column mu at u_t), and s_t = f_t o ... o f_1 (s_0): `_compose` runs that as a blocked scan. kernel: the
+    walk in one Triton launch instead (kernels/markov_walk.py; C <= 16)."""
     n, C = Tb.shape[0], Tb.shape[-1]
     s0 = inverse_cdf(p.cumsum(-1), u0)  # (n, 1)
     if u is None:
         return s0
+    if kernel:
+        return markov_walk.walk(Tb.cumsum(1), s0[:, 0], u, length)
     # Position k * block + j + 1 sits at [j, k]. step[j, k, b, mu] is the state there when the previous
     # position holds mu: the number of entries <= u[j, k, b] among the first C - 1 of column mu's CDF.
     block, nb = u.shape[:2]
@@ -74,12 +84,13 @@ def _compose(s0: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
     return torch.cat([s0[:, None], inside.reshape(n, nb * block)], 1)
 
 
-def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch.Tensor, torch.Tensor]:
+def batches(sources: list, n: int, length: int, generators: list, kernel: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch from each of E task sources at once: (seqs (E, n, length), chain_idx (E, n)), member e's being
     exactly sources[e].batch(n, length, generators[e]). Each member's random numbers are drawn from its own
     generator in the order batch() draws them, its chains looked up in its own task set; the work after
     that (inverse CDFs, the scan) is batched over the members, one launch per operation instead of E.
-    K = inf sources draw their chains by rejection, so a list with one goes member by member."""
+    K = inf sources draw their chains by rejection, so a list with one goes member by member. kernel: the walk in
+    kernels/markov_walk.py (default: WALK_KERNEL on CUDA with Triton there, else the scan)."""
     if len(generators) != len(sources):
         raise ValueError(f"batches() needs one generator per source, got {len(generators)} for {len(sources)}")
     if not all(isinstance(t, TaskSet) for t in sources):
@@ -97,7 +108,10 @@ def batches(sources: list, n: int, length: int, generators: list) -> tuple[torch
         u0.append(first)
         u.append(later)
     u = torch.cat(u, 2) if length > 1 else None  # (block, nb, E n): sequence e n + b, as T and p
-    seqs = _states(torch.cat(T), torch.cat(p), torch.cat(u0), u, length)
+    device = sources[0].T.device
+    if kernel is None:
+        kernel = WALK_KERNEL and device.type == "cuda" and markov_walk.triton is not None and sources[0].C <= 16
+    seqs = _states(torch.cat(T), torch.cat(p), torch.cat(u0), u, length, kernel)
     return seqs.view(len(sources), n, length), torch.stack(chain_idx)
 
 

@@ -9,8 +9,8 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets: graphed, the sampler inside the step's CUDA graph). On CUDA,
 variants put one earlier piece back in the same run (torch's layer norm, the residual adds apart from it,
-torch's MLP, torch's embedding, the sampler outside the graph, per-member sampling, an earlier attention
-kernel), so that each row's ratio says what that piece bought; "compiled" is the baseline of a
+torch's MLP, torch's embedding, the walk along the chains as fastdata's scan instead of kernels/markov_walk.py,
+the sampler outside the graph, per-member sampling, an earlier attention kernel), so that each row's ratio says what that piece bought; "compiled" is the baseline of a
 torch.compile'd whole step of the plain model (no kernels of ours), graphed the same way.
 
 Each case is timed --runs times (default 5) over --repeats steps after a warm-up: rates are the median, with
@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
+import fastdata  # noqa: E402
 import runs  # noqa: E402
 from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
 from fastdata import batches  # noqa: E402
@@ -132,7 +133,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int,
           bf16: bool = False, kernels: Kernels | None = Kernels(), compiled: bool = False):
     """(seconds per step with a fixed batch, with sampling: a list per run each; peak GiB on CUDA) of E models.
     sampling: "graph" as train.py samples (graphed: the sampler inside the step's graph, runs.sampled_step),
-    "host" fastdata.batches outside the graph, "loop" one TaskSet.batch call per member outside it (as before
+    "scan" the same with fastdata's scan instead of the walk kernel (fastdata.WALK_KERNEL off), "host" fastdata.batches outside the graph, "loop" one TaskSet.batch call per member outside it (as before
     fastdata.batches existed). The peak counts what this case allocates (weights, optimizer, graphs, activations),
     not earlier cases' leftovers; the fixed-batch graph is freed before the sampling one is captured."""
     if device.type == "cuda":
@@ -141,6 +142,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int,
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
+    fastdata.WALK_KERNEL = sampling != "scan"
     trainer, tasks, gens = setup(E, graph, N, B, device, bf16, kernels, compiled)
     shape = (E, B, N + 1)
 
@@ -152,7 +154,7 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int,
     step = GraphedStep(trainer, shape, device).step if graph else trainer.step
     batch = sample()
     fixed = timed(lambda: step(*batch), device, repeats, runs_)
-    if graph and sampling == "graph":
+    if graph and sampling in ("graph", "scan"):
         del step
         gc.collect()
         sampled_step = runs.sampled_step(trainer, tasks, gens, shape, device, graph)
@@ -229,7 +231,8 @@ def main():
     if cuda:
         cases += [(1, False, "torch LN"), (1, True, "torch LN"), (E_max, True, "torch LN"), (E_max, True, "loop sampling")]
         cases += [(1, False, "bf16"), (1, True, "bf16")] + [(E, True, "bf16") for E in sizes]
-        cases += [(E, True, f"{precision}host sampling") for precision in ("", "bf16 ") for E in (1, E_max)]
+        cases += [(E, True, f"{precision}{piece}") for piece in ("scan sampling", "host sampling")
+                  for precision in ("", "bf16 ") for E in (1, E_max)]
         cases += [(1, True, f"{precision}compiled") for precision in ("", "bf16 ")]
         # the MLP kernel takes fp32 only with TF32 allowed: without --tf32 its fp32 rows would time the baseline
         cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding")
@@ -241,7 +244,8 @@ def main():
           f"their spread; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; host sampling = "
+          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; scan sampling = the sampler in the graph with "
+          "fastdata's scan instead of kernels/markov_walk.py's walk; host sampling = "
           "fastdata.batches outside the step's CUDA graph, its batch copied in; loop sampling = one TaskSet.batch call "
           "per member, outside the graph; previous kernel = attention from --previous; compiled = torch.compile of the "
           "plain model's whole step (no kernels of ours), graphed; bf16 = mixed precision (train.py --bf16)")
@@ -254,7 +258,7 @@ def main():
         piece = variant.removeprefix("bf16").strip()
         # an earlier kernel file replaces the attention function for its rows (the fast path calls it by name)
         attention_kernel.attention = load_attention(args.previous) if piece == "previous kernel" else this_attention
-        sampling = {"host sampling": "host", "loop sampling": "loop"}.get(piece, "graph")
+        sampling = {"scan sampling": "scan", "host sampling": "host", "loop sampling": "loop"}.get(piece, "graph")
         try:
             fixed, sampled, mem = bench(E, graph, N, B, device, repeats, args.runs, sampling, bf16,
                                         None if piece == "compiled" else VARIANTS.get(piece, Kernels()), piece == "compiled")

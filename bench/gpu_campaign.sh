@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call of the paper-scale campaigns (campaign.py), sized to a lease of ~10 minutes:
-#   1. the card, and the ensemble engine's tests compiled on it (tests/test_ensemble.py; TESTS=0 skips them)
+#   1. the card, and the ensemble engine's tests compiled on it (tests/test_ensemble.py; TESTS=0 skips them); the
+#      sampler's walk kernel's tests always (where they fail, the campaign samples with the scan: MARKOV_ICL_WALK=0)
 #   2. the next pieces of each campaign in CAMPAIGNS (default "k1_paper reweight_paper tau_paper sweep_paper": the
 #      K1* searches' pending probes first, then the fixed grids), each given the time left before TOTAL seconds
 #      (default 500) from the start, less ANALYSIS seconds (default 20) for the reports; K1* pieces of at most
@@ -28,6 +29,9 @@ if [ "${TESTS:-1}" = 1 ]; then
     XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
     timeout 100 $PY -m pytest -q -x $XDIST tests/test_ensemble.py tests/test_markov.py 2>&1 | tail -n 5 | tee -a "$LOG"
 fi
+# the sampler's walk kernel (kernels/markov_walk.py) is in every probe's step: where it fails here, the scan
+timeout 60 $PY -m pytest -q tests/test_markov_walk.py 2>&1 | tail -n 2 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" = 0 ] || { export MARKOV_ICL_WALK=0; echo "walk kernel failed: MARKOV_ICL_WALK=0" | tee -a "$LOG"; }
 
 CAMPAIGNS=${CAMPAIGNS:-k1_paper reweight_paper tau_paper sweep_paper}
 for name in $CAMPAIGNS; do

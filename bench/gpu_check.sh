@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100 before the e2e stage and
 # bench_train's 5 runs per case were added; MLP=0 ATTENTION=0 GRID=0 keeps the tests, e2e and bench_train):
-#   1. the kernel, layer norm, MLP, embedding, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
+#   1. the kernel, layer norm, MLP, embedding, Markov walk, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage)
 #   3. the default command end to end: `train.py --K 256 --preset paper` for E2E_ITERS steps (default
@@ -43,7 +43,7 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 # compiles dominate the tests: 8 processes when pytest-xdist is there
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_embedding.py tests/test_transformer.py \
-    tests/test_fastpath.py tests/test_ensemble.py tests/test_markov.py tests/test_train.py::test_the_graphed_run_trains_on_the_plain_runs_batches \
+    tests/test_fastpath.py tests/test_ensemble.py tests/test_markov.py tests/test_markov_walk.py tests/test_train.py::test_the_graphed_run_trains_on_the_plain_runs_batches \
     2>&1 | tee -a "$OUT/tests.log"
 
 if [ "${MLP:-1}" = 1 ]; then
