@@ -6,7 +6,8 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
     batches(sources, n, length, generators)   the batches of E task sources at once, member e's the
                                               sequences of sources[e].batch(n, length, generators[e]),
                                               bit for bit: markov.py's loop over positions, run as a
-                                              sqrt(L)-depth scan and batched over the members
+                                              sqrt(L)-depth scan (on CUDA one Triton walk) and batched
+                                              over the members
     predict(name, seqs, T)                    bayes.predict, with 1-Mem and 2-Mem (one_mem, two_mem,
                                               mixed_mem) from anchored log-likelihood sums instead of
                                               bayes.py's cumulative sum over every chain and position

@@ -215,12 +215,13 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
         return loss.detach()
 
     if graph:  # speed on CUDA (the engine, the same computation on the same batches): the Triton kernels in the model;
-        # tasks.batch's draws as a sqrt(N)-depth scan (fastdata.batches), captured with the step as one CUDA graph
+        # tasks.batch's draws (fastdata.batches: one Triton walk along the chains), captured with the step as one CUDA graph
         fastpath.accelerate(model)
         sampled_step = runs.graphed(train_step, model, optimizer, tasks, gen, (cfg.batch, cfg.N + 1), device)
 
     dense_steps = set(range(0, cfg.iters + 1, cfg.eval_every)) | {cfg.iters} if cfg.eval_every else set()  # and the end
     saved, loss = start if ckpt else None, None  # the last checkpoint's step; the last step's loss
+    progress.begin()
     try:
         for step in range(start, cfg.iters + 1):
             show, new = progress.due(step), step > start or ckpt is None  # new: not yet in the run's files
