@@ -5,6 +5,7 @@ eager run timed in the same process. Also GFLOP/s against this machine's matmul 
     python bench/bench_train.py                       # CUDA: single eager / graphed, ensembles of 8, 32, 64 graphed
     python bench/bench_train.py --device cpu --threads 1   # CPU: single run and a 2-model ensemble
     python bench/bench_train.py --previous OLD.py          # CUDA: also with an earlier kernel file
+    python bench/bench_train.py --only "this,bf16,bf16 scan sampling" --runs 3   # CUDA: a few rows for a short lease
 
 "step only" replays one fixed batch (the model's cost); "with sampling" draws every model's batch each
 step as train.py does (the rate a run gets: graphed, the sampler inside the step's CUDA graph). On CUDA,
@@ -195,6 +196,9 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="CUDA: also list the 25 GPU kernels that take most of an eager step of the largest ensemble "
                         "(in this precision, then in bf16) and of the single run (bf16)")
+    parser.add_argument("--only", default=None, help="only these variants, comma-separated as the variant column "
+                        "names them (e.g. 'this,bf16,bf16 scan sampling'): a short lease's rows; the single eager run, "
+                        "every row's baseline, always runs")
     parser.add_argument("--previous", default=None, help="CUDA: another kernels/attention.py, timed in the same run "
                         "for the single graphed run and the largest ensemble, in both precisions (what the kernel's rewrite bought)")
     args = parser.parse_args()
@@ -239,6 +243,11 @@ def main():
                   for precision in ("", "bf16 ") if precision or args.tf32 or piece != "torch MLP" for E in (1, E_max)]
     if args.previous:
         cases += [(E, True, f"{precision}previous kernel") for precision in ("", "bf16 ") for E in (1, E_max)]
+    if args.only:
+        names, known = {v.strip() for v in args.only.split(",")}, {v for _, _, v in cases}
+        if names - known:
+            raise ValueError(f"--only: no variant {', '.join(sorted(names - known))} here; these are: {', '.join(sorted(known))}")
+        cases = cases[:1] + [case for case in cases[1:] if case[2] in names]
     flops = step_flops(B, N, 10, 64)
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s, the median of {args.runs} runs of {repeats} steps and "
           f"their spread; x = against the single eager run")

@@ -11,7 +11,9 @@
 #      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, per-member
 #      sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
 #      in both precisions and of the single run's in bf16; each case 5 runs (median and spread), the sampler
-#      inside the step's graph ("with sampling") and outside it ("host sampling"), and a torch.compile'd whole step
+#      inside the step's graph ("with sampling"), the same with fastdata's scan instead of the walk kernel ("scan
+#      sampling"), outside it ("host sampling"), and a torch.compile'd whole step; BENCH_ONLY="this,bf16,..." keeps
+#      those variants only (bench_train.py --only)
 #   4. bench_attention.py: the kernel against eager, SDPA and FlexAttention at ATTENTION_N (default 256,1024;
 #      ATTENTION=0 skips it); SWEEP=1 re-runs the tile sweep first (all kernels, ~2.5 min, or
 #      SWEEP_KERNELS="dq bias" for one) and writes kernels/tiles.json, which the kernel reads;
@@ -25,6 +27,8 @@
 #
 #     bash bench/gpu_check.sh
 #     MLP=0 ATTENTION=0 GRID=0 bash bench/gpu_check.sh      # the sampler in the graph, the default command's rate
+#     MLP=0 ATTENTION=0 GRID=0 E2E_ITERS=60000 BENCH_ONLY="this,bf16,scan sampling,bf16 scan sampling,bf16 compiled" \
+#         bash bench/gpu_check.sh                           # the walk kernel's worth, ~6 min predicted
 #     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
 #     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
@@ -66,7 +70,7 @@ if [ "${E2E:-1}" = 1 ]; then
 fi
 
 stage bench_train | tee -a "$OUT/bench_train.log"
-timeout 360 $PY bench/bench_train.py --tf32 --profile $PREV 2>&1 | tee -a "$OUT/bench_train.log"
+timeout 360 $PY bench/bench_train.py --tf32 --profile $PREV ${BENCH_ONLY:+--only "$BENCH_ONLY"} 2>&1 | tee -a "$OUT/bench_train.log"
 
 if [ "${ATTENTION:-1}" = 1 ]; then
     stage bench_attention | tee "$OUT/bench_attention.log"
