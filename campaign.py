@@ -11,8 +11,9 @@ the ledger, so they can be redrawn on any machine.
     python campaign.py run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
     python campaign.py report k1_paper                   # figures/k1_paper.png and .json from the ledger
 
-The sizes of the pieces come from the seconds the committed ledgers measured (SPECS says how); a piece's measured
-seconds correct the next one's estimate on the same card.
+The sizes of the pieces come from the seconds the committed ledgers measured (SPECS says how); on a card that has
+measured pieces of the campaign, the spec's predictions are calibrated by them (calibration: a fixed cost per
+ensemble and a factor on the spec's seconds, fit by least squares, plus the fit's largest overrun).
 
 circuits_paper  Figs. 3, 4, A2, A3, A8 at the paper's scale: K = 1024 (1-Gen, 2-Gen) and K = 128 (1-Mem, 2-Mem),
                 seed 0, trained together for `iters` steps, then trace.py's circuits and task_vectors.py's
@@ -41,6 +42,7 @@ import json
 import os
 import shutil
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -85,7 +87,7 @@ SPECS = {
                                seconds_per_step=0.00348, seconds_analysis=140),
     # 3, Fig. 7c: gradient reweighting at the paper's w = 1/10 on a fixed grid, 10^5 steps (x 1/w) against the
     # control's 10^4 at the same K and seeds. The reweighting path's own rate is not measured yet: K1_RATE, corrected
-    # after its first piece (card_scale). Controls 38 + 52 s; each reweighted run 86 s.
+    # after its first pieces (calibration). Controls 38 + 52 s; each reweighted run 86 s.
     "reweight_paper": dict(kind="grid", report="reweight", preset="paper", train=K1_PROBE,
                            conditions=["control", "reweight"], Ks=[94, 128, 192], seeds=[0, 1], **K1_RATE),
     # 4, Fig. 7b: tau_2gen at the paper's K1* ~ 94 over 64 seeds, 10^4 steps: 64 x 8.6 s + 38 s per ensemble,
@@ -200,6 +202,12 @@ def k1_piece_cost(spec: dict, keys: list) -> float:
     return len(keys) * (iters * spec["seconds_per_model_step"] + spec["seconds_per_probe"])
 
 
+def k1_ensembles(spec: dict, keys: list) -> int:
+    """How many ensembles these probes train as on CUDA (k1_train): each pays the fixed cost k1_piece_cost omits."""
+    return len(probes.ensemble_groups([probes.probe_config(spec["preset"], spec["probe"], *key, "", device="cpu",
+                                                           **flag(spec)) for key in keys]))
+
+
 def k1_pending(spec: dict, ledger: dict) -> list:
     return probes.pending_probes(k1_state(spec, ledger)[0])
 
@@ -221,35 +229,80 @@ def flag(spec: dict) -> dict:
 # ----------------------------------------------------------------------------- pieces that fit a budget
 
 
-def card_scale(ledger: dict, device: str) -> float:
-    """The factor on the spec's predicted seconds: the slowest piece measured on this card so far (1 before any)."""
-    return max([p["seconds"] / p["predicted"] for p in ledger["pieces"] if p["card"] == card(device)] or [1.0])
+class Calibration(NamedTuple):
+    """A piece of `ensembles` ensembles that the spec predicts at `predicted` seconds takes
+    a * ensembles + c * predicted + margin seconds on the card."""
+    a: float  # seconds per ensemble beyond the spec's prediction (compilation, evaluation data)
+    c: float  # measured seconds per predicted second
+    margin: float  # the most a measured piece took beyond a * ensembles + c * predicted
+
+    def seconds(self, ensembles: int, predicted: float) -> float:
+        return self.a * ensembles + self.c * predicted + self.margin
+
+
+def piece_keys(piece: dict) -> list:
+    """The runs (condition, K, seed) a k1 or grid piece of the ledger trained."""
+    return [(r["condition"], r["K"], r["seed"]) for r in piece["probes" if "probes" in piece else "members"]]
+
+
+def calibration(ledger: dict, card_name: str, ensembles) -> Calibration:
+    """The spec's predictions corrected by the pieces measured on this card: seconds ~ a * ensembles + c * predicted,
+    fit by least squares (ensembles(keys) counts the ensembles a piece trains as). A fixed cost per ensemble, since
+    each pays one (k1_paper's ~36 s of compilation and evaluation data) that k1_paper's cost model lacks, so that a
+    factor alone (the slowest piece's measured / predicted) put its 8-probe pieces at two to three times their ~99 s;
+    and a piece of several schedules (injected probes of several K) trains several ensembles. A piece that overruns
+    the deadline is killed and lost, hence the margin (the fit's largest overrun) and no negative fixed cost. While
+    the pieces cannot tell the two terms apart (all of one predicted seconds per ensemble), or if the fit says larger
+    pieces are faster, the slowest piece's factor; before any piece on this card, the spec's rate."""
+    measured = [(ensembles(piece_keys(p)), p["predicted"], p["seconds"])
+                for p in ledger["pieces"] if p["card"] == card_name]
+    if not measured:
+        return Calibration(0.0, 1.0, 0.0)
+    # the normal equations of the two-term fit
+    see = sum(e * e for e, x, y in measured)
+    sex = sum(e * x for e, x, y in measured)
+    sxx = sum(x * x for e, x, y in measured)
+    sey = sum(e * y for e, x, y in measured)
+    sxy = sum(x * y for e, x, y in measured)
+    det = see * sxx - sex ** 2  # 0 (to rounding) when the terms are proportional over the pieces
+    if det > 1e-9 * see * sxx:
+        a, c = (sxx * sey - sex * sxy) / det, (see * sxy - sex * sey) / det
+        if a < 0:  # the best fit without a fixed cost
+            a, c = 0.0, sxy / sxx
+        if c > 0:
+            return Calibration(a, c, max(y - a * e - c * x for e, x, y in measured))
+    return Calibration(0.0, max(y / x for e, x, y in measured), 0.0)
 
 
 def run_pieces(ledger: dict, device: str, deadline: float, max_runs: int, max_pieces: int, ledgers: str, noun: str,
-               pending, cost, train_piece) -> str:
+               pending, cost, ensembles, train_piece) -> str:
     """Pieces until pending() is empty, the next piece does not fit before `deadline`, or max_pieces are done. A
-    piece is the longest head of pending() whose cost(keys) (seconds at the spec's rate) times card_scale fits the
-    time left, at most max_runs runs; train_piece(keys) returns its ledger records and model-steps. The ledger is
-    saved after every piece, so a call killed midway loses only the piece it was training. Returns what remains."""
+    piece is the longest head of pending() whose cost(keys) (seconds at the spec's rate), calibrated on this card's
+    pieces with ensembles(keys) ensembles, fits the time left, at most max_runs runs; train_piece(keys) returns its
+    ledger records and model-steps. The ledger is saved after every piece, so a call killed midway loses only the
+    piece it was training. Returns what remains."""
     for _ in range(max_pieces):
         todo = pending()
         if not todo:
             return f"nothing left: every {noun} is done"
-        scale = card_scale(ledger, device)
-        fit = [key for i, key in enumerate(todo, 1) if scale * cost(todo[:i]) <= deadline - time.time()]
+        fitted = calibration(ledger, card(device), ensembles)
+
+        def predicted(keys):
+            return fitted.seconds(ensembles(keys), cost(keys))
+
+        fit = [key for i, key in enumerate(todo, 1) if predicted(todo[:i]) <= deadline - time.time()]
         take = todo[:min(len(fit), max_runs)]
         if not take:
-            return f"{len(todo)} {noun}s pending (~{scale * cost(todo[:1]):.0f} s for the next); none fits the time left"
+            return f"{len(todo)} {noun}s pending (~{predicted(todo[:1]):.0f} s for the next); none fits the time left"
         print(f"piece {len(ledger['pieces']) + 1}: {len(take)} of {len(todo)} pending {noun}s "
-              f"(~{scale * cost(take):.0f} s predicted)", flush=True)
+              f"(~{predicted(take):.0f} s predicted)", flush=True)
         t0 = time.time()
         records, model_steps = train_piece(take)
         seconds = time.time() - t0
         ledger["pieces"].append({**records, **stamp(device, seconds, model_steps),
-                                 "predicted": round(cost(take), 1)})  # at the spec's rate: card_scale's denominator
+                                 "predicted": round(cost(take), 1)})  # at the spec's rate: the calibration's regressor
         save_ledger(ledger, ledgers)
-        print(f"piece done in {seconds:.0f} s (predicted {scale * cost(take):.0f})", flush=True)
+        print(f"piece done in {seconds:.0f} s (predicted {predicted(take):.0f})", flush=True)
     left = len(pending())
     return f"{max_pieces} pieces done; {left} {noun}s pending" if left else f"nothing left: every {noun} is done"
 
@@ -282,12 +335,16 @@ def grid_pending(spec: dict, ledger: dict) -> list:
     return [key for key in grid_keys(spec) if key not in done]
 
 
+def grid_ensembles(spec: dict, keys: list) -> int:
+    """How many ensembles these runs train as on CUDA (grid_train)."""
+    return len(probes.ensemble_groups([grid_config(spec, key, "", "cpu") for key in keys]))
+
+
 def grid_cost(spec: dict, keys: list) -> float:
     """Predicted seconds of training these runs in one call: a fixed cost per ensemble (compilation, evaluation
     data) and the model-steps at the measured rate."""
-    cfgs = [grid_config(spec, key, "", "cpu") for key in keys]
-    return (spec["seconds_per_ensemble"] * len(probes.ensemble_groups(cfgs))
-            + spec["seconds_per_model_step"] * sum(cfg.iters for cfg in cfgs))
+    return (spec["seconds_per_ensemble"] * grid_ensembles(spec, keys)
+            + spec["seconds_per_model_step"] * sum(grid_config(spec, key, "", "cpu").iters for key in keys))
 
 
 def grid_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
@@ -355,10 +412,10 @@ def run(name: str, budget_min: float, device: str, root: str, jobs: int = 1, max
     if spec["kind"] == "k1":
         return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "probe",
                           lambda: k1_pending(spec, ledger), lambda keys: k1_piece_cost(spec, keys),
-                          lambda keys: k1_train(spec, keys, root, device, jobs))
+                          lambda keys: k1_ensembles(spec, keys), lambda keys: k1_train(spec, keys, root, device, jobs))
     return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "run",
                       lambda: grid_pending(spec, ledger), lambda keys: grid_cost(spec, keys),
-                      lambda keys: grid_train(spec, keys, root, device, jobs))
+                      lambda keys: grid_ensembles(spec, keys), lambda keys: grid_train(spec, keys, root, device, jobs))
 
 
 def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict | None:
@@ -379,6 +436,16 @@ def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict 
     return result
 
 
+def estimate(ledger: dict, keys: list, cost, ensembles) -> str:
+    """status's estimate of `keys` as one piece: calibrated on the card of the ledger's last piece (the card the
+    campaign runs on), at the spec's rate before any piece."""
+    if not ledger["pieces"]:
+        return f"~{cost(keys) / 60:.1f} min at the spec's rate"
+    on = ledger["pieces"][-1]["card"]
+    seconds = calibration(ledger, on, ensembles).seconds(ensembles(keys), cost(keys)) if keys else 0.0
+    return f"~{seconds / 60:.1f} min on {on}"
+
+
 def status(name: str, ledgers: str = LEDGERS) -> str:
     ledger, spec = load_ledger(name, ledgers), SPECS[name]
     done = f"{len(ledger['pieces'])} pieces in {ledger_path(name, ledgers)}"
@@ -386,13 +453,17 @@ def status(name: str, ledgers: str = LEDGERS) -> str:
         return f"{done}; " + ("done" if ledger["pieces"] else "the one piece (train, trace, task vectors) remains")
     if spec["kind"] == "grid":
         pending = grid_pending(spec, ledger)
+        next_piece = estimate(ledger, pending, lambda keys: grid_cost(spec, keys),
+                              lambda keys: grid_ensembles(spec, keys))
         return (f"{done}: {len(grid_records(ledger))}/{len(grid_keys(spec))} runs; next: {len(pending)} runs "
-                f"(~{grid_cost(spec, pending) / 60:.1f} min at the spec's rate)")
+                f"({next_piece})")
     searches, outcomes = k1_state(spec, ledger)
     pending = probes.pending_probes(searches)
     ended = sum(not s.pending() for s in searches.values())
+    next_piece = estimate(ledger, pending, lambda keys: k1_piece_cost(spec, keys),
+                          lambda keys: k1_ensembles(spec, keys))
     return (f"{done}: {len(outcomes)} probes, {ended}/{len(searches)} searches ended; next: {len(pending)} probes "
-            f"(~{k1_piece_cost(spec, pending) / 60:.1f} min at the spec's rate)")
+            f"({next_piece})")
 
 
 def main():

@@ -5,9 +5,14 @@
 #   2. the next pieces of each campaign in CAMPAIGNS (default "k1_paper reweight_paper tau_paper sweep_paper": the
 #      K1* searches' pending probes first, then the fixed grids), each given the time left before TOTAL seconds
 #      (default 500) from the start, less ANALYSIS seconds (default 20) for the reports; K1* pieces of at most
-#      MAX_PROBES probes (default 8), so that each measured piece corrects the next's estimate; grid pieces of at most
-#      MAX_RUNS runs (default: as many as fit). circuits_mem_paper (~8 min) and circuits_paper (done) are not in the
-#      default: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs the former in a call of its own
+#      MAX_PROBES probes (default 16). Each ensemble pays a fixed cost once: k1_paper's 11 pieces on an H100 fit
+#      35.7 s per ensemble + 0.546 x the spec's prediction (8.0 s a probe), with an 8.6 s margin
+#      (campaign.calibration), so 16 probes are predicted at 172 s (10.8 s a probe) and 8 at 108 s (13.5 s a probe);
+#      16 holds a round's control probes in one ensemble and keeps a killed piece's loss, and the fit's
+#      extrapolation beyond the 8 probes measured, moderate;
+#      grid pieces of at most MAX_RUNS runs (default: as many as fit). circuits_mem_paper (~8 min) and
+#      circuits_paper (done) are not in the default: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs the former
+#      in a call of its own
 #   3. the reports (figures from the ledgers), then the ledgers, figures and logs into $OUT/campaign.tar.gz
 #      (a lease returns at most 8 files) and the log into $OUT/campaign.log
 # Unpack here with: tar -xzf <files_at>/campaign.tar.gz   (ledgers/ and figures/ of the repository)
@@ -41,7 +46,7 @@ for name in $CAMPAIGNS; do
     budget=$($PY -c "print(round(($left - 15) / 60, 2))")
     extra=""
     case "$name" in
-        k1_*) extra="--max-probes ${MAX_PROBES:-8}";;
+        k1_*) extra="--max-probes ${MAX_PROBES:-16}";;
         *) extra="${MAX_RUNS:+--max-probes $MAX_RUNS}";;
     esac
     timeout $((left + 10)) $PY campaign.py run "$name" --budget-min "$budget" $extra 2>&1 | grep -v "^step " | tee -a "$LOG"

@@ -1,8 +1,10 @@
 """campaign.py: a campaign interrupted after every piece ends with the same ledger and figures as one uninterrupted
 call (K1* searches replayed from the ledger as they ran; fixed grids); ledgers of another spec are refused; the
-circuits campaigns' figures come from their ledgers alone; the grid reports compute what they draw on known ledgers."""
+circuits campaigns' figures come from their ledgers alone; the grid reports compute what they draw on known ledgers;
+a piece's cost is calibrated on the pieces measured on its card, and the pieces are sized by it."""
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -235,3 +237,107 @@ def test_the_sweep_report_averages_the_seeds_full_evaluations_per_K(tmp_path, dr
         assert result["n_A_1"][i] == pytest.approx([0.5] * 3)
     summary = drawn["draw_sweep"][0][0]
     assert {k: summary[k] for k in ("K", "step", "kl_2mem")} == {k: result[k] for k in ("K", "step", "kl_2mem")}
+
+
+# ----------------------------------------------------------------------------- the calibrated cost of a piece
+
+H100 = "NVIDIA H100 80GB HBM3"
+K1_PAPER = [(8, 106.1, 117.3), (2, 51.4, 29.3), (6, 89.7, 88.0), (3, 68.3, 44.0), (8, 101.7, 117.3), (8, 93.3, 117.3),
+            (8, 94.1, 117.3), (4, 61.9, 58.7), (2, 50.6, 29.3), (3, 58.8, 44.0),
+            (1, 41.2, 14.7)]  # ledgers/k1_paper.json's pieces on an H100: (control probes, seconds, predicted)
+
+
+def _piece(seconds: float, predicted: float, controls: int = 1, inject: tuple = (), card: str = H100) -> dict:
+    """A k1_paper piece as far as the calibration reads it: `controls` control probes (one ensemble) and injected
+    probes at the K in `inject` (an ensemble each)."""
+    records = [{"condition": "control", "K": 16, "seed": s} for s in range(controls)]
+    records += [{"condition": "inject", "K": K, "seed": 0} for K in inject]
+    return {"probes": records, "card": card, "seconds": seconds, "predicted": predicted}
+
+
+def _calibration(pieces: list[dict], card: str = H100) -> campaign.Calibration:
+    spec = campaign.SPECS["k1_paper"]
+    return campaign.calibration({"pieces": pieces}, card, lambda keys: campaign.k1_ensembles(spec, keys))
+
+
+def test_the_calibration_is_the_least_squares_line_raised_by_its_largest_overrun():
+    """Pieces predicted at 10, 20, 30 s took 30, 44, 50 s: the line 64/3 + 1 x predicted (residuals -4/3, 8/3, -4/3)
+    raised by the largest residual, 8/3; a piece on another card changes nothing."""
+    pieces = [_piece(30, 10), _piece(44, 20), _piece(50, 30)]
+    assert _calibration(pieces) == pytest.approx((64 / 3, 1, 8 / 3))
+    assert _calibration(pieces).seconds(1, 40) == pytest.approx(64)
+    assert _calibration(pieces + [_piece(500, 20, card="cpu")]) == pytest.approx((64 / 3, 1, 8 / 3))
+
+
+def test_the_fixed_cost_is_paid_per_ensemble():
+    """Control probes train as one ensemble, injected ones as one per K (k1_train), each paying the fixed cost: pieces
+    at 20 s per ensemble + 1 x predicted, one of them of three ensembles, give back a = 20, c = 1 exactly."""
+    keys = [("control", 16, s) for s in range(5)] + [("inject", K, s) for s in range(4) for K in (16, 4096)]
+    assert campaign.k1_ensembles(campaign.SPECS["k1_paper"], keys) == 3
+    fit = _calibration([_piece(30, 10), _piece(50, 30), _piece(100, 40, controls=2, inject=(16, 4096))])
+    assert fit == pytest.approx((20, 1, 0), abs=1e-9)
+    assert fit.seconds(3, 50) == pytest.approx(110)
+
+
+def test_the_calibration_has_no_negative_fixed_cost():
+    """Pieces predicted at 10 and 30 s that took 5 and 40 s: the line -12.5 + 1.75 x predicted would promise a
+    three-ensemble piece predicted at 10 s in -20 s; the fit without a fixed cost is 1.25 x predicted, raised by 2.5."""
+    assert _calibration([_piece(5, 10), _piece(40, 30)]) == pytest.approx((0, 1.25, 2.5))
+
+
+def test_without_a_line_the_calibration_is_the_slowest_pieces_factor():
+    """No piece on this card: the spec's rate (another card's pieces count for nothing). Pieces of one predicted
+    seconds, or a line with a slope <= 0 (larger pieces measured faster): the slowest measured / predicted."""
+    other = _piece(300, 10, card="cpu")
+    assert _calibration([]) == (0, 1, 0)
+    assert _calibration([other]) == (0, 1, 0)
+    assert _calibration([_piece(30, 10), _piece(45, 10), other]) == pytest.approx((0, 4.5, 0))
+    assert _calibration([_piece(60, 10), _piece(50, 30), other]) == pytest.approx((0, 6, 0))
+
+
+def test_k1_papers_pieces_predict_an_8_probe_piece_within_15_s():
+    """The H100's 11 pieces fit 35.7 s per ensemble + 0.546 x predicted (8 s per probe): an 8-probe piece, 117.3 s at
+    the spec's rate and 93-106 s measured, is predicted no faster than the slowest of them and within 15 s of their
+    mean (the slowest piece's factor, 41.2 / 14.7, predicted 329 s); no measured piece is above its prediction."""
+    fit = _calibration([_piece(seconds, predicted, controls=n) for n, seconds, predicted in K1_PAPER])
+    assert fit.a == pytest.approx(35.7, abs=0.05) and fit.c == pytest.approx(0.546, abs=0.001)
+    eight = [seconds for n, seconds, _ in K1_PAPER if n == 8]
+    assert max(eight) <= fit.seconds(1, 117.3) <= np.mean(eight) + 15
+    assert all(seconds <= fit.seconds(1, predicted) for _, seconds, predicted in K1_PAPER)
+
+
+@pytest.mark.parametrize("todo, take, seconds", [
+    ([("control", 16, s) for s in range(10)], 4, 64),
+    ([("control", 16, 0), ("control", 16, 1)] + [("inject", K, s) for s in range(4) for K in (16, 4096)], 2, 44)])
+def test_the_chooser_takes_as_many_runs_as_the_calibrated_cost_fits(tmp_path, capsys, todo, take, seconds):
+    """Calibrated at 64/3 s per ensemble + 1 x predicted + 8/3 (above), runs predicted at 10 s each, 73 s left.
+    Control probes (one ensemble): a piece of 4 (64 s; 5 would take 74), where the spec's rate would take 7, the
+    line without its margin 5, and the slowest piece's factor (3) 2. Two control probes, then injected ones: 2
+    (44 s), since the first injected probe adds an ensemble (75 s)."""
+    ledger = {"campaign": "k1_tiny", "pieces": [_piece(30, 10, card="cpu"), _piece(44, 20, card="cpu"),
+                                                _piece(50, 30, card="cpu")]}
+    trained = []
+
+    def train_piece(keys):
+        trained.append(keys)
+        return {"probes": [{"condition": c, "K": K, "seed": s} for c, K, s in keys]}, len(keys)
+
+    spec = campaign.SPECS["k1_paper"]
+    campaign.run_pieces(ledger, "cpu", time.time() + 73, 10**6, 1, str(tmp_path), "probe", lambda: todo,
+                        lambda keys: 10 * len(keys), lambda keys: campaign.k1_ensembles(spec, keys), train_piece)
+    assert trained == [todo[:take]]
+    assert f"piece 4: {take} of {len(todo)} pending probes (~{seconds} s predicted)" in capsys.readouterr().out
+
+
+def test_status_estimates_the_next_piece_calibrated_on_the_ledgers_card(tmp_path):
+    """tau_tiny's seeds 0 and 1 in pieces predicted at 10 and 20 s that took 30 and 44 s (16 s per ensemble + 1.4 x
+    predicted): seed 2's run, 1.06 s at the spec's rate (1 s per ensemble + 6 steps x 0.01 s), is ~17.5 s on that
+    card; before any piece, the spec's rate."""
+    ledgers = _ledger(tmp_path, "tau_tiny", [_member("control", 4, s, [0.1], [2.0]) for s in (0, 1)])
+    ledger = campaign.load_ledger("tau_tiny", ledgers)
+    for piece, (seconds, predicted) in zip(ledger["pieces"], [(30, 10), (44, 20)]):
+        piece.update(seconds=seconds, predicted=predicted)
+    campaign.save_ledger(ledger, ledgers)
+    assert campaign.status("tau_tiny", ledgers).endswith("2/3 runs; next: 1 runs (~0.3 min on cpu)")
+    before = campaign.status("tau_tiny", str(tmp_path / "none"))
+    assert before.endswith("0/3 runs; next: 3 runs (~0.0 min at the spec's rate)")
