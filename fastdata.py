@@ -14,8 +14,8 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
 
 The ensembles (runs.py) and train.py's CUDA block sample through `batches` (E separate batch() calls cost more
 than the step itself); on CUDA its walk along the chains is one Triton launch (kernels/markov_walk.py, the same
-numbers; WALK_KERNEL = False keeps the scan). Both pass `predict` to evaluation.make_eval_data (the paper preset's L_train levels:
-8192 sequences of 257 states against K = 1024 chains and more).
+numbers; WALK_KERNEL = False keeps the scan). Both pass `predict` to evaluation.make_eval_data (the paper
+preset's L_train levels: 8192 sequences of 257 states against K = 1024 chains and more).
 """
 import math
 import os

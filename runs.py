@@ -246,8 +246,8 @@ def print_progress(step: int, iters: int, losses: list[float], rows: list[list[d
 class Progress:
     """The progress lines of a run (or ensemble) from step `start`: at every full evaluation, at the end, and
     at least every PROGRESS_SECONDS; the rate leaves the evaluations' time out (progress_rate), and the set-up
-    before begin() (evaluation data, compilation, the CUDA graph's capture: ~16 s on an H100, where 10^4 steps
-    take ~11 s) out too: counted in, the first line of a GPU run said ETA 456 min for a 1.3 min run."""
+    before begin() too (evaluation data, compilation, the CUDA graph's capture): on a GPU it can outlast
+    thousands of steps, and counted in it would make a young run's ETA hundreds of times too long."""
 
     def __init__(self, cfgs: list, where: str, start: int, resume_step: int | None, evals: set[int], quiet: bool):
         self.cfgs, self.start, self.evals, self.quiet = cfgs, start, evals, quiet

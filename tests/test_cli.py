@@ -353,7 +353,7 @@ def test_progress_at_least_every_PROGRESS_SECONDS(tmp_path, monkeypatch, capsys)
 @pytest.mark.parametrize("members", [1, 2])
 def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members):
     """Set-up before the first step (here 1000 s of evaluation data on runs.py's clock) is not in the rate, of a
-    single run or of an ensemble: with it, the first line of a GPU run said ETA 456 min for a 1.3 min run."""
+    single run or of an ensemble (a GPU run's compilation and graph capture once made its first ETA ~300x too long)."""
     clock = [0.0]
 
     def tick():
