@@ -9,9 +9,11 @@ the same uniforms; nothing is rounded differently).
 
 Why: fastdata._states runs the walk as a sqrt(L)-depth scan of small torch operations, ~150 launches for the
 paper's L = 257. Inside the training step's CUDA graph each still costs a few microseconds, about a third of a
-single run's step. Here one launch walks every sequence: a program keeps its tile's C x C cumulated tables in
-registers and picks column s_{t-1} by a compare against a one-hot mask, so the serial chain of L - 1
-positions never waits on memory; the uniforms of the next position do not depend on the walk and load ahead.
+single run's step. Here one launch walks every sequence, a thread per sequence: at each position it loads the
+C - 1 counted entries of column s_{t-1} (its table, C^2 numbers, stays in the L1 cache after the first steps), all
+at once, and counts those <= u_t. The serial chain of L - 1 positions costs one cached load's latency and C - 1
+compares per position (C is a compile-time constant: the loads unrolled, no shuffles); the uniforms do not
+depend on the walk, and each loads one position ahead.
 
 The uniforms come in markov.uniforms' layout, u (block, nb, n): position t = k * block + j + 1 takes u[j, k, b].
 """
@@ -23,31 +25,33 @@ try:
 except ImportError:
     triton = None
 
-BLOCK_N = 16  # sequences per program: their tables, BLOCK_N x 16 x 16 numbers, stay in registers
+BLOCK_N = 32  # sequences per program (one warp: the walk is latency-bound, so small programs, many of them)
 
 
 if triton is not None:
 
     @triton.jit
-    def _walk_kernel(CDF, S0, U, SEQS, n, length, block, nb, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
-        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        mu = tl.arange(0, BLOCK_C)  # the previous state (column)
-        tau = tl.arange(0, BLOCK_C)  # the entry of the column's CDF
+    def _walk_kernel(CDF, S0, U, SEQS, n, length, block, nb, C: tl.constexpr, BLOCK_N: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # a thread per sequence
         live = rows < n
-        # cdf[b, tau, mu] at b C^2 + tau C + mu, held as [b, mu, tau]; the last entry (tau = C - 1) and the
-        # padding read as 2 > any uniform, so that they are never counted
-        where = rows[:, None, None].to(tl.int64) * C * C + tau[None, None, :] * C + mu[None, :, None]
-        keep = live[:, None, None] & (mu[None, :, None] < C) & (tau[None, None, :] < C - 1)
-        cdf = tl.load(CDF + where, mask=keep, other=2.0)
+        table = CDF + rows.to(tl.int64) * C * C  # cdf[b, tau, mu] at b C^2 + tau C + mu
         s = tl.load(S0 + rows, mask=live, other=0)
         out = SEQS + rows.to(tl.int64) * length
         tl.store(out, s, mask=live)
+        u = tl.load(U + rows, mask=live & (length > 1), other=0.0)  # position 1's uniform, u[0, 0]
         for t in range(1, length):
-            i = t - 1
-            u = tl.load(U + ((i % block) * nb + i // block).to(tl.int64) * n + rows, mask=live, other=0.0)
-            hit = (mu[None, :, None] == s[:, None, None]) & (cdf <= u[:, None, None])
-            s = tl.sum(tl.sum(hit.to(tl.int32), 2), 1).to(s.dtype)
+            # position t + 1's uniform (u[t % block, t // block]) loads while position t is drawn: the walk does
+            # not wait for it
+            u_next = tl.load(U + ((t % block) * nb + t // block).to(tl.int64) * n + rows, mask=live & (t + 1 < length),
+                             other=0.0)
+            # the C - 1 counted entries of column s_{t-1}, each a load of its own, all issued at once; the last
+            # entry is never counted (inverse_cdf clamps to C - 1)
+            count = tl.zeros([BLOCK_N], tl.int32)
+            for tau in tl.static_range(C - 1):
+                count += (tl.load(table + tau * C + s, mask=live, other=2.0) <= u).to(tl.int32)
+            s = count.to(s.dtype)
             tl.store(out + t, s, mask=live)
+            u = u_next
 
 
 def walk(cdf: torch.Tensor, s0: torch.Tensor, u: torch.Tensor, length: int) -> torch.Tensor:
@@ -65,5 +69,5 @@ def walk(cdf: torch.Tensor, s0: torch.Tensor, u: torch.Tensor, length: int) -> t
     seqs = torch.empty(n, length, dtype=torch.int64, device=cdf.device)
     block, nb = u.shape[:2]
     _walk_kernel[(triton.cdiv(n, BLOCK_N),)](cdf.contiguous(), s0.contiguous(), u.contiguous(), seqs, n, length,
-                                             block, nb, C, BLOCK_N=BLOCK_N, BLOCK_C=16)
+                                             block, nb, C=C, BLOCK_N=BLOCK_N, num_warps=1)
     return seqs
