@@ -202,10 +202,14 @@ def k1_piece_cost(spec: dict, keys: list) -> float:
     return len(keys) * (iters * spec["seconds_per_model_step"] + spec["seconds_per_probe"])
 
 
+def k1_configs(spec: dict, keys: list, root: str = "", device: str = "cpu") -> list[train.Config]:
+    """The probes (condition, K, seed) `keys` as train.Configs under root."""
+    return [probes.probe_config(spec["preset"], spec["probe"], *key, root, device=device, **flag(spec)) for key in keys]
+
+
 def k1_ensembles(spec: dict, keys: list) -> int:
     """How many ensembles these probes train as on CUDA (k1_train): each pays the fixed cost k1_piece_cost omits."""
-    return len(probes.ensemble_groups([probes.probe_config(spec["preset"], spec["probe"], *key, "", device="cpu",
-                                                           **flag(spec)) for key in keys]))
+    return len(probes.ensemble_groups(k1_configs(spec, keys)))
 
 
 def k1_pending(spec: dict, ledger: dict) -> list:
@@ -215,7 +219,7 @@ def k1_pending(spec: dict, ledger: dict) -> list:
 def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
     """The probes `keys` trained (as ensembles of one schedule each on CUDA: the controls of a round together,
     injected probes per K): their ledger records, and the model-steps."""
-    cfgs = [probes.probe_config(spec["preset"], spec["probe"], *key, root, device=device, **flag(spec)) for key in keys]
+    cfgs = k1_configs(spec, keys, root, device)
     outcome = probes.run_probes(cfgs, jobs)
     return ({"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(rows, DENSE_KEYS)}
                         for (c, K, s), rows in zip(keys, outcome)]}, sum(cfg.iters for cfg in cfgs))
