@@ -10,7 +10,10 @@ the state_dict keys, checkpoints and the optimizer's references stay what they w
   Embedding    x0 = W_E[s] by kernels/embedding.py: torch's lookup under an ensemble's vmap is a slow gather,
                and its backward sorts the positions
   Attention    kernels/attention.py; the weights A (cache=True) only when asked for, from the saved
-               log-sum-exp. Gradient reweighting (prev_weight < 1) edits A itself and keeps the reference
+               log-sum-exp. Gradient reweighting (prev_weight < 1) edits A itself and keeps the reference.
+               W_Q, W_K, W_V run as one projection (fuse_qkv): the kernel reads q, k, v in place from its
+               output and writes their gradient as one tensor, so that the backward is one matmul to LN(x),
+               not three and two adds of their results (the parameters stay three, as transformer.py has them)
   MLP          kernels/mlp.py, which never stores the hidden layer
   Transformer  the same forward, with each residual add and the LayerNorm of the block that reads its result
                in one kernel (kernels/layer_norm.add_layer_norm: the fp32 residual stream is the largest tensor
@@ -50,6 +53,7 @@ class Kernels:
     mlp: bool = True
     layer_norm: bool = True  # off: torch's LayerNorm, and the residual adds apart from it
     fuse_add: bool = True  # each residual add inside the LayerNorm kernel that follows it
+    fuse_qkv: bool = True  # W_Q, W_K, W_V as one projection, whose output the attention kernel reads in place
 
     def __post_init__(self):
         if self.fuse_add and not self.layer_norm:
@@ -114,7 +118,12 @@ class Attention(transformer.Attention):
     def forward(self, x: torch.Tensor, need_weights: bool = True, normed: torch.Tensor | None = None):
         B, N, D = x.shape
         h = layer_norm(x, self.kernels) if normed is None else normed
-        q, k, v = (W(h).view(B, 1, N, D) for W in (self.W_Q, self.W_K, self.W_V))  # (B, 1, N, D): one head
+        if self.kernels.fuse_qkv:  # LN(x) [W_Q; W_K; W_V]^T, (B, N, 3 D), seen as (3, B, 1, N, D) without a copy
+            W_QKV = torch.cat([self.W_Q.weight, self.W_K.weight, self.W_V.weight])
+            qkv = F.linear(h, W_QKV).view(B, N, 3, 1, D).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+        else:
+            q, k, v = (W(h).view(B, 1, N, D) for W in (self.W_Q, self.W_K, self.W_V))  # (B, 1, N, D): one head
         bias = self.position_bias(N)
         if not (self.kernels.attention and self.prev_weight == 1.0 and D in (16, 32, 64, 128)
                 and _takes(attention_kernel, q, dtypes=(torch.float32, torch.bfloat16))):
@@ -122,6 +131,8 @@ class Attention(transformer.Attention):
         elif need_weights:
             out, lse = attention_kernel.attention_forward(q, k, v, bias, self.rotary)
             A = attention_kernel.attention_rows(q, k, lse, torch.arange(N, device=q.device), bias, self.rotary)
+        elif self.kernels.fuse_qkv:  # the gradient comes back as one (B, N, 3 D) tensor: one matmul to LN(x)
+            out, A = attention_kernel.attention_packed(qkv, bias, self.rotary), None
         else:
             out, A = attention_kernel.attention(q, k, v, bias, self.rotary), None
         return out.view(B, N, D), (A[:, 0] if need_weights else None)

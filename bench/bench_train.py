@@ -77,6 +77,7 @@ VARIANTS = {
     "unfused add": Kernels(fuse_add=False),
     "torch MLP": Kernels(mlp=False),
     "torch embedding": Kernels(embedding=False),
+    "unfused QKV": Kernels(fuse_qkv=False),
 }
 
 
@@ -239,7 +240,7 @@ def main():
                   for precision in ("", "bf16 ") for E in (1, E_max)]
         cases += [(1, True, f"{precision}compiled") for precision in ("", "bf16 ")]
         # the MLP kernel takes fp32 only with TF32 allowed: without --tf32 its fp32 rows would time the baseline
-        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding")
+        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding", "unfused QKV")
                   for precision in ("", "bf16 ") if precision or args.tf32 or piece != "torch MLP" for E in (1, E_max)]
     if args.previous:
         cases += [(E, True, f"{precision}previous kernel") for precision in ("", "bf16 ") for E in (1, E_max)]
@@ -253,8 +254,10 @@ def main():
           f"their spread; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
           "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; scan sampling = the sampler in the graph with "
-          "fastdata's scan instead of kernels/markov_walk.py's walk; host sampling = "
+          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; unfused QKV = three "
+          "projections W_Q, W_K, W_V and the attention kernel on q, k, v apart, instead of one projection read in "
+          "place; scan sampling = the sampler in the graph with fastdata's scan instead of kernels/markov_walk.py's "
+          "walk; host sampling = "
           "fastdata.batches outside the step's CUDA graph, its batch copied in; loop sampling = one TaskSet.batch call "
           "per member, outside the graph; previous kernel = attention from --previous; compiled = torch.compile of the "
           "plain model's whole step (no kernels of ours), graphed; bf16 = mixed precision (train.py --bf16)")

@@ -112,10 +112,17 @@ if triton is not None:
         return tl.reshape(tl.join(x1, x0), (BLOCK, D))
 
     @triton.jit
-    def _load_rows(ptr, offs, N, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
-        """Rows offs of a contiguous (N, D) matrix as a dot operand; rows past N read as zero."""
+    def _first_row(bh, H, stride_b, stride_h):
+        """Offset of sequence bh = b H + h (the grid's axis over batch and heads) in a tensor whose batch and
+        head axes have strides stride_b, stride_h: a packed q, k, v's views are not contiguous."""
+        return (bh // H).to(tl.int64) * stride_b + (bh % H).to(tl.int64) * stride_h
+
+    @triton.jit
+    def _load_rows(ptr, offs, stride, N, D: tl.constexpr, DT: tl.constexpr, UPCAST: tl.constexpr):
+        """Rows offs (row stride `stride`, columns contiguous) of an (N, D) matrix as a dot operand; rows past N
+        read as zero."""
         offs_d = tl.arange(0, D)
-        x = tl.load(ptr + offs[:, None] * D + offs_d[None, :], mask=offs[:, None] < N, other=0.0)
+        x = tl.load(ptr + offs[:, None] * stride + offs_d[None, :], mask=offs[:, None] < N, other=0.0)
         return operand(x, DT, UPCAST)
 
     @triton.jit
@@ -129,27 +136,30 @@ if triton is not None:
     # ------------------------------------------------------------------------- forward: the rotary pre-pass
 
     @triton.jit
-    def _rotate_rows(X, XR, idx, mask, cos, sin, SEQS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
-        """XR = x * cos + x_swapped * (-+sin) in fp32 for a (SEQS, BLOCK, D) tile, x_swapped (each pair
-        exchanged) shuffled in registers: a second load through the column index c ^ 1 could not be
+    def _rotate_rows(X, XR, idx, idx_r, mask, cos, sin, SEQS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+        """XR[idx_r] = x * cos + x_swapped * (-+sin) in fp32 for the (SEQS, BLOCK, D) tile x = X[idx], x_swapped
+        (each pair exchanged) shuffled in registers: a second load through the column index c ^ 1 could not be
         vectorized and held the pre-pass to ~0.9 TB/s in bf16 (bench_attention.py --rotate)."""
         x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
         x_swapped = tl.reshape(_swap_pairs(tl.reshape(x, (SEQS * BLOCK, D)), SEQS * BLOCK, D), (SEQS, BLOCK, D))
-        tl.store(XR + idx, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
+        tl.store(XR + idx_r, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
-        """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences
-        of the (S, N, D) tensors, as (SEQS, BLOCK, D) tiles: the angles are loaded once for all SEQS
-        sequences, and every load of the program is issued at once."""
+    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, H, stride_b, stride_h, stride_n,
+                       D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
+        """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences,
+        as (SEQS, BLOCK, D) tiles: q, k read with the inputs' strides, QR, KR written contiguous (S, N, D).
+        The angles are loaded once for all SEQS sequences, and every load of the program is issued at once."""
         pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         seq = tl.program_id(1) * SEQS + tl.arange(0, SEQS)
         offs_d = tl.arange(0, D)
         cos, sin = _load_angles(Cos, Sin, pos, pos < N, D)
-        idx = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D + offs_d[None, None, :]
+        first = _first_row(seq, H, stride_b, stride_h)
+        idx = first[:, None, None] + pos[None, :, None] * stride_n + offs_d[None, None, :]
+        idx_r = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D + offs_d[None, None, :]
         mask = (seq[:, None, None] < S) & (pos[None, :, None] < N)
-        _rotate_rows(Q, QR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
-        _rotate_rows(K, KR, idx, mask, cos[None], sin[None], SEQS, BLOCK, D)
+        _rotate_rows(Q, QR, idx, idx_r, mask, cos[None], sin[None], SEQS, BLOCK, D)
+        _rotate_rows(K, KR, idx, idx_r, mask, cos[None], sin[None], SEQS, BLOCK, D)
 
     # ------------------------------------------------------------------------- forward: the online softmax
 
@@ -164,25 +174,27 @@ if triton is not None:
         return tl.where(valid, s, float("-inf")), valid
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale,
+    def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale, sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
                     HAS_BIAS: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One program per query block: online softmax over the key blocks up to the diagonal."""
+        """One program per query block: online softmax over the key blocks up to the diagonal. Q and K have
+        the strides sqk_* (batch, head, row), V has sv_*, Out is contiguous (B, H, N, D)."""
         start_m = tl.program_id(0) * BLOCK_M
         bh = tl.program_id(1)
         h = bh % H
         offset = bh * N * D
+        qk, vb = _first_row(bh, H, sqk_b, sqk_h), _first_row(bh, H, sv_b, sv_h)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
+        q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), tl.float32)  # running normalizer
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
-            v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
+            k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
+            v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
             s, _ = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
@@ -216,20 +228,22 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, Out, DO, Lse, Delta, DQ, DBias, N, H, scale,
+                       sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
                        HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
         """One program per query block: delta = rowsum(dO * O) (stored for the dk/dv kernel),
         dQ = dS K / sqrt(d) rotated back, and with a bias what the bias gradient needs of every dS tile
-        (bias_gradient.store_tile, by the method DIAGONAL)."""
+        (bias_gradient.store_tile, by the method DIAGONAL). Strides as in _fwd_kernel; DQ has V's."""
         pid_m = tl.program_id(0)
         start_m = pid_m * BLOCK_M
         bh = tl.program_id(1)
         h = bh % H
         offset = bh * N * D
+        qk, vb = _first_row(bh, H, sqk_b, sqk_h), _first_row(bh, H, sv_b, sv_h)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, D)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
+        q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
         row_mask = offs_m[:, None] < N
         do_raw = tl.load(DO + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
         o = tl.load(Out + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
@@ -241,35 +255,37 @@ if triton is not None:
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
-            v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
+            k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
+            v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(operand(ds, DT, UPCAST), k)
             if HAS_BIAS:
                 store_tile(ds, DBias, bh, pid_m, start_n, offs_m, offs_n, N, row_mask, BLOCK_M, BLOCK_N, DIAGONAL)
         dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK_M)
-        tl.store(DQ + offset + offs_m[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
+        tl.store(DQ + vb + offs_m[:, None] * sv_n + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
 
     @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, Bias, Cos, Sin, DO, Lse, Delta, DK, DV, N, H, scale,
+                         sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
                          HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """One program per key block: dV = P^T dO and dK = dS^T Q / sqrt(d) (rotated back), summed
-        over the query blocks at and below the diagonal."""
+        over the query blocks at and below the diagonal. Strides as in _fwd_kernel; DK and DV have V's."""
         start_n = tl.program_id(0) * BLOCK_N
         bh = tl.program_id(1)
         h = bh % H
         offset = bh * N * D
+        qk, vb = _first_row(bh, H, sqk_b, sqk_h), _first_row(bh, H, sv_b, sv_h)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         DT: tl.constexpr = Q.dtype.element_ty
-        k = _load_rows(K + offset, offs_n, N, D, DT, UPCAST)
-        v = _load_rows(V + offset, offs_n, N, D, DT, UPCAST)
+        k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
+        v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q = _load_rows(Q + offset, offs_m, N, D, DT, UPCAST)
-            do = _load_rows(DO + offset, offs_m, N, D, DT, UPCAST)
+            q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
+            do = _load_rows(DO + offset, offs_m, D, N, D, DT, UPCAST)
             lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
             delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
@@ -278,8 +294,8 @@ if triton is not None:
         dk = _unrotate(dk * scale, Cos, Sin, offs_n, N, ROTARY, D, BLOCK_N)
         offs_d = tl.arange(0, D)
         mask = offs_n[:, None] < N
-        tl.store(DK + offset + offs_n[:, None] * D + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
-        tl.store(DV + offset + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
+        tl.store(DK + vb + offs_n[:, None] * sv_n + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
+        tl.store(DV + vb + offs_n[:, None] * sv_n + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -322,55 +338,60 @@ def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.T
 ROTATE_BLOCK, ROTATE_SEQS = 32, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
 
 
+def _strides(x) -> tuple[int, int, int]:
+    """(batch, head, row) strides of a (B, H, N, d) tensor whose rows are contiguous."""
+    return x.stride()[:3]
+
+
 def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
-    """(R q, R k) in the input dtype, one launch for both."""
+    """(R q, R k) in the input dtype, contiguous, one launch for both; q and k share their strides."""
     B, H, N, d = q.shape
     cos, sin = _kernel_rotary_tables(N, d, q.device)
-    qr, kr = torch.empty_like(q), torch.empty_like(k)
+    qr, kr = torch.empty(q.shape, device=q.device, dtype=q.dtype), torch.empty(k.shape, device=k.device, dtype=k.dtype)
     grid = (triton.cdiv(N, block), triton.cdiv(B * H, seqs))
-    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, D=d, BLOCK=block, SEQS=seqs)
+    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, H, *_strides(q), D=d, BLOCK=block, SEQS=seqs)
     return qr, kr
 
 
 def _forward(q, k, v, bias, tile=None):
-    """(out, lse) of already rotated q, k."""
+    """(out, lse) of already rotated q, k (sharing their strides; v may have others); out contiguous."""
     B, H, N, d = q.shape
     tile = tile or _tile("fwd", q.dtype, bias is not None, N)
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _fwd_kernel[(triton.cdiv(N, tile.block_m), B * H)](
-        q, k, v, bias if bias is not None else q, out, lse, N, H, 1.0 / math.sqrt(d),
+        q, k, v, bias if bias is not None else q, out, lse, N, H, 1.0 / math.sqrt(d), *_strides(q), *_strides(v),
         HAS_BIAS=bias is not None, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
         num_warps=tile.warps, num_stages=tile.stages)
     return out, lse
 
 
-def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None):
-    """(dq, delta, dbias): dq rotated back, delta = rowsum(dO * O), and with a bias its gradient (H, N)
-    in fp32 (else None), from what the kernel wrote for it (kernels/bias_gradient.py)."""
+def _backward_dq(q, k, v, bias, rotary, out, lse, do, dq, tile=None):
+    """(delta, dbias), dq written in place (v's strides), rotated back: delta = rowsum(dO * O), and with a bias
+    its gradient (H, N) in fp32 (else None), from what the kernel wrote for it (kernels/bias_gradient.py)."""
     B, H, N, d = q.shape
     tile = tile or _tile("dq", q.dtype, bias is not None, N)
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
     written = bias_gradient.buffer(tile, B, H, N, q.device, q.dtype) if bias is not None else q  # q: a dummy
-    dq = torch.empty_like(q)
     delta = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _bwd_dq_kernel[(triton.cdiv(N, tile.block_m), B * H)](
         q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, written, N, H, 1.0 / math.sqrt(d),
+        *_strides(q), *_strides(v),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, DIAGONAL=tile.diagonal, num_warps=tile.warps, num_stages=tile.stages)
-    return dq, delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
+    return delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
 
 
-def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
+def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, dk, dv, tile=None):
+    """dk, dv written in place (v's strides), dk rotated back."""
     B, H, N, d = q.shape
     tile = tile or _tile("dkdv", q.dtype, bias is not None, N)
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
     _bwd_dkdv_kernel[(triton.cdiv(N, tile.block_n), B * H)](
         q, k, v, bias if bias is not None else q, cos, sin, do, lse, delta, dk, dv, N, H, 1.0 / math.sqrt(d),
+        *_strides(q), *_strides(v),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
-    return dk, dv
 
 
 # ----------------------------------------------------------------------------- autograd and vmap
@@ -378,11 +399,14 @@ def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None):
 
 class _Attention(torch.autograd.Function):
     """(out, lse) of the kernels, and with rotary also the rotated q, k (saved for the backward);
-    differentiable in q, k, v and bias through out only."""
+    differentiable in the inputs and bias through out only. The inputs are q, k, v (B, H, N, d), or, with
+    k = v = None, the three packed in one tensor qkv (3, B, H, N, d): then the gradient is one tensor of
+    qkv's layout too, which the kernels write in place (no stack of dq, dk, dv)."""
 
     @staticmethod
-    def forward(q, k, v, bias, rotary):
+    def forward(qkv, k, v, bias, rotary):
         """(out, lse), and with rotary the rotated q, k that the backward works on."""
+        q, k, v = qkv.unbind(0) if k is None else (qkv, k, v)
         if not rotary:
             return _forward(q, k, v, bias)
         q, k = _rotate(q, k)
@@ -390,14 +414,17 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        q, k, v, bias, rotary = inputs
+        qkv, k, v, bias, rotary = inputs
+        ctx.packed = k is None
+        q, k, v = qkv.unbind(0) if ctx.packed else (qkv, k, v)
         if rotary:
             out, lse, q, k = output
             ctx.mark_non_differentiable(lse, q, k)
         else:
             out, lse = output
             ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
+        # packed: qkv itself (v is a view of it, so it stays alive anyway) for the gradient's layout
+        ctx.save_for_backward(q, k, qkv if ctx.packed else v, bias, out, lse)
         ctx.rotary = rotary
         ctx.set_materialize_grads(False)  # no zero tensors for the gradients of lse and rotated q, k
 
@@ -406,31 +433,41 @@ class _Attention(torch.autograd.Function):
         if do is None:  # only lse (or the rotated q, k) was used: nothing flows back
             return None, None, None, None, None
         q, k, v, bias, out, lse = ctx.saved_tensors
+        if ctx.packed:  # v is qkv: one gradient with its strides, which the kernels write as v's
+            dqkv = torch.empty_strided(v.shape, v.stride(), device=v.device, dtype=v.dtype)
+            v, (dq, dk, dv) = v[2], dqkv.unbind(0)
+        else:
+            dq, dk, dv = (torch.empty_like(v) for _ in range(3))
         do = do.contiguous()
-        dq, delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do)
-        dk, dv = _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do)
-        return dq, dk, dv, dbias.to(bias.dtype) if bias is not None else None, None
+        delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do, dq)
+        _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do, dk, dv)
+        dbias = dbias.to(bias.dtype) if bias is not None else None
+        return (dqkv, None, None, dbias, None) if ctx.packed else (dq, dk, dv, dbias, None)
 
     @staticmethod
-    def vmap(info, in_dims, q, k, v, bias, rotary):
+    def vmap(info, in_dims, qkv, k, v, bias, rotary):
         """torch.func.vmap over a leading model axis E (an ensemble, ensemble.py): E models of B sequences
         are E * B sequences, (E, B, H, N, d) -> (E * B, H, N, d), a view when the member axis leads (as
         the model's projections leave it), and the kernels run unchanged. A bias differs per model, and
         the kernels index it by head, so with a bias the member axis folds into the head axis instead:
-        (B, E * H, N, d) and bias (E, H, N) -> (E * H, N), at the price of a copy of q, k, v and of the
-        outputs' layout."""
+        (B, E * H, N, d) and bias (E, H, N) -> (E * H, N); separate q, k, v are copied then, a packed qkv
+        (3, ...) is a view still where H = 1 (the kernels take any batch and head strides)."""
         E = info.batch_size
-        q_dim, k_dim, v_dim, bias_dim, _ = in_dims
-        axis = 1 if bias is not None else 0  # the kernels' axis that takes the members: heads or sequences
+        packed = k is None
+        qkv_dim, k_dim, v_dim, bias_dim, _ = in_dims
+        axis = (1 if bias is not None else 0) + packed  # the kernels' axis that takes the members: heads or sequences
 
         def fold(x, dim):  # member axis at `dim` (None: shared by all members) -> merged into `axis`
             x = x.movedim(dim, 0) if dim is not None else x.expand(E, *x.shape)
-            return x.movedim(0, axis).flatten(axis, axis + 1).contiguous()
+            x = x.movedim(0, axis).flatten(axis, axis + 1)  # a view where the strides allow it
+            return x if packed and x.stride(-1) == 1 and 0 not in x.stride() else x.contiguous()
 
         if bias is not None:
             bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(E, -1, -1)
             bias = bias.flatten(0, 1).contiguous()  # (E * H, N)
-        outputs = _Attention.apply(fold(q, q_dim), fold(k, k_dim), fold(v, v_dim), bias, rotary)
+        inputs = (fold(qkv, qkv_dim), None, None) if packed else (fold(qkv, qkv_dim), fold(k, k_dim), fold(v, v_dim))
+        outputs = _Attention.apply(*inputs, bias, rotary)
+        axis -= packed  # the outputs are (B, H, N, d) (or (B, H, N))
 
         def unfold(x):  # the merged axis -> (E, B, H, ...)
             return x.unflatten(axis, (E, -1)).movedim(axis, 0)
@@ -455,6 +492,23 @@ def attention(q, k, v, bias=None, rotary=False):
     Triton kernels, differentiable in q, k, v and bias. q, k, v: (B, H, N, d), fp32 or bf16.
     Works under torch.func.vmap (see _Attention.vmap)."""
     return _apply(q, k, v, bias, rotary)[0]
+
+
+def attention_packed(qkv, bias=None, rotary=False):
+    """attention(*qkv, bias, rotary) for q, k, v packed in one tensor qkv (3, B, H, N, d) of any strides with
+    contiguous rows, as one projection's output leaves them (fastpath.py: LN(x) W_QKV^T, (B, N, 3 D) viewed as
+    (3, B, 1, N, D)): the kernels read the three in place, and the gradient is one tensor of qkv's layout,
+    written in place, that the projection's backward takes in one matmul. Out (B, H, N, d) contiguous."""
+    if triton is None:
+        raise RuntimeError("the attention kernel needs triton")
+    if qkv.dim() != 5 or qkv.shape[0] != 3:
+        raise ValueError(f"qkv must have shape (3, B, H, N, d), got {tuple(qkv.shape)}")
+    _check(*qkv.unbind(0), bias)
+    if bias is not None:
+        bias = bias.float().contiguous()
+    if qkv.stride(-1) != 1 or 0 in qkv.stride():  # the gradient is written with qkv's strides: no overlaps
+        qkv = qkv.contiguous()
+    return _Attention.apply(qkv, None, None, bias, rotary)[0]
 
 
 @torch.no_grad()

@@ -106,6 +106,56 @@ def test_gradients_do_not_depend_on_the_order_of_the_programs(monkeypatch):
         assert torch.equal(a, b), name
 
 
+# layouts of a packed qkv (3, B, H, N, d), as the permutation that takes the named buffer there: one projection's
+# output (B, N, 3, H, d) (fastpath.py's, with rows 3 H d apart), a stack (3, B, H, N, d), and (B, H, 3, N, d)
+PACKINGS = {"projection": (2, 0, 3, 1, 4), "stacked": (0, 1, 2, 3, 4), "per head": (2, 0, 1, 3, 4)}
+
+
+def packed(q, k, v, packing):
+    """q, k, v (B, H, N, d) copied into one buffer of the layout `packing`, seen as (3, B, H, N, d)."""
+    perm = PACKINGS[packing]
+    stacked = torch.stack([q.detach(), k.detach(), v.detach()])  # (3, B, H, N, d)
+    buffer = stacked.permute(*[perm.index(i) for i in range(5)]).contiguous()  # the named layout
+    qkv = buffer.permute(*perm)
+    assert torch.equal(qkv, stacked)
+    return qkv.requires_grad_()
+
+
+@pytest.mark.parametrize("B, H, N, d, rotary, use_bias, packing", [
+    (2, 1, 17, 16, True, True, "projection"), (2, 1, 1, 16, False, True, "projection"),
+    (1, 2, 33, 16, True, False, "projection"), (2, 2, 70, 64, False, True, "per head"),
+    (3, 2, 21, 32, True, True, "stacked")])
+def test_packed_qkv_is_the_reference(B, H, N, d, rotary, use_bias, packing):
+    """attention_packed reads q, k, v in place from one buffer and writes their gradient into one tensor of the
+    same layout (so that the projection's backward needs no stack): values and gradients against the reference."""
+    q, k, v, bias = inputs(B, H, N, d, use_bias)
+    want = run(attn.attention_reference, q, k, v, bias, rotary)
+    qkv = packed(q, k, v, packing)
+    out = attn.attention_packed(qkv, bias, rotary)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    grads = torch.autograd.grad(out, [qkv] + ([bias] if use_bias else []), do)
+    assert grads[0].stride() == qkv.stride()  # the kernels wrote the gradient in qkv's layout
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], [out, *grads[0].unbind(0), *grads[1:]], want):
+        assert_fp32_close(name, a, b)
+
+
+def test_packed_qkv_in_bf16():
+    q, k, v, bias = inputs(2, 1, 40, 64, True, dtype=torch.bfloat16)
+    want = run(attn.attention_reference, q, k, v, bias, True)
+    qkv = packed(q, k, v, "projection")
+    out = attn.attention_packed(qkv, bias, True)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    dqkv, dbias = torch.autograd.grad(out, [qkv, bias], do)
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], [out, *dqkv.unbind(0), dbias], want):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a.float(), b.float(), rtol=3e-2, atol=3e-2, msg=lambda m: f"{name}: {m}")
+
+
+def test_packed_qkv_bad_shape():
+    with pytest.raises(ValueError, match=r"\(3, B, H, N, d\)"):
+        attn.attention_packed(torch.zeros(2, 1, 1, 4, 16))
+
+
 def test_readout_rows_from_saved_lse():
     q, k, v, bias = inputs(2, 1, 70, 64, True)
     out, lse = attn.attention_forward(q, k, v, bias, rotary=True)

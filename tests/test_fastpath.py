@@ -83,8 +83,9 @@ def spy(monkeypatch, *entries) -> dict:
     return calls
 
 
-KERNELS = ((attention_kernel, "attention"), (attention_kernel, "attention_forward"), (mlp_kernel, "mlp"),
-           (layer_norm_kernel, "layer_norm"), (layer_norm_kernel, "add_layer_norm"), (embedding_kernel, "embedding"))
+KERNELS = ((attention_kernel, "attention"), (attention_kernel, "attention_packed"), (attention_kernel, "attention_forward"),
+           (mlp_kernel, "mlp"), (layer_norm_kernel, "layer_norm"), (layer_norm_kernel, "add_layer_norm"),
+           (embedding_kernel, "embedding"))
 
 
 # (model options, B, N + 1): the paper's model; a position bias; no MLP1; task injection; F = 40, not a multiple of
@@ -109,8 +110,8 @@ def test_accelerated_model_is_the_plain_one(tf32, options, B, N1):
 
 @interpreter
 def test_each_block_calls_its_kernel(monkeypatch, tf32):
-    """Per forward: the embedding once, attention once per layer (its weights from the forward's log-sum-exp with
-    cache=True), the MLP once per MLP, the fused add + LayerNorm after each block but the last, a LayerNorm alone
+    """Per forward: the embedding once, attention once per layer (on the fused projection's output; its weights
+    from the forward's log-sum-exp with cache=True), the MLP once per MLP, the fused add + LayerNorm after each block but the last, a LayerNorm alone
     where no add precedes it (x0, and MLP1's input under task injection). Gradient reweighting keeps layer 1 on
     the reference."""
     s = seqs()
@@ -118,19 +119,20 @@ def test_each_block_calls_its_kernel(monkeypatch, tf32):
         _, fast = model_and_copy(**options)
         calls = spy(monkeypatch, *KERNELS)
         fast(s, task=torch.tensor([0, 2]) if "n_tasks" in options else None)
-        assert calls == dict(attention=2, attention_forward=0, mlp=mlps, layer_norm=norms, add_layer_norm=adds, embedding=1)
+        assert calls == dict(attention=0, attention_packed=2, attention_forward=0, mlp=mlps, layer_norm=norms,
+                             add_layer_norm=adds, embedding=1)
         monkeypatch.undo()
     calls = spy(monkeypatch, *KERNELS)
     fast(s, cache=True, task=torch.tensor([0, 2]))
-    assert (calls["attention"], calls["attention_forward"]) == (0, 2)
+    assert (calls["attention_packed"], calls["attention_forward"]) == (0, 2)
     _, reweighted = model_and_copy(prev_weight=0.5)
     reweighted(s)
-    assert calls["attention"] == 1  # layer 2 only
+    assert calls["attention_packed"] == 1  # layer 2 only
 
 
 # a switch of Kernels -> the kernels it leaves out
-SWITCHES = {"embedding": ["embedding"], "attention": ["attention"], "mlp": ["mlp"], "fuse_add": ["add_layer_norm"],
-            "layer_norm": ["layer_norm", "add_layer_norm"]}
+SWITCHES = {"embedding": ["embedding"], "attention": ["attention_packed"], "mlp": ["mlp"], "fuse_add": ["add_layer_norm"],
+            "layer_norm": ["layer_norm", "add_layer_norm"], "fuse_qkv": ["attention_packed"]}
 
 
 @interpreter
@@ -144,7 +146,9 @@ def test_each_kernel_switches_off_alone(monkeypatch, tf32, piece):
     calls = spy(monkeypatch, *KERNELS)
     s = seqs()
     got = loss_and_grads(fast, s)
-    assert [name for name, n in calls.items() if n == 0] == sorted(SWITCHES[piece] + ["attention_forward"], key=list(calls).index)
+    unpacked = [] if piece == "fuse_qkv" else ["attention"]  # three projections: the kernel on q, k, v apart
+    assert [name for name, n in calls.items() if n == 0] == sorted(SWITCHES[piece] + unpacked + ["attention_forward"],
+                                                                   key=list(calls).index)
     assert_same(got, loss_and_grads(plain, s))
 
 
