@@ -2,8 +2,8 @@
 
     fastpath.accelerate(model)    # in place: same parameters, state_dict and optimizer; the kernels' forward
 
-train.py calls it in its CUDA block, and ensemble.py's trainers for models on CUDA. tests/test_fastpath.py pins the accelerated model to the plain one, in
-values and gradients, also under an ensemble's vmap.
+train.py calls it in its CUDA block, and ensemble.py's trainers for models on CUDA. tests/test_fastpath.py pins the
+accelerated model to the plain one, in values and gradients, also under an ensemble's vmap.
 
 accelerate re-classes the model and its blocks to the subclasses below. They add no parameters or buffers, so
 the state_dict keys, checkpoints and the optimizer's references stay what they were:
@@ -17,7 +17,9 @@ the state_dict keys, checkpoints and the optimizer's references stay what they w
   MLP          kernels/mlp.py, which never stores the hidden layer
   Transformer  the same forward, with each residual add and the LayerNorm of the block that reads its result
                in one kernel (kernels/layer_norm.add_layer_norm: the fp32 residual stream is the largest tensor
-               a step moves); the blocks get their normalized input from it (normed=)
+               a step moves); the blocks get their normalized input from it (normed=). Layer 1's LN(x0) is
+               LN(W_E)[s], the norm of the table's C rows looked up (norm_table); under autocast the last add,
+               x2 = y2 + MLP2(y2), is stored in the dtype W_U's matmul would cast it to (fuse_add)
 
 The precision choices that transformer.py does not make are made here:
   - under CUDA autocast (train.py --bf16) the LayerNorm kernels store LN(x) in the autocast dtype, which every
@@ -54,6 +56,7 @@ class Kernels:
     layer_norm: bool = True  # off: torch's LayerNorm, and the residual adds apart from it
     fuse_add: bool = True  # each residual add inside the LayerNorm kernel that follows it
     fuse_qkv: bool = True  # W_Q, W_K, W_V as one projection, whose output the attention kernel reads in place
+    norm_table: bool = True  # LN(x0) as LN(W_E)[s] where both kernels run: the norm of W_E's C rows, looked up
 
     def __post_init__(self):
         if self.fuse_add and not self.layer_norm:
@@ -85,6 +88,49 @@ def layer_norm(x: torch.Tensor, kernels: "Kernels") -> torch.Tensor:
     if kernels.layer_norm and _takes(layer_norm_kernel, x):
         return layer_norm_kernel.layer_norm(x, eps=transformer.EPS, out_dtype=_autocast_dtype())
     return transformer.layer_norm(x)
+
+
+def embedded_layer_norm(W_E: nn.Embedding, seqs: torch.Tensor, kernels: "Kernels") -> torch.Tensor | None:
+    """LN(x0) = LN(W_E)[s] (None where the kernels do not take it: the block normalizes x0 itself). x0's rows are
+    rows of W_E, so the norm runs on its C rows, once, and the B N positions only look up; their gradients meet
+    in the (C, D) table, where done on x0 they are a norm's backward over the positions and autograd's sum with
+    the residual's gradient of x0, each a pass over the fp32 stream."""
+    if not (kernels.norm_table and kernels.embedding and kernels.layer_norm and _takes(embedding_kernel, W_E.weight)
+            and _takes(layer_norm_kernel, W_E.weight)):
+        return None
+    table = layer_norm_kernel.layer_norm(W_E.weight, eps=transformer.EPS)  # (C, D) in fp32
+    return embedding_kernel.embedding(seqs, table, out_dtype=_autocast_dtype())
+
+
+class _AddCast(torch.autograd.Function):
+    """x + r computed in their promoted dtype and stored in out_dtype, one pass (torch's add writes into an out
+    tensor of another dtype; out= has no autograd, hence this Function). The gradient goes back in each one's dtype."""
+
+    @staticmethod
+    def forward(x, r, out_dtype):
+        return torch.add(x, r, out=torch.empty(torch.broadcast_shapes(x.shape, r.shape), device=x.device, dtype=out_dtype))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dtypes = inputs[0].dtype, inputs[1].dtype
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dtypes[0]), g.to(ctx.dtypes[1]), None
+
+    @staticmethod
+    def vmap(info, in_dims, x, r, out_dtype):
+        x, r = (t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape) for t, d in zip((x, r), in_dims))
+        return _AddCast.apply(x, r, out_dtype), 0
+
+
+def add_cast(x: torch.Tensor, r: torch.Tensor, kernels: "Kernels") -> torch.Tensor:
+    """x + r for a matmul under autocast: stored in the autocast dtype, which the matmul would cast the fp32 sum to
+    (the last residual add, x2 = y2 + MLP2(y2), read only by W_U). The same bits, a pass fewer each way."""
+    dtype = _autocast_dtype()
+    if kernels.fuse_add and dtype is not None and dtype != torch.result_type(x, r):
+        return _AddCast.apply(x, r, dtype)
+    return x + r
 
 
 def add_layer_norm(x: torch.Tensor, r: torch.Tensor, kernels: "Kernels") -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,7 +205,7 @@ class Transformer(transformer.Transformer):
 
     def forward(self, seqs: torch.Tensor, cache: bool = False, task: torch.Tensor | None = None):
         x0 = self.W_E(seqs)
-        att1, A1 = self.att1(x0, need_weights=cache)
+        att1, A1 = self.att1(x0, need_weights=cache, normed=embedded_layer_norm(self.W_E, seqs, self.kernels))
         y1, h = add_layer_norm(x0, att1, self.kernels)  # y1 and LN(y1), what MLP1 reads
         if self.mlp1 is None:
             mlp1, x1 = torch.zeros_like(y1), y1
@@ -172,10 +218,10 @@ class Transformer(transformer.Transformer):
         att2, A2 = self.att2(x1, need_weights=cache, normed=h)
         y2, h = add_layer_norm(x1, att2, self.kernels)
         mlp2 = self.mlp2(y2, normed=h)
+        if not cache:  # x2 only for W_U: the sum in the dtype W_U's matmul runs in
+            return self.W_U(add_cast(y2, mlp2, self.kernels))
         x2 = y2 + mlp2
         logits = self.W_U(x2)
-        if not cache:
-            return logits
         return logits, dict(x0=x0, A1=A1, att1=att1, y1=y1, mlp1=mlp1, x1=x1, A2=A2, att2=att2, y2=y2, mlp2=mlp2, x2=x2)
 
 

@@ -78,6 +78,7 @@ VARIANTS = {
     "torch MLP": Kernels(mlp=False),
     "torch embedding": Kernels(embedding=False),
     "unfused QKV": Kernels(fuse_qkv=False),
+    "norm of x0": Kernels(norm_table=False),
 }
 
 
@@ -240,7 +241,8 @@ def main():
                   for precision in ("", "bf16 ") for E in (1, E_max)]
         cases += [(1, True, f"{precision}compiled") for precision in ("", "bf16 ")]
         # the MLP kernel takes fp32 only with TF32 allowed: without --tf32 its fp32 rows would time the baseline
-        cases += [(E, True, f"{precision}{piece}") for piece in ("torch MLP", "unfused add", "torch embedding", "unfused QKV")
+        pieces = ("torch MLP", "unfused add", "torch embedding", "unfused QKV", "norm of x0")
+        cases += [(E, True, f"{precision}{piece}") for piece in pieces
                   for precision in ("", "bf16 ") if precision or args.tf32 or piece != "torch MLP" for E in (1, E_max)]
     if args.previous:
         cases += [(E, True, f"{precision}previous kernel") for precision in ("", "bf16 ") for E in (1, E_max)]
@@ -253,10 +255,10 @@ def main():
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s, the median of {args.runs} runs of {repeats} steps and "
           f"their spread; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
-          "the residual adds apart from the layer norm kernel; torch MLP = torch's matmuls and GELU instead of "
+          "the residual adds apart from the layer norm kernel (and x2 stored in fp32, then cast for W_U); torch MLP = torch's matmuls and GELU instead of "
           "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; unfused QKV = three "
           "projections W_Q, W_K, W_V and the attention kernel on q, k, v apart, instead of one projection read in "
-          "place; scan sampling = the sampler in the graph with fastdata's scan instead of kernels/markov_walk.py's "
+          "place; norm of x0 = layer 1's LN on x0's B N rows instead of LN(W_E)[s]; scan sampling = the sampler in the graph with fastdata's scan instead of kernels/markov_walk.py's "
           "walk; host sampling = "
           "fastdata.batches outside the step's CUDA graph, its batch copied in; loop sampling = one TaskSet.batch call "
           "per member, outside the graph; previous kernel = attention from --previous; compiled = torch.compile of the "

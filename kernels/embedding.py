@@ -37,7 +37,7 @@ if triton is not None:
         mask = (rows[:, None] < T) & (cols[None, :] < D)
         s = tl.load(S + e * T + rows, mask=rows < T, other=0)
         w = tl.load(W + (e * C + s[:, None]) * D + cols[None, :], mask=mask)
-        tl.store(X + (e * T + rows[:, None]).to(tl.int64) * D + cols[None, :], w, mask=mask)
+        tl.store(X + (e * T + rows[:, None]).to(tl.int64) * D + cols[None, :], w.to(X.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _embed_backward_kernel(S, DX, PARTS, T, C, D, ROWS_PER_SLICE,
@@ -64,20 +64,20 @@ def _blocks(C: int, D: int) -> dict:
 
 
 class _Embedding(torch.autograd.Function):
-    """x = W[s] for E tables at once: s (E, T) int64, W (E, C, D) -> x (E, T, D)."""
+    """x = W[s] for E tables at once: s (E, T) int64, W (E, C, D) -> x (E, T, D) in out_dtype."""
 
     @staticmethod
-    def forward(s, w):
+    def forward(s, w, out_dtype):
         s, w = s.contiguous(), w.contiguous()
         (E, T), (C, D) = s.shape, w.shape[1:]
-        x = torch.empty(E, T, D, device=w.device, dtype=w.dtype)
+        x = torch.empty(E, T, D, device=w.device, dtype=out_dtype)
         blocks = _blocks(C, D)
         _embed_forward_kernel[(triton.cdiv(T, BLOCK_T), E)](s, w, x, T, C, D, BLOCK_T=BLOCK_T, BLOCK_D=blocks["BLOCK_D"])
         return x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        s, w = inputs
+        s, w, _ = inputs
         ctx.save_for_backward(s.contiguous())
         ctx.w_shape, ctx.w_dtype = w.shape, w.dtype
 
@@ -88,26 +88,29 @@ class _Embedding(torch.autograd.Function):
         slices, rows = row_slices(T, E, BLOCK_T, s.device, PROGRAMS)
         parts = torch.empty(E, slices, C, D, device=dx.device, dtype=torch.float32)
         _embed_backward_kernel[(slices, E)](s, dx.contiguous(), parts, T, C, D, rows, **_blocks(C, D))
-        return None, parts.sum(1).to(ctx.w_dtype)
+        return None, parts.sum(1).to(ctx.w_dtype), None
 
     @staticmethod
-    def vmap(info, in_dims, s, w):
+    def vmap(info, in_dims, s, w, out_dtype):
         """The members of a vmap are more tables: (E, 1, T) positions and (E, 1, C, D) tables -> E of each (an
         input shared by all members is expanded)."""
         E = info.batch_size
         s, w = (t.movedim(d, 0) if d is not None else t.expand(E, *t.shape) for t, d in zip((s, w), in_dims))
-        x = _Embedding.apply(s.flatten(0, 1), w.flatten(0, 1))
+        x = _Embedding.apply(s.flatten(0, 1), w.flatten(0, 1), out_dtype)
         return x.unflatten(0, (E, -1)), 0
 
 
-def embedding(s: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def embedding(s: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """W[s]: s integer states of any shape, W (C, D) -> (*s.shape, D); differentiable in W (as torch's
     F.embedding without its options). The states must lie in [0, C): checking them would make the GPU wait.
-    Works under torch.func.vmap."""
+    The rows are stored in out_dtype (default W's; fastpath.py looks up an fp32 table's rows in bf16 under
+    autocast), W's gradient summed in fp32 and returned in W's dtype. Works under torch.func.vmap."""
     if triton is None:
         raise RuntimeError("the embedding kernel needs triton")
-    if w.dim() != 2 or w.dtype not in DTYPES or s.dtype not in (torch.int64, torch.int32) or s.numel() == 0:
+    out_dtype = out_dtype or w.dtype
+    if w.dim() != 2 or w.dtype not in DTYPES or out_dtype not in DTYPES or s.dtype not in (torch.int64, torch.int32) \
+            or s.numel() == 0:
         raise ValueError(f"embedding takes integer states and a (C, D) table of fp32, bf16 or fp16, got {s.dtype} "
-                         f"{tuple(s.shape)} and {w.dtype} {tuple(w.shape)}")
-    x = _Embedding.apply(s.reshape(1, -1).long(), w[None])
+                         f"{tuple(s.shape)} and {w.dtype} {tuple(w.shape)} (rows in {out_dtype})")
+    x = _Embedding.apply(s.reshape(1, -1).long(), w[None], out_dtype)
     return x.view(*s.shape, w.shape[1])

@@ -60,9 +60,34 @@ def test_vmap_equals_a_loop(in_dims):
     check(value_and_grad(lambda s, w: vmap(ek.embedding, in_dims=in_dims)(s, w), s, w), value_and_grad(loop, s, w))
 
 
+@pytest.mark.parametrize("vmapped", [False, True])
+def test_rows_in_another_dtype(vmapped):
+    """An fp32 table's rows stored in bf16 (fastpath.py's LN(W_E)[s] under autocast): each row W[s] rounded once
+    (the interpreter's casts truncate: there to one unit in the last place), and the table's gradient from bf16
+    row gradients summed in fp32, returned in fp32 (not rounded to bf16)."""
+    s, w = data((3, 70), 10, 64, seed=4, lead=(2,) if vmapped else ())
+
+    def lookup(s, w):
+        fn = lambda s, w: ek.embedding(s, w, out_dtype=torch.bfloat16)  # noqa: E731
+        return vmap(fn)(s, w) if vmapped else fn(s, w)
+
+    w = w.detach().requires_grad_()
+    x = lookup(s, w)
+    dx = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(x)
+    (dw,) = torch.autograd.grad(x, w, dx)
+    want = F.embedding(s, w) if not vmapped else torch.stack([F.embedding(s[e], w[e]) for e in range(2)])
+    (dw_want,) = torch.autograd.grad(want, w, dx.float())
+    assert x.dtype == torch.bfloat16
+    torch.testing.assert_close(x, want.to(torch.bfloat16), rtol=2 ** -7 if DEVICE == "cpu" else 0, atol=0)
+    assert dw.dtype == torch.float32
+    torch.testing.assert_close(dw, dw_want, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_input():
     s, w = data((2, 3), 4, 8)
     with pytest.raises(ValueError, match="integer states"):
         ek.embedding(s.float(), w)
     with pytest.raises(ValueError, match="integer states"):
         ek.embedding(s, w.double())
+    with pytest.raises(ValueError, match="integer states"):
+        ek.embedding(s, w, out_dtype=torch.float64)

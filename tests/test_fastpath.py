@@ -108,19 +108,24 @@ def test_accelerated_model_is_the_plain_one(tf32, options, B, N1):
     assert_same([logits, *got.values()], [ref_logits, *want.values()])
 
 
+# what one forward of the paper's model calls: the embedding for x0 and for LN(x0) = LN(W_E)[s], the layer norm
+# on W_E's table, attention per layer on the fused projection's output, each MLP, the fused add + LayerNorm after
+# each block but the last
+CALLS = dict(attention=0, attention_packed=2, attention_forward=0, mlp=2, layer_norm=1, add_layer_norm=3, embedding=2)
+
+
 @interpreter
 def test_each_block_calls_its_kernel(monkeypatch, tf32):
-    """Per forward: the embedding once, attention once per layer (on the fused projection's output; its weights
-    from the forward's log-sum-exp with cache=True), the MLP once per MLP, the fused add + LayerNorm after each block but the last, a LayerNorm alone
-    where no add precedes it (x0, and MLP1's input under task injection). Gradient reweighting keeps layer 1 on
-    the reference."""
+    """The calls of CALLS; one MLP fewer without MLP1; a LayerNorm alone where no add precedes it (MLP1's input
+    under task injection); with cache=True the weights from the forward's log-sum-exp. Gradient reweighting keeps
+    layer 1 on the reference."""
     s = seqs()
-    for options, mlps, adds, norms in ((dict(), 2, 3, 1), (dict(mlp1=False), 1, 2, 1), (dict(n_tasks=3), 2, 3, 2)):
+    for options, changes in ((dict(), {}), (dict(mlp1=False), dict(mlp=1, add_layer_norm=2)),
+                             (dict(n_tasks=3), dict(layer_norm=2))):
         _, fast = model_and_copy(**options)
         calls = spy(monkeypatch, *KERNELS)
         fast(s, task=torch.tensor([0, 2]) if "n_tasks" in options else None)
-        assert calls == dict(attention=0, attention_packed=2, attention_forward=0, mlp=mlps, layer_norm=norms,
-                             add_layer_norm=adds, embedding=1)
+        assert calls == {**CALLS, **changes}
         monkeypatch.undo()
     calls = spy(monkeypatch, *KERNELS)
     fast(s, cache=True, task=torch.tensor([0, 2]))
@@ -130,15 +135,19 @@ def test_each_block_calls_its_kernel(monkeypatch, tf32):
     assert calls["attention_packed"] == 1  # layer 2 only
 
 
-# a switch of Kernels -> the kernels it leaves out
-SWITCHES = {"embedding": ["embedding"], "attention": ["attention_packed"], "mlp": ["mlp"], "fuse_add": ["add_layer_norm"],
-            "layer_norm": ["layer_norm", "add_layer_norm"], "fuse_qkv": ["attention_packed"]}
+# a switch of Kernels -> the calls that change with it off (the others stay CALLS')
+SWITCHES = {"embedding": dict(embedding=0),  # and LN(x0) on x0's rows
+            "attention": dict(attention_packed=0), "mlp": dict(mlp=0),
+            "fuse_add": dict(add_layer_norm=0, layer_norm=4),  # the adds apart, a LayerNorm after each
+            "layer_norm": dict(layer_norm=0, add_layer_norm=0, embedding=1),
+            "fuse_qkv": dict(attention_packed=0, attention=2),  # three projections, the kernel on q, k, v
+            "norm_table": dict(embedding=1)}  # the layer norm on x0's rows instead of the table's
 
 
 @interpreter
 @pytest.mark.parametrize("piece", SWITCHES)
 def test_each_kernel_switches_off_alone(monkeypatch, tf32, piece):
-    """Kernels(piece=False) (bench_train.py's variants): that kernel is not called, the others are, and the model
+    """Kernels(piece=False) (bench_train.py's variants): the kernels called change as SWITCHES says, and the model
     is still the plain one."""
     plain, _ = model_and_copy()
     off = dict(layer_norm=False, fuse_add=False) if piece == "layer_norm" else {piece: False}
@@ -146,10 +155,28 @@ def test_each_kernel_switches_off_alone(monkeypatch, tf32, piece):
     calls = spy(monkeypatch, *KERNELS)
     s = seqs()
     got = loss_and_grads(fast, s)
-    unpacked = [] if piece == "fuse_qkv" else ["attention"]  # three projections: the kernel on q, k, v apart
-    assert [name for name, n in calls.items() if n == 0] == sorted(SWITCHES[piece] + unpacked + ["attention_forward"],
-                                                                   key=list(calls).index)
+    assert calls == {**CALLS, **SWITCHES[piece]}
     assert_same(got, loss_and_grads(plain, s))
+
+
+@pytest.mark.parametrize("vmapped", [False, True])
+def test_last_add_is_stored_in_the_autocast_dtype(monkeypatch, vmapped):
+    """x2 = y2 + MLP2(y2) for W_U under autocast: the fp32 sum rounded once to bf16, the bits of the add followed by
+    autocast's cast; the gradient back in each summand's dtype, as autograd's add and cast would give it."""
+    g = gen(5)
+    y2 = torch.randn(3, 2, 7, 16, generator=g).requires_grad_()
+    mlp2 = torch.randn(3, 2, 7, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    monkeypatch.setattr(fastpath, "_autocast_dtype", lambda: torch.bfloat16)
+    fn = lambda y, m: fastpath.add_cast(y, m, Kernels())  # noqa: E731
+    x2 = torch.func.vmap(fn)(y2, mlp2) if vmapped else fn(y2, mlp2)
+    want = (y2 + mlp2).to(torch.bfloat16)
+    assert x2.dtype == torch.bfloat16 and torch.equal(x2, want)
+    dx2 = torch.randn(x2.shape, generator=g).to(torch.bfloat16)
+    for a, b in zip(torch.autograd.grad(x2, (y2, mlp2), dx2), torch.autograd.grad(want, (y2, mlp2), dx2), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert fastpath.add_cast(y2, mlp2, Kernels(fuse_add=False)).dtype == torch.float32  # the plain add
+    monkeypatch.setattr(fastpath, "_autocast_dtype", lambda: None)
+    assert fastpath.add_cast(y2, mlp2, Kernels()).dtype == torch.float32  # no autocast: no cast
 
 
 @interpreter
@@ -259,7 +286,7 @@ def test_cuda_kernels_match_torch_blocks(monkeypatch, precision):
 
     calls = spy(monkeypatch, (mlp_kernel, "mlp"), (embedding_kernel, "embedding"))
     got = run(model)
-    assert calls == {"mlp": 2, "embedding": 1}
+    assert calls == {"mlp": 2, "embedding": 2}
     for i, (a, b) in enumerate(zip(got, run(torch_blocks))):
         assert (a - b).float().norm() <= 2e-2 * b.float().norm() + 1e-6, f"output {i}"
 
