@@ -8,8 +8,8 @@
 #      20000) with 10 evaluations, in its CUDA default (bf16, TF32 matmuls) and with --fp32: the first lines (the
 #      precision it states), the progress lines' it/s (evaluations left out) and the wall time (E2E=0 skips it);
 #      then bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
-#      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, per-member
-#      sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
+#      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, three Q, K, V
+#      projections, layer 1's norm on x0's rows, per-member sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
 #      in both precisions and of the single run's in bf16; each case 5 runs (median and spread), the sampler
 #      inside the step's graph ("with sampling"), the same with fastdata's scan instead of the walk kernel ("scan
 #      sampling"), outside it ("host sampling"), and a torch.compile'd whole step; BENCH_ONLY="this,bf16,..." keeps
@@ -29,6 +29,8 @@
 #     MLP=0 ATTENTION=0 GRID=0 bash bench/gpu_check.sh      # the sampler in the graph, the default command's rate
 #     MLP=0 ATTENTION=0 GRID=0 E2E_ITERS=60000 BENCH_ONLY="this,bf16,scan sampling,bf16 scan sampling,bf16 compiled" \
 #         bash bench/gpu_check.sh                           # the walk kernel's worth, ~6 min predicted
+#     MLP=0 ATTENTION=0 GRID=0 E2E=0 BENCH_ONLY="bf16,bf16 unfused QKV,bf16 norm of x0,bf16 unfused add" \
+#         bash bench/gpu_check.sh                           # what fuse_qkv, norm_table and add_cast buy
 #     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
 #     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
