@@ -79,6 +79,7 @@ VARIANTS = {
     "torch embedding": Kernels(embedding=False),
     "unfused QKV": Kernels(fuse_qkv=False),
     "norm of x0": Kernels(norm_table=False),
+    "previous kernel": Kernels(fuse_qkv=False),  # an earlier kernel file has no attention_packed
 }
 
 
@@ -255,13 +256,14 @@ def main():
     print(f"{preset} preset (B = {B}, N = {N}), model-steps/s, the median of {args.runs} runs of {repeats} steps and "
           f"their spread; x = against the single eager run")
     print("variants: torch LN = F.layer_norm and separate residual adds instead of kernels/layer_norm.py; unfused add = "
-          "the residual adds apart from the layer norm kernel (and x2 stored in fp32, then cast for W_U); torch MLP = torch's matmuls and GELU instead of "
-          "kernels/mlp.py; torch embedding = F.embedding instead of kernels/embedding.py; unfused QKV = three "
-          "projections W_Q, W_K, W_V and the attention kernel on q, k, v apart, instead of one projection read in "
-          "place; norm of x0 = layer 1's LN on x0's B N rows instead of LN(W_E)[s]; scan sampling = the sampler in the graph with fastdata's scan instead of kernels/markov_walk.py's "
-          "walk; host sampling = "
-          "fastdata.batches outside the step's CUDA graph, its batch copied in; loop sampling = one TaskSet.batch call "
-          "per member, outside the graph; previous kernel = attention from --previous; compiled = torch.compile of the "
+          "the residual adds apart from the layer norm kernel (and x2 stored in fp32, then cast for W_U); torch MLP = "
+          "torch's matmuls and GELU instead of kernels/mlp.py; torch embedding = F.embedding instead of "
+          "kernels/embedding.py; unfused QKV = three projections W_Q, W_K, W_V and the attention kernel on q, k, v "
+          "apart, instead of one projection read in place; norm of x0 = layer 1's LN on x0's B N rows instead of "
+          "LN(W_E)[s]; scan sampling = the sampler in the graph with fastdata's scan instead of "
+          "kernels/markov_walk.py's walk; host sampling = fastdata.batches outside the step's CUDA graph, its batch "
+          "copied in; loop sampling = one TaskSet.batch call per member, outside the graph; previous kernel = "
+          "attention from --previous, on three projections (against 'unfused QKV'); compiled = torch.compile of the "
           "plain model's whole step (no kernels of ours), graphed; bf16 = mixed precision (train.py --bf16)")
     print(f"{'models':>6} {'graph':>5} {'variant':>20} | {'step only':>9} {'spread':>6} {'x':>5} {'GFLOP/s':>8} {'of peak':>7} "
           f"| {'with sampling':>13} {'spread':>6} {'x':>5} | peak GiB")
@@ -270,7 +272,8 @@ def main():
     for E, graph, variant in cases:
         bf16 = variant.startswith("bf16")
         piece = variant.removeprefix("bf16").strip()
-        # an earlier kernel file replaces the attention function for its rows (the fast path calls it by name)
+        # an earlier kernel file replaces the attention function for its rows (the fast path calls it by name when
+        # the projections are apart, VARIANTS)
         attention_kernel.attention = load_attention(args.previous) if piece == "previous kernel" else this_attention
         sampling = {"scan sampling": "scan", "host sampling": "host", "loop sampling": "loop"}.get(piece, "graph")
         try:

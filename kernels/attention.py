@@ -366,10 +366,17 @@ def _forward(q, k, v, bias, tile=None):
     return out, lse
 
 
-def _backward_dq(q, k, v, bias, rotary, out, lse, do, dq, tile=None):
-    """(delta, dbias), dq written in place (v's strides), rotated back: delta = rowsum(dO * O), and with a bias
-    its gradient (H, N) in fp32 (else None), from what the kernel wrote for it (kernels/bias_gradient.py)."""
+def _same_layout(x):
+    """An empty tensor with x's strides: the backward kernels write the gradients with their inputs' strides."""
+    return torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
+
+
+def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None, dq=None):
+    """(dq, delta, dbias): dq rotated back (written into `dq` when given, which has v's strides), delta =
+    rowsum(dO * O), and with a bias its gradient (H, N) in fp32 (else None), from what the kernel wrote for it
+    (kernels/bias_gradient.py)."""
     B, H, N, d = q.shape
+    dq = _same_layout(v) if dq is None else dq
     tile = tile or _tile("dq", q.dtype, bias is not None, N)
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)  # dummies when unused
     written = bias_gradient.buffer(tile, B, H, N, q.device, q.dtype) if bias is not None else q  # q: a dummy
@@ -379,12 +386,13 @@ def _backward_dq(q, k, v, bias, rotary, out, lse, do, dq, tile=None):
         *_strides(q), *_strides(v),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, DIAGONAL=tile.diagonal, num_warps=tile.warps, num_stages=tile.stages)
-    return delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
+    return dq, delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
 
 
-def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, dk, dv, tile=None):
-    """dk, dv written in place (v's strides), dk rotated back."""
+def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None, dk=None, dv=None):
+    """(dk, dv), dk rotated back (written into `dk`, `dv` when given, which have v's strides)."""
     B, H, N, d = q.shape
+    dk, dv = (_same_layout(v) if x is None else x for x in (dk, dv))
     tile = tile or _tile("dkdv", q.dtype, bias is not None, N)
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
     _bwd_dkdv_kernel[(triton.cdiv(N, tile.block_n), B * H)](
@@ -392,6 +400,7 @@ def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, dk, dv, tile=None):
         *_strides(q), *_strides(v),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
+    return dk, dv
 
 
 # ----------------------------------------------------------------------------- autograd and vmap
@@ -433,14 +442,13 @@ class _Attention(torch.autograd.Function):
         if do is None:  # only lse (or the rotated q, k) was used: nothing flows back
             return None, None, None, None, None
         q, k, v, bias, out, lse = ctx.saved_tensors
+        dq = dk = dv = None
         if ctx.packed:  # v is qkv: one gradient with its strides, which the kernels write as v's
-            dqkv = torch.empty_strided(v.shape, v.stride(), device=v.device, dtype=v.dtype)
+            dqkv = _same_layout(v)
             v, (dq, dk, dv) = v[2], dqkv.unbind(0)
-        else:
-            dq, dk, dv = (torch.empty_like(v) for _ in range(3))
         do = do.contiguous()
-        delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do, dq)
-        _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do, dk, dv)
+        dq, delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do, dq=dq)
+        dk, dv = _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do, dk=dk, dv=dv)
         dbias = dbias.to(bias.dtype) if bias is not None else None
         return (dqkv, None, None, dbias, None) if ctx.packed else (dq, dk, dv, dbias, None)
 
