@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU call of the paper-scale campaigns (campaign.py), sized to a lease of ~10 minutes:
-#   1. the card, and the ensemble engine's tests compiled on it (tests/test_ensemble.py; TESTS=0 skips them); the
-#      sampler's walk kernel's tests always (where they fail, the campaign samples with the scan: MARKOV_ICL_WALK=0)
+#   1. the card, and the engine's tests compiled on it (the ensembles, the fast path, the packed attention, the
+#      embedding; TESTS=0 skips them): where they fail no campaign runs, so that no ledger takes a piece trained by
+#      a broken engine; the sampler's walk kernel's tests always (where they fail, the campaign samples with the
+#      scan: MARKOV_ICL_WALK=0)
 #   2. the next pieces of each campaign in CAMPAIGNS (default "k1_paper reweight_paper tau_paper sweep_paper": the
 #      K1* searches' pending probes first, then the fixed grids), each given the time left before TOTAL seconds
 #      (default 500) from the start, less ANALYSIS seconds (default 20) for the reports; K1* pieces of at most
@@ -29,10 +31,14 @@ stage() { echo "== $1 (at ${SECONDS}s)" | tee -a "$LOG"; }
 stage card
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$LOG"
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$LOG"
+engine_ok=1
 if [ "${TESTS:-1}" = 1 ]; then
     stage tests
     XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
-    timeout 100 $PY -m pytest -q -x $XDIST tests/test_ensemble.py tests/test_markov.py 2>&1 | tail -n 5 | tee -a "$LOG"
+    timeout 150 $PY -m pytest -q -x $XDIST tests/test_ensemble.py tests/test_markov.py tests/test_fastpath.py \
+        tests/test_embedding.py tests/test_attention.py::test_packed_qkv_is_the_reference \
+        tests/test_attention.py::test_packed_qkv_in_bf16 2>&1 | tail -n 5 | tee -a "$LOG"
+    [ "${PIPESTATUS[0]}" = 0 ] || { engine_ok=0; echo "engine tests failed: no campaign runs" | tee -a "$LOG"; }
 fi
 # the sampler's walk kernel (kernels/markov_walk.py) is in every probe's step: where it fails here, the scan
 timeout 60 $PY -m pytest -q tests/test_markov_walk.py 2>&1 | tail -n 2 | tee -a "$LOG"
@@ -40,6 +46,7 @@ timeout 60 $PY -m pytest -q tests/test_markov_walk.py 2>&1 | tail -n 2 | tee -a 
 
 CAMPAIGNS=${CAMPAIGNS:-k1_paper reweight_paper tau_paper sweep_paper}
 for name in $CAMPAIGNS; do
+    [ "$engine_ok" = 1 ] || break
     left=$((TOTAL - ANALYSIS - SECONDS))
     if [ "$left" -lt 30 ]; then echo "no time left for $name" | tee -a "$LOG"; continue; fi
     stage "campaign $name ($left s left)"
