@@ -8,10 +8,15 @@ and replayed (bench_attention.gpu_ms).
     python bench/bench_mlp.py --sweep --write-tiles kernels/mlp_tiles.json
                                                # first time tile sets of each kernel (E = 64, bf16), use the
                                                # fastest and write them where the kernel reads its tiles
+    git show <commit>:kernels/mlp.py > .gpu/old_mlp.py; python bench/bench_mlp.py --previous .gpu/old_mlp.py
+                                               # an earlier kernel file beside this one, with this one's tiles
+
+Every case also checks the kernel's output against torch's (relative error in norm, fwd and the three gradients).
 
 The memory floor of forward + backward, per model: the kernel reads h and dy and writes y and dh (4 B N D
 elements); torch's path moves the F-wide hidden layer ~10 times (B N F elements each).
 """
+import importlib.util
 import itertools
 import json
 import os
@@ -38,6 +43,27 @@ def inputs(E, rows, D, F_, dtype):
     w_in = (torch.randn(E, F_, D, device="cuda", generator=g) / D ** 0.5).to(dtype).requires_grad_()
     w_out = (torch.randn(E, D, F_, device="cuda", generator=g) / F_ ** 0.5).to(dtype).requires_grad_()
     return h, w_in, w_out
+
+
+def load_previous(path):
+    """An earlier kernels/mlp.py as a module, run with this one's tiles (so that the comparison is of the code)."""
+    spec = importlib.util.spec_from_file_location("mlp_previous", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.TILES, module.TILES_DW = dict(mk.TILES), dict(mk.TILES_DW)
+    return module
+
+
+def relative_error(fn, h, w_in, w_out) -> float:
+    """The largest relative error in norm of fn's output and three gradients against torch_mlp's, same inputs."""
+    dy = torch.randn(h.shape, device=h.device, generator=torch.Generator(h.device).manual_seed(1)).to(h.dtype)
+
+    def run(f):
+        call = vmap(f) if h.shape[0] > 1 else lambda *ts: f(*(t[0] for t in ts))[None]
+        y = call(h, w_in, w_out)
+        return [y, *torch.autograd.grad(y, (h, w_in, w_out), dy)]
+
+    return max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(run(fn), run(torch_mlp)))
 
 
 def fwd_bwd_ms(fn, h, w_in, w_out, backward=True):
@@ -77,7 +103,10 @@ def main():
     parser.add_argument("--sweep", action="store_true", help="time tile sets first and keep the fastest")
     parser.add_argument("--write-tiles", default=None, help="with --sweep: write the chosen tiles to this JSON file")
     parser.add_argument("--sizes", default="1,64", help="ensemble sizes E (default 1,64)")
+    parser.add_argument("--previous", default=None, help="an earlier kernels/mlp.py to time beside this one")
     args = parser.parse_args()
+    if args.previous and not os.path.isfile(args.previous):
+        raise ValueError(f"--previous: no file {args.previous}")
     if not torch.cuda.is_available() or mk.triton is None:
         raise ValueError("bench_mlp.py needs CUDA and triton")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -90,14 +119,21 @@ def main():
                 json.dump({"TILES": mk.TILES, "TILES_DW": mk.TILES_DW, "device": torch.cuda.get_device_name(),
                            "source": "python bench/bench_mlp.py --sweep (E = 64, bf16, B N = 32768, D = 64, F = 256)"}, f, indent=1)
     print(f"tiles: TILES = {mk.TILES}, TILES_DW = {mk.TILES_DW}")
-    print(f"{'E':>3} {'dtype':>5} | {'kernel fwd':>10} {'fwd+bwd':>8} | {'torch fwd':>9} {'fwd+bwd':>8} | torch / kernel (fwd+bwd)")
+    previous = load_previous(args.previous) if args.previous else None
+    methods = {"kernel": mk.mlp, "torch": torch_mlp} | ({"previous": previous.mlp} if previous else {})
+    print("GPU ms of the forward and of forward + backward; x = fwd+bwd against the kernel's; error = the largest "
+          "relative error in norm of the output and gradients against torch's")
     for E, dtype in itertools.product(sizes, (torch.bfloat16, torch.float32)):
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 rows: both with TF32 products
         args_ = inputs(E, rows, D, F_, dtype)
-        k_f, k_fb = fwd_bwd_ms(mk.mlp, *args_, backward=False), fwd_bwd_ms(mk.mlp, *args_)
-        t_f, t_fb = fwd_bwd_ms(torch_mlp, *args_, backward=False), fwd_bwd_ms(torch_mlp, *args_)
         name = "bf16" if dtype == torch.bfloat16 else "tf32"
-        print(f"{E:>3} {name:>5} | {k_f:10.3f} {k_fb:8.3f} | {t_f:9.3f} {t_fb:8.3f} | {t_fb / k_fb:.2f}", flush=True)
+        base = None
+        for method, fn in methods.items():
+            f, fb = fwd_bwd_ms(fn, *args_, backward=False), fwd_bwd_ms(fn, *args_)
+            base = base or fb
+            error = relative_error(fn, *args_) if method != "torch" else 0.0
+            print(f"E = {E:>2} {name:>4} {method:>8}: fwd {f:7.3f} ms, fwd+bwd {fb:7.3f} ms, x {fb / base:5.2f}, "
+                  f"error {error:.1e}", flush=True)
         del args_
         torch.cuda.empty_cache()
 

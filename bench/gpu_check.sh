@@ -3,7 +3,8 @@
 # bench_train's 5 runs per case were added; MLP=0 ATTENTION=0 GRID=0 keeps the tests, e2e and bench_train):
 #   1. the kernel, layer norm, MLP, embedding, Markov walk, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
-#      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage)
+#      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage); PREVIOUS_MLP=<file>
+#      times an earlier kernels/mlp.py beside it, with the same tiles
 #   3. the default command end to end: `train.py --K 256 --preset paper` for E2E_ITERS steps (default
 #      20000) with 10 evaluations, in its CUDA default (bf16, TF32 matmuls) and with --fp32: the first lines (the
 #      precision it states), the progress lines' it/s (evaluations left out) and the wall time (E2E=0 skips it);
@@ -31,6 +32,7 @@
 #         bash bench/gpu_check.sh                           # the walk kernel's worth, ~6 min predicted
 #     MLP=0 ATTENTION=0 GRID=0 E2E=0 BENCH_ONLY="bf16,bf16 unfused QKV,bf16 norm of x0,bf16 unfused add" \
 #         bash bench/gpu_check.sh                           # what fuse_qkv, norm_table and add_cast buy
+#     git show <commit>:kernels/mlp.py > .gpu/old_mlp.py; PREVIOUS_MLP=.gpu/old_mlp.py MLP_SWEEP=0 bash bench/gpu_check.sh
 #     git show <commit>:kernels/attention.py > .gpu/old.py; PREVIOUS=.gpu/old.py SWEEP=1 bash bench/gpu_check.sh
 #     SWEEP=1 SWEEP_KERNELS="dq bias" ATTENTION_N=256 PREVIOUS_ATTENTION=.gpu/old.py bash bench/gpu_check.sh
 set -uo pipefail
@@ -56,6 +58,7 @@ if [ "${MLP:-1}" = 1 ]; then
     stage bench_mlp | tee "$OUT/bench_mlp.log"
     MLP_ARGS=()
     [ "${MLP_SWEEP:-1}" = 1 ] && MLP_ARGS=(--sweep --write-tiles kernels/mlp_tiles.json)
+    [ -n "${PREVIOUS_MLP:-}" ] && MLP_ARGS+=(--previous "$PREVIOUS_MLP")
     timeout 200 $PY bench/bench_mlp.py "${MLP_ARGS[@]}" 2>&1 | tee -a "$OUT/bench_mlp.log"
     [ -f kernels/mlp_tiles.json ] && cp kernels/mlp_tiles.json "$OUT/mlp_tiles.json"
 fi
