@@ -103,12 +103,13 @@ def embedded_layer_norm(W_E: nn.Embedding, seqs: torch.Tensor, kernels: "Kernels
 
 
 class _AddCast(torch.autograd.Function):
-    """x + r computed in their promoted dtype and stored in out_dtype, one pass (torch's add writes into an out
-    tensor of another dtype; out= has no autograd, hence this Function). The gradient goes back in each one's dtype."""
+    """x + r (one shape) computed in their promoted dtype and stored in out_dtype, one pass (torch's add writes into an
+    out tensor of another dtype; out= has no autograd, hence this Function). The gradient goes back in each one's
+    dtype."""
 
     @staticmethod
     def forward(x, r, out_dtype):
-        return torch.add(x, r, out=torch.empty(torch.broadcast_shapes(x.shape, r.shape), device=x.device, dtype=out_dtype))
+        return torch.add(x, r, out=torch.empty(x.shape, device=x.device, dtype=out_dtype))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -128,7 +129,7 @@ def add_cast(x: torch.Tensor, r: torch.Tensor, kernels: "Kernels") -> torch.Tens
     """x + r for a matmul under autocast: stored in the autocast dtype, which the matmul would cast the fp32 sum to
     (the last residual add, x2 = y2 + MLP2(y2), read only by W_U). The same bits, a pass fewer each way."""
     dtype = _autocast_dtype()
-    if kernels.fuse_add and dtype is not None and dtype != torch.result_type(x, r):
+    if kernels.fuse_add and dtype is not None and dtype != torch.result_type(x, r) and x.shape == r.shape:
         return _AddCast.apply(x, r, dtype)
     return x + r
 

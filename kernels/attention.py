@@ -145,8 +145,8 @@ if triton is not None:
         tl.store(XR + idx_r, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, H, stride_b, stride_h, stride_n,
-                       D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
+    def _rotate_kernel(Q, K, QR, KR, Cos, Sin, S, N, H, stride_b, stride_h,
+                       STRIDE_N: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SEQS: tl.constexpr):
         """QR, KR = R_n q, R_n k at the BLOCK positions n of one block, in SEQS of the S = B * H sequences,
         as (SEQS, BLOCK, D) tiles: q, k read with the inputs' strides, QR, KR written contiguous (S, N, D).
         The angles are loaded once for all SEQS sequences, and every load of the program is issued at once."""
@@ -155,7 +155,7 @@ if triton is not None:
         offs_d = tl.arange(0, D)
         cos, sin = _load_angles(Cos, Sin, pos, pos < N, D)
         first = _first_row(seq, H, stride_b, stride_h)
-        idx = first[:, None, None] + pos[None, :, None] * stride_n + offs_d[None, None, :]
+        idx = first[:, None, None] + pos[None, :, None] * STRIDE_N + offs_d[None, None, :]
         idx_r = (seq[:, None, None].to(tl.int64) * N + pos[None, :, None]) * D + offs_d[None, None, :]
         mask = (seq[:, None, None] < S) & (pos[None, :, None] < N)
         _rotate_rows(Q, QR, idx, idx_r, mask, cos[None], sin[None], SEQS, BLOCK, D)
@@ -174,11 +174,11 @@ if triton is not None:
         return tl.where(valid, s, float("-inf")), valid
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale, sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
-                    HAS_BIAS: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One program per query block: online softmax over the key blocks up to the diagonal. Q and K have
-        the strides sqk_* (batch, head, row), V has sv_*, Out is contiguous (B, H, N, D)."""
+    def _fwd_kernel(Q, K, V, Bias, Out, Lse, N, H, scale, sqk_b, sqk_h, sv_b, sv_h,
+                    SQK_N: tl.constexpr, SV_N: tl.constexpr, HAS_BIAS: tl.constexpr, D: tl.constexpr,
+                    UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """One program per query block: online softmax over the key blocks up to the diagonal. Q and K have the
+        batch, head and row strides sqk_b, sqk_h, SQK_N, V has sv_b, sv_h, SV_N; Out is contiguous (B, H, N, D)."""
         start_m = tl.program_id(0) * BLOCK_M
         bh = tl.program_id(1)
         h = bh % H
@@ -186,15 +186,15 @@ if triton is not None:
         qk, vb = _first_row(bh, H, sqk_b, sqk_h), _first_row(bh, H, sv_b, sv_h)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
+        q = _load_rows(Q + qk, offs_m, SQK_N, N, D, DT, UPCAST)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), tl.float32)  # running normalizer
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
-            v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
+            k = _load_rows(K + qk, offs_n, SQK_N, N, D, DT, UPCAST)
+            v = _load_rows(V + vb, offs_n, SV_N, N, D, DT, UPCAST)
             s, _ = _scores(q, k, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
@@ -228,7 +228,7 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dq_kernel(Q, K, V, Bias, Cos, Sin, Out, DO, Lse, Delta, DQ, DBias, N, H, scale,
-                       sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
+                       sqk_b, sqk_h, sv_b, sv_h, SQK_N: tl.constexpr, SV_N: tl.constexpr,
                        HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
         """One program per query block: delta = rowsum(dO * O) (stored for the dk/dv kernel),
@@ -243,7 +243,7 @@ if triton is not None:
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, D)
         DT: tl.constexpr = Q.dtype.element_ty
-        q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
+        q = _load_rows(Q + qk, offs_m, SQK_N, N, D, DT, UPCAST)
         row_mask = offs_m[:, None] < N
         do_raw = tl.load(DO + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
         o = tl.load(Out + offset + offs_m[:, None] * D + offs_d[None, :], mask=row_mask, other=0.0)
@@ -255,18 +255,18 @@ if triton is not None:
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         for start_n in range(0, tl.minimum(start_m + BLOCK_M, N), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
-            v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
+            k = _load_rows(K + qk, offs_n, SQK_N, N, D, DT, UPCAST)
+            v = _load_rows(V + vb, offs_n, SV_N, N, D, DT, UPCAST)
             p, ds = _bwd_probs(q, k, v, do, lse, delta, Bias, h, offs_m, offs_n, N, scale, HAS_BIAS)
             dq += tl.dot(operand(ds, DT, UPCAST), k)
             if HAS_BIAS:
                 store_tile(ds, DBias, bh, pid_m, start_n, offs_m, offs_n, N, row_mask, BLOCK_M, BLOCK_N, DIAGONAL)
         dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK_M)
-        tl.store(DQ + vb + offs_m[:, None] * sv_n + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
+        tl.store(DQ + vb + offs_m[:, None] * SV_N + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
 
     @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, Bias, Cos, Sin, DO, Lse, Delta, DK, DV, N, H, scale,
-                         sqk_b, sqk_h, sqk_n, sv_b, sv_h, sv_n,
+                         sqk_b, sqk_h, sv_b, sv_h, SQK_N: tl.constexpr, SV_N: tl.constexpr,
                          HAS_BIAS: tl.constexpr, ROTARY: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """One program per key block: dV = P^T dO and dK = dS^T Q / sqrt(d) (rotated back), summed
@@ -278,13 +278,13 @@ if triton is not None:
         qk, vb = _first_row(bh, H, sqk_b, sqk_h), _first_row(bh, H, sv_b, sv_h)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         DT: tl.constexpr = Q.dtype.element_ty
-        k = _load_rows(K + qk, offs_n, sqk_n, N, D, DT, UPCAST)
-        v = _load_rows(V + vb, offs_n, sv_n, N, D, DT, UPCAST)
+        k = _load_rows(K + qk, offs_n, SQK_N, N, D, DT, UPCAST)
+        v = _load_rows(V + vb, offs_n, SV_N, N, D, DT, UPCAST)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for start_m in range((start_n // BLOCK_M) * BLOCK_M, N, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q = _load_rows(Q + qk, offs_m, sqk_n, N, D, DT, UPCAST)
+            q = _load_rows(Q + qk, offs_m, SQK_N, N, D, DT, UPCAST)
             do = _load_rows(DO + offset, offs_m, D, N, D, DT, UPCAST)
             lse = tl.load(Lse + bh * N + offs_m, mask=offs_m < N, other=float("inf"))  # rows past N: P = 0
             delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
@@ -294,8 +294,8 @@ if triton is not None:
         dk = _unrotate(dk * scale, Cos, Sin, offs_n, N, ROTARY, D, BLOCK_N)
         offs_d = tl.arange(0, D)
         mask = offs_n[:, None] < N
-        tl.store(DK + vb + offs_n[:, None] * sv_n + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
-        tl.store(DV + vb + offs_n[:, None] * sv_n + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
+        tl.store(DK + vb + offs_n[:, None] * SV_N + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=mask)
+        tl.store(DV + vb + offs_n[:, None] * SV_N + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -338,9 +338,10 @@ def _kernel_rotary_tables(N: int, d: int, device: torch.device) -> tuple[torch.T
 ROTATE_BLOCK, ROTATE_SEQS = 32, 4  # positions and sequences per program of the rotary pre-pass (powers of 2)
 
 
-def _strides(x) -> tuple[int, int, int]:
-    """(batch, head, row) strides of a (B, H, N, d) tensor whose rows are contiguous."""
-    return x.stride()[:3]
+def _strides(x) -> tuple[int, int]:
+    """(batch, head) strides of a (B, H, N, d) tensor whose rows are contiguous (its row stride, x.stride(2), is a
+    compile-time constant of the kernels: d or, for a packed qkv, 3 H d)."""
+    return x.stride()[:2]
 
 
 def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
@@ -349,7 +350,8 @@ def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
     cos, sin = _kernel_rotary_tables(N, d, q.device)
     qr, kr = torch.empty(q.shape, device=q.device, dtype=q.dtype), torch.empty(k.shape, device=k.device, dtype=k.dtype)
     grid = (triton.cdiv(N, block), triton.cdiv(B * H, seqs))
-    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, H, *_strides(q), D=d, BLOCK=block, SEQS=seqs)
+    _rotate_kernel[grid](q, k, qr, kr, cos, sin, B * H, N, H, *_strides(q), STRIDE_N=q.stride(2), D=d, BLOCK=block,
+                         SEQS=seqs)
     return qr, kr
 
 
@@ -361,8 +363,8 @@ def _forward(q, k, v, bias, tile=None):
     lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _fwd_kernel[(triton.cdiv(N, tile.block_m), B * H)](
         q, k, v, bias if bias is not None else q, out, lse, N, H, 1.0 / math.sqrt(d), *_strides(q), *_strides(v),
-        HAS_BIAS=bias is not None, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
-        num_warps=tile.warps, num_stages=tile.stages)
+        SQK_N=q.stride(2), SV_N=v.stride(2), HAS_BIAS=bias is not None, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
+        BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
     return out, lse
 
 
@@ -383,7 +385,7 @@ def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None, dq=None):
     delta = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     _bwd_dq_kernel[(triton.cdiv(N, tile.block_m), B * H)](
         q, k, v, bias if bias is not None else q, cos, sin, out, do, lse, delta, dq, written, N, H, 1.0 / math.sqrt(d),
-        *_strides(q), *_strides(v),
+        *_strides(q), *_strides(v), SQK_N=q.stride(2), SV_N=v.stride(2),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, DIAGONAL=tile.diagonal, num_warps=tile.warps, num_stages=tile.stages)
     return dq, delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
@@ -397,7 +399,7 @@ def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None, dk=None, dv
     cos, sin = _kernel_rotary_tables(N, d, q.device) if rotary else (q, q)
     _bwd_dkdv_kernel[(triton.cdiv(N, tile.block_n), B * H)](
         q, k, v, bias if bias is not None else q, cos, sin, do, lse, delta, dk, dv, N, H, 1.0 / math.sqrt(d),
-        *_strides(q), *_strides(v),
+        *_strides(q), *_strides(v), SQK_N=q.stride(2), SV_N=v.stride(2),
         HAS_BIAS=bias is not None, ROTARY=rotary, D=d, UPCAST=_upcast(q), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, num_warps=tile.warps, num_stages=tile.stages)
     return dk, dv
@@ -410,7 +412,9 @@ class _Attention(torch.autograd.Function):
     """(out, lse) of the kernels, and with rotary also the rotated q, k (saved for the backward);
     differentiable in the inputs and bias through out only. The inputs are q, k, v (B, H, N, d), or, with
     k = v = None, the three packed in one tensor qkv (3, B, H, N, d): then the gradient is one tensor of
-    qkv's layout too, which the kernels write in place (no stack of dq, dk, dv)."""
+    qkv's layout too, which the kernels write in place (no stack of dq, dk, dv). The price, with rotary: the
+    backward keeps qkv (v is a view of it) besides the rotated q, k, 5 B H N d elements where separate inputs
+    keep 3 (1 GiB more for 64 bf16 models at the paper preset, two layers)."""
 
     @staticmethod
     def forward(qkv, k, v, bias, rotary):

@@ -151,6 +151,19 @@ def test_packed_qkv_in_bf16():
         torch.testing.assert_close(a.float(), b.float(), rtol=3e-2, atol=3e-2, msg=lambda m: f"{name}: {m}")
 
 
+def test_packed_qkv_expanded():
+    """A qkv with a stride-0 axis (one sequence expanded over the batch): its gradient cannot be written with its
+    strides, so the kernels get a copy, and the expanded axis's gradient is the sum over it."""
+    q, k, v, _ = inputs(1, 1, 17, 16, False)
+    base = packed(q, k, v, "stacked")
+    out = attn.attention_packed(base.expand(3, 2, 1, 17, 16), None, True)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    (grad,) = torch.autograd.grad(out, base, do)
+    ref = attn.attention_reference(*(x.expand(2, -1, -1, -1) for x in (q, k, v)), None, True)
+    for name, a, b in zip(["dq", "dk", "dv"], grad.unbind(0), torch.autograd.grad(ref, [q, k, v], do)):
+        assert_fp32_close(name, a, b)
+
+
 def test_packed_qkv_bad_shape():
     with pytest.raises(ValueError, match=r"\(3, B, H, N, d\)"):
         attn.attention_packed(torch.zeros(2, 1, 1, 4, 16))

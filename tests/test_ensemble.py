@@ -186,26 +186,30 @@ def test_kernel_vmap_rule(use_bias, dims):
 
 
 @pytest.mark.skipif(attn.triton is None, reason="needs triton")
-@pytest.mark.parametrize("use_bias, H, dim", [(False, 1, 0), (True, 1, 0), (True, 2, 3), (False, 2, 1)])
-def test_kernel_vmap_rule_packed(monkeypatch, use_bias, H, dim):
+@pytest.mark.parametrize("use_bias, H, dim, rotary", [(False, 1, 0, True), (True, 1, 0, True), (True, 1, 0, False),
+                                                      (True, 2, 3, True), (False, 2, 1, False), (True, 1, None, False)])
+def test_kernel_vmap_rule_packed(monkeypatch, use_bias, H, dim, rotary):
     """vmap over the packed kernel (fastpath.py's fused projection in an ensemble) = the reference per member,
-    values and gradients, the member axis at `dim` of a projection's output (E, B, N, 3, H, d). With one head
-    the members fold into the sequences (no bias) or the heads (bias) as a view of that output: no copy."""
+    values and gradients, the member axis at `dim` of a projection's output (E, B, N, 3, H, d), or the projection
+    shared by all members (None: with a bias per member, an expanded view that must be copied, not folded into
+    the heads with stride 0). With one head the members fold into the sequences (no bias) or the heads (bias) as
+    a view of that output: no copy."""
     g = torch.Generator().manual_seed(0)
     E, B, N, d = 3, 2, 17, 16
-    projection = torch.randn(E, B, N, 3, H, d, generator=g).movedim(0, dim).to(DEVICE).requires_grad_()
+    projection = torch.randn(E, B, N, 3, H, d, generator=g)
+    projection = (projection.movedim(0, dim) if dim is not None else projection[0]).to(DEVICE).requires_grad_()
     bias = (0.5 * torch.randn(E, H, N, generator=g)).to(DEVICE).requires_grad_() if use_bias else None
     passed = []
     apply = attn._Attention.apply
     monkeypatch.setattr(attn._Attention, "apply", lambda *a: passed.append(a[0]) or apply(*a))
 
     def member(x, bias):  # one member's (B, N, 3, H, d) -> the kernel's (3, B, H, N, d)
-        return attn.attention_packed(x.permute(2, 0, 3, 1, 4), bias, True)
+        return attn.attention_packed(x.permute(2, 0, 3, 1, 4), bias, rotary)
 
     out = torch.func.vmap(member, in_dims=(dim, 0 if use_bias else None))(projection, bias)
-    per_member = projection.movedim(dim, 0)
-    ref = torch.stack([attn.attention_reference(*per_member[e].permute(2, 0, 3, 1, 4), bias[e] if use_bias else None, True)
-                       for e in range(E)])
+    per_member = projection.movedim(dim, 0) if dim is not None else projection.expand(E, *projection.shape)
+    ref = torch.stack([attn.attention_reference(*per_member[e].permute(2, 0, 3, 1, 4), bias[e] if use_bias else None,
+                                                rotary) for e in range(E)])
     do = torch.randn(out.shape, generator=g).to(DEVICE)
     leaves = (projection,) + ((bias,) if use_bias else ())
     for name, a, b in zip(["out", "dqkv", "dbias"], [out, *torch.autograd.grad(out, leaves, do)],
