@@ -220,7 +220,7 @@ def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple
     """The probes `keys` trained (as ensembles of one schedule each on CUDA: the controls of a round together,
     injected probes per K): their ledger records, and the model-steps."""
     cfgs = k1_configs(spec, keys, root, device)
-    outcome = probes.run_probes(cfgs, jobs)
+    outcome = probes.run_probes(cfgs, jobs, quiet=False)  # on a GPU the log shows where each ensemble's time went
     return ({"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(rows, DENSE_KEYS)}
                         for (c, K, s), rows in zip(keys, outcome)]}, sum(cfg.iters for cfg in cfgs))
 
@@ -355,7 +355,7 @@ def grid_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tup
     """The runs `keys` trained (ensembles on CUDA, one-thread processes on a CPU): per run its config, dense
     readouts and full evaluations as the ledger keeps them, and the model-steps."""
     cfgs = [grid_config(spec, key, root, device) for key in keys]
-    probes.run_probes(cfgs, jobs)
+    probes.run_probes(cfgs, jobs, quiet=False)
     members = [{"condition": c, "K": K, "seed": s, "config": config_record(cfg),
                 "dense": compact(runs.read_metrics(cfg.out, dense=True)[1], DENSE_KEYS),
                 "full": compact(runs.read_metrics(cfg.out)[1], METRIC_KEYS)} for (c, K, s), cfg in zip(keys, cfgs)]

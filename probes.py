@@ -69,14 +69,15 @@ def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:
     return list(groups.values())
 
 
-def run_probes(cfgs: list[train.Config], jobs: int) -> list[list[dict]]:
-    """All probes of one round, trained unless finished: on CUDA as ensembles, on a CPU as `jobs` one-thread
-    processes. Returns each probe's dense rows."""
+def run_probes(cfgs: list[train.Config], jobs: int, quiet: bool = True) -> list[list[dict]]:
+    """All probes of one round, trained unless finished: on CUDA as ensembles (quiet=False: each with its header,
+    progress and the phases of its time), on a CPU as `jobs` one-thread processes. Returns each probe's dense
+    rows."""
     todo = [cfg for cfg in cfgs if not finished(cfg)]
     if todo and todo[0].device.startswith("cuda"):
         for i, group in enumerate(ensemble_groups(todo)):
             root = os.path.dirname(group[0].out)
-            runs.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=True, overwrite=True)  # unfinished: redone
+            runs.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=quiet, overwrite=True)  # unfinished: redone
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]

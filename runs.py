@@ -251,14 +251,19 @@ class Progress:
 
     def __init__(self, cfgs: list, where: str, start: int, resume_step: int | None, evals: set[int], quiet: bool):
         self.cfgs, self.start, self.evals, self.quiet = cfgs, start, evals, quiet
-        self.t0 = self.t_train = self.t_print = time.time()
+        self.t0 = self.t_train = self.t_print = self.t_end = time.time()
         self.eval_seconds, self.evals_done = 0.0, 0  # this process's full evaluations
+        self.readout_seconds = 0.0  # and dense readouts
         if not quiet:
             print(run_header(cfgs, where, resume_step), flush=True)
 
     def begin(self):
         """The training loop starts now: the rate is counted from here."""
         self.t_train = time.time()
+
+    def end(self):
+        """The training loop is over; what follows (the last checkpoints, the figures) is writing."""
+        self.t_end = time.time()
 
     def due(self, step: int) -> bool:
         iters = self.cfgs[0].iters
@@ -271,6 +276,20 @@ class Progress:
         yield
         self.eval_seconds, self.evals_done = self.eval_seconds + time.time() - t, self.evals_done + 1
 
+    @contextmanager
+    def readout(self):
+        t = time.time()
+        yield
+        self.readout_seconds += time.time() - t
+
+    def phases(self) -> dict[str, float]:
+        """Seconds of the set-up (the evaluation data, the models, compilation and capture), of the steps, of the
+        dense readouts, of the full evaluations (the steps' time is the loop's less theirs) and of the writing
+        after the loop."""
+        loop = self.t_end - self.t_train
+        return {"set-up": self.t_train - self.t0, "steps": loop - self.readout_seconds - self.eval_seconds,
+                "readouts": self.readout_seconds, "evaluations": self.eval_seconds, "writing": time.time() - self.t_end}
+
     def show(self, step: int, losses: list[float], rows: list[list[dict]]):
         iters = self.cfgs[0].iters
         rate, eta = progress_rate(step - self.start, iters - step, time.time() - self.t_train, self.eval_seconds,
@@ -282,7 +301,8 @@ class Progress:
         if not self.quiet:
             c0 = self.cfgs[0]
             where = c0.out if len(self.cfgs) == 1 else os.path.dirname(c0.out) + "/K*_s*"
-            print(f"done in {(time.time() - self.t0) / 60:.1f} min: {where}/metrics.jsonl, fig2a.png")
+            phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.phases().items())
+            print(f"done in {(time.time() - self.t0) / 60:.1f} min ({phases}): {where}/metrics.jsonl, fig2a.png")
 
 
 # ----------------------------------------------------------------------------- speed
@@ -415,7 +435,8 @@ def train_ensemble(cfgs: list, ckpt_path: str, resume: bool = False, quiet: bool
                             append_row(chain_paths[e], {"step": step, "delta": [round(v, 6) for v in delta]})
                         save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
             if step in dense_steps and new:
-                values = {k: v.tolist() for k, v in trainer.readouts(*dense).items()}  # the one wait for the device
+                with progress.readout():
+                    values = {k: v.tolist() for k, v in trainer.readouts(*dense).items()}  # the one wait for the device
                 for e in range(E):
                     log(e, {"step": step, "dense": True, **{k: v[e] for k, v in values.items()},
                             "train_loss_2gen": dense_2gen[e]})
@@ -428,6 +449,7 @@ def train_ensemble(cfgs: list, ckpt_path: str, resume: bool = False, quiet: bool
             loss = step_fn()  # every member's batch drawn, then one step of all: losses (E,)
     except KeyboardInterrupt:
         raise interrupted(step, saved, ckpt_path) from None
+    progress.end()
     for e, cfg in enumerate(cfgs):  # each finished member looks like a finished single run
         save_atomic(states[e], os.path.join(cfg.out, "ckpt.pt"))
         train.plot_run([r for r in rows[e] if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))

@@ -237,7 +237,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
                         runs.append_row(chain_path, {"step": step, "delta": [round(v, 6) for v in delta]})
                     runs.save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
             if step in dense_steps and new:  # the cheap readouts of --eval-every
-                with torch.no_grad():
+                with torch.no_grad(), progress.readout():
                     values = {k: v.item() for k, v in readouts(model, *dense).items()}
                 rows.append({"step": step, "dense": True, **values, "train_loss_2gen": dense_2gen})
                 runs.append_row(metrics_path, rows[-1])
@@ -255,6 +255,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = 
             loss = sampled_step() if graph else train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))
     except KeyboardInterrupt:  # Ctrl-C: one line; the last checkpoint, written atomically, stands
         raise runs.interrupted(step, saved, ckpt_path) from None
+    progress.end()
     plot_run([r for r in rows if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))
     progress.done()
     locks[0].close()  # now: the frame may outlive the call, and a caller may train here next

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import cli
+import ensemble
 import runs
 import train
 from bayes import COLORS
@@ -376,6 +377,43 @@ def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members
     rates = [float(re.search(r"([\d.]+) (it|model-steps)/s", line)[1]) for line in capsys.readouterr().out.splitlines()
              if line.startswith("step")]
     assert len(rates) == 12 and min(rates) > 1  # 1000 s counted in: < 0.03 steps/s
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, members):
+    """On runs.py's clock: 1000 s of evaluation data (set-up), 100 s per dense readout (eval_every = 4: steps 0, 4,
+    8, 12), 10 s per full evaluation of a model (steps 0, 2, 5, 12), 7 s per figure written after the loop, and
+    0.01 s per reading of the clock: the last line splits the time into those phases, the steps' time being the
+    rest of the loop (a campaign's log shows this for every ensemble, to find what a piece's fixed cost is)."""
+    clock = [0.0]
+
+    def tick():
+        clock[0] += 0.01
+        return clock[0]
+
+    def costing(fn, seconds):
+        def slow(*args, **kwargs):
+            clock[0] += seconds
+            return fn(*args, **kwargs)
+        return slow
+
+    home = train if members == 1 else runs
+    monkeypatch.setattr(runs, "time", SimpleNamespace(time=tick))
+    monkeypatch.setattr(home, "make_eval_data", costing(train.make_eval_data, 1000 / members))
+    monkeypatch.setattr(home, "evaluate", costing(train.evaluate, 10))
+    monkeypatch.setattr(train, "plot_run", costing(train.plot_run, 7))
+    if members == 1:
+        monkeypatch.setattr(train, "readouts", costing(train.readouts, 100))
+        train.train(tiny_config(tmp_path / "run", eval_every=4))
+    else:
+        monkeypatch.setattr(ensemble.Ensemble, "readouts", costing(ensemble.Ensemble.readouts, 100))
+        runs.train_ensemble([tiny_config(tmp_path / f"K3_s{seed}", seed=seed, eval_every=4) for seed in range(members)],
+                            str(tmp_path / "ckpt.pt"))
+    last = capsys.readouterr().out.splitlines()[-1]
+    phases = {name: float(value) for name, value in re.findall(r"([a-z-]+) (\d+) s", last)}
+    assert phases.keys() == {"set-up", "steps", "readouts", "evaluations", "writing"}
+    want = {"set-up": 1000, "steps": 0, "readouts": 400, "evaluations": 40 * members, "writing": 7 * members}
+    assert all(abs(phases[name] - want[name]) <= 2 for name in want), (last, want)
 
 
 def test_eta_is_the_step_rate_without_evaluations_plus_the_evaluations_left():
