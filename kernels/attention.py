@@ -14,7 +14,11 @@ Top to bottom, in the order of the Triton fused-attention tutorial:
   the reference (attention_scores, attention_reference; transformer.py's attention) -> forward kernels
   (the rotary pre-pass, the online softmax) -> backward kernels (dq with delta and the bias gradient,
   then dk/dv) -> launchers -> torch.autograd.Function and its vmap rule -> the public `attention`,
-  `attention_forward` and the readout `attention_rows`.
+  `attention_packed`, `attention_forward` and the readout `attention_rows`.
+
+The kernels take q, k, v with any batch and head strides and contiguous rows (the row stride a compile-time
+constant), so `attention_packed` reads them in place from one projection's output (3, B, H, N, d), rows 3 H d
+apart, and writes their gradient into one tensor of that layout.
 
 Launches per call: forward = rotate q and k once (one launch, skipped without rotary) + the
 attention kernel; backward = dq + dk/dv (+ a memset and a few small torch ops for the bias gradient).
