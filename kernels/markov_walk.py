@@ -38,12 +38,13 @@ if triton is not None:
         s = tl.load(S0 + rows, mask=live, other=0)
         out = SEQS + rows.to(tl.int64) * length
         tl.store(out, s, mask=live)
-        u = tl.load(U + rows, mask=live & (length > 1), other=0.0)  # position 1's uniform, u[0, 0]
+        # masks are blocks, never a block and a scalar: Triton's interpreters (3.6, 3.9) reject the mixed ones
+        u = tl.load(U + rows, mask=live & (tl.full([BLOCK_N], 1, tl.int32) < length), other=0.0)  # u[0, 0]: position 1's
         for t in range(1, length):
             # position t + 1's uniform (u[t % block, t // block]) loads while position t is drawn: the walk does
             # not wait for it
-            u_next = tl.load(U + ((t % block) * nb + t // block).to(tl.int64) * n + rows, mask=live & (t + 1 < length),
-                             other=0.0)
+            u_next = tl.load(U + ((t % block) * nb + t // block).to(tl.int64) * n + rows,
+                             mask=live & (tl.full([BLOCK_N], t + 1, tl.int32) < length), other=0.0)
             # the C - 1 counted entries of column s_{t-1}, each a load of its own, all issued at once; the last
             # entry is never counted (inverse_cdf clamps to C - 1)
             count = tl.zeros([BLOCK_N], tl.int32)
