@@ -21,7 +21,7 @@ constant), so `attention_packed` reads them in place from one projection's outpu
 apart, and writes their gradient into one tensor of that layout.
 
 Launches per call: forward = rotate q and k once (one launch, skipped without rotary) + the
-attention kernel; backward = dq + dk/dv (+ a memset and a few small torch ops for the bias gradient).
+attention kernel; backward = dq + dk/dv (+ one or three small torch ops for the bias gradient).
 The backward kernels work on the rotated q, k saved by the forward and rotate dq, dk back once,
 when they store them (the transpose rotation, angle -theta).
 
@@ -43,7 +43,7 @@ try:
     import triton
     import triton.language as tl
 
-    from kernels.bias_gradient import store_tile  # what the bias gradient needs of a dS tile
+    from kernels.bias_gradient import store_tile, zero_slots  # what the bias gradient needs of a dS tile
     from kernels.common import operand  # a dot operand that also works in the interpreter
 except ImportError:  # the model's path is the reference (transformer.py); the kernels need triton
     triton = None
@@ -265,6 +265,8 @@ if triton is not None:
             dq += tl.dot(operand(ds, DT, UPCAST), k)
             if HAS_BIAS:
                 store_tile(ds, DBias, bh, pid_m, start_n, offs_m, offs_n, N, row_mask, BLOCK_M, BLOCK_N, DIAGONAL)
+        if HAS_BIAS:
+            zero_slots(DBias, bh, pid_m, N, BLOCK_M, DIAGONAL)
         dq = _unrotate(dq * scale, Cos, Sin, offs_m, N, ROTARY, D, BLOCK_M)
         tl.store(DQ + vb + offs_m[:, None] * SV_N + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=row_mask)
 

@@ -6,7 +6,8 @@ a reduction along the diagonals of every dS tile that the dq kernel computes, de
 of three methods (a tile's `diagonal`, chosen by the sweep of bench/bench_attention.py):
   "gather"  the dq kernel skews each square (BLOCK, BLOCK) tile of dS with one in-register gather, so that its
             diagonals become columns, and writes the column sums to a private slot per (batch, head, query
-            block, block lag); one fixed-order torch sum adds the slots
+            block, block lag), zeros to the slots of the lags it has no tile for (no memset); one fixed-order
+            torch sum over a strided view of the slots gives dbias (one launch)
   "mask"    the same slots from a (BLOCK, BLOCK, BLOCK) mask (the first version; 16-row tiles only)
   "store"   the dq kernel writes dS itself (B, H, N, N), at and below the diagonal; torch sums it over the batch
             and then along the diagonals of the (H, N, N) sum through a strided view. More memory traffic (and a
@@ -50,28 +51,44 @@ if triton is not None:
         return lower, upper
 
     @triton.jit
+    def _slot(DBias, bh, pid_m, lag, N, BLOCK: tl.constexpr):
+        """Slot (bh, query block pid_m, block lag) of the (B H, m, lag, 2, BLOCK) buffer: n_blocks + 1 lags, the
+        last one all zeros (for _sum_slots' view)."""
+        n_blocks = tl.cdiv(N, BLOCK)
+        return DBias + ((bh * n_blocks + pid_m) * (n_blocks + 1) + lag).to(tl.int64) * (2 * BLOCK)
+
+    @triton.jit
     def store_tile(ds, DBias, bh, pid_m, start_n, offs_m, offs_n, N, row_mask,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
         """What the bias gradient needs of the dS tile (query block pid_m, keys from start_n) of sequence and
         head bh. "store": the tile itself, into DBias[bh] (N, N) at its rows and columns. Otherwise the tiles
         are square (BLOCK_M = BLOCK_N = BLOCK) and tile (m, n) at block lag L = m - n holds
         i - j = L BLOCK + (a - c): its lower sums go to r = L BLOCK + t, its upper sums to r = (L - 1) BLOCK + t.
-        Both land in DBias[bh, m, L, 0:2, :], a slot no other program writes (_sum_slots adds them)."""
+        Both land in slot (bh, m, L), which no other program writes (_sum_slots adds them)."""
         if DIAGONAL == "store":
             tl.store(DBias + bh * N * N + offs_m[:, None] * N + offs_n[None, :], ds.to(DBias.dtype.element_ty),
                      mask=row_mask & (offs_n[None, :] < N))
         else:
             lower, upper = _diagonal_sums(ds, BLOCK_M, DIAGONAL == "gather")
-            n_blocks = tl.cdiv(N, BLOCK_M)
-            slot = DBias + ((bh * n_blocks + pid_m) * n_blocks + pid_m - start_n // BLOCK_N) * (2 * BLOCK_M)
+            slot = _slot(DBias, bh, pid_m, pid_m - start_n // BLOCK_N, N, BLOCK_M)
             t = tl.arange(0, BLOCK_M)
             tl.store(slot + t, lower)
             tl.store(slot + BLOCK_M + t, upper)
 
+    @triton.jit
+    def zero_slots(DBias, bh, pid_m, N, BLOCK: tl.constexpr, DIAGONAL: tl.constexpr):
+        """After query block pid_m's tiles (lags 0 .. pid_m): zeros in its slots of the lags beyond, up to the
+        padding lag n_blocks, so that the buffer needs no memset ("store" writes no slots)."""
+        if DIAGONAL != "store":
+            zeros = tl.zeros([2 * BLOCK], tl.float32)
+            for lag in range(pid_m + 1, tl.cdiv(N, BLOCK) + 1):
+                tl.store(_slot(DBias, bh, pid_m, lag, N, BLOCK) + tl.arange(0, 2 * BLOCK), zeros)
+
 
 def buffer(tile, B: int, H: int, N: int, device, dtype) -> torch.Tensor:
-    """What store_tile writes into for the dq tile `tile` (kernels/tiles.Tile): dS (B H, N, N) in the inputs'
-    dtype ("store"), or the slots (B H, m, lag, 2, BLOCK) in fp32."""
+    """What store_tile and zero_slots write into for the dq tile `tile` (kernels/tiles.Tile): dS (B H, N, N) in
+    the inputs' dtype ("store"), or the slots (B H, m, lag, 2, BLOCK) in fp32, n_blocks + 1 lags, every slot
+    written by the kernel."""
     if tile.diagonal not in DIAGONALS:
         raise ValueError(f"a tile's diagonal method must be one of {DIAGONALS}, got {tile.diagonal!r}")
     if tile.diagonal == "store":  # the kernel writes dS at and below the diagonal; the rest is never read
@@ -79,7 +96,7 @@ def buffer(tile, B: int, H: int, N: int, device, dtype) -> torch.Tensor:
     if tile.block_m != tile.block_n:
         raise ValueError(f"the bias gradient by {tile.diagonal!r} needs square dq tiles, got {tile}")
     n_blocks = triton.cdiv(N, tile.block_m)
-    return torch.zeros(B * H, n_blocks, n_blocks, 2, tile.block_m, device=device)
+    return torch.empty(B * H, n_blocks, n_blocks + 1, 2, tile.block_m, device=device)
 
 
 def dbias(tile, written: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
@@ -99,10 +116,11 @@ def _sum_stored(ds: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
 
 
 def _sum_slots(slots: torch.Tensor, B: int, H: int, N: int) -> torch.Tensor:
-    """dbias (H, N) from the dq kernel's slots (B * H, m, lag, 2, BLOCK), in a fixed order: lag L's
-    lower sums are r = L BLOCK + t, its upper sums r = (L - 1) BLOCK + t."""
-    _, nb, _, _, block = slots.shape
-    per_lag = slots.view(B, H, nb, nb, 2, block).sum((0, 2))  # (H, lag, 2, BLOCK)
-    dbias = per_lag[:, :, 0].reshape(H, nb * block)
-    dbias[:, : (nb - 1) * block] += per_lag[:, 1:, 1].reshape(H, (nb - 1) * block)
-    return dbias[:, :N]
+    """dbias (H, N) from the dq kernel's slots (B * H, m, lag, 2, BLOCK), n_blocks + 1 lags, in one fixed-order
+    sum: r = L BLOCK + t gets lag L's lower sums and lag L + 1's upper sums. In a slot row, lag L's lower half
+    starts at L 2 BLOCK and lag L + 1's upper half at (L + 1) 2 BLOCK + BLOCK = L 2 BLOCK + 3 BLOCK: a view whose
+    "half" axis has stride 3 BLOCK pairs them (the padding lag n_blocks, zeros, pairs with the last lag)."""
+    _, nb, lags, _, block = slots.shape
+    s_bh, s_m = slots.stride(0), slots.stride(1)
+    pairs = slots.as_strided((B, H, nb, lags - 1, 2, block), (H * s_bh, s_bh, s_m, 2 * block, 3 * block, 1))
+    return pairs.sum((0, 2, 4)).reshape(H, (lags - 1) * block)[:, :N]

@@ -307,7 +307,7 @@ def test_diagonal_sums_match_a_loop():
     g = torch.Generator().manual_seed(5)
     ds = torch.randn(B, H, N, N, generator=g)
     nb = -(-N // block)
-    slots = torch.zeros(B * H, nb, nb, 2, block)
+    slots = torch.zeros(B * H, nb, nb + 1, 2, block)  # a padding lag; the kernel writes zeros where it has no tile
     padded = torch.zeros(B, H, nb * block, nb * block)
     padded[:, :, :N, :N] = ds.tril()
     for m in range(nb):
@@ -319,6 +319,19 @@ def test_diagonal_sums_match_a_loop():
                     slots[:, m, m - n, 1, t] = tile.diagonal(block - t, 1, 2).sum(-1)
     want = torch.stack([ds.tril().diagonal(-r, 2, 3).sum((0, -1)) for r in range(N)], -1)  # (H, N)
     torch.testing.assert_close(bias_gradient._sum_slots(slots, B, H, N), want)
+
+
+@pytest.mark.parametrize("tiles", [attn.Tile(16, 16), attn.Tile(32, 32)])
+def test_the_bias_gradient_needs_no_initialized_buffer(monkeypatch, tiles):
+    """The dq kernel writes every slot of the bias gradient's buffer (zeros where a query block has no tile), so
+    the buffer is torch.empty: filled with NaN here, any slot left unwritten would show in dbias."""
+    empty = torch.empty
+    monkeypatch.setattr(bias_gradient.torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+    monkeypatch.setattr(attn, "_tile", lambda *_: tiles)
+    q, k, v, bias = inputs(2, 1, 70, 16, True)
+    got = run(attn.attention, q, k, v, bias, False)[-1]
+    want = run(attn.attention_reference, q, k, v, bias, False)[-1]
+    assert_fp32_close("dbias", got, want)
 
 
 def test_sum_of_stored_ds_matches_a_loop():
