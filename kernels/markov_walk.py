@@ -38,8 +38,9 @@ if triton is not None:
         s = tl.load(S0 + rows, mask=live, other=0)
         out = SEQS + rows.to(tl.int64) * length
         tl.store(out, s, mask=live)
-        # masks are blocks, never a block and a scalar: Triton's interpreters (3.6, 3.9) reject the mixed ones
-        u = tl.load(U + rows, mask=live & (tl.full([BLOCK_N], 1, tl.int32) < length), other=0.0)  # u[0, 0]: position 1's
+        # position 1's uniform, u[0, 0]; masks are blocks, never a block and a scalar (Triton 3.9's interpreter
+        # rejects the mixed ones)
+        u = tl.load(U + rows, mask=live & (tl.full([BLOCK_N], 1, tl.int32) < length), other=0.0)
         for t in range(1, length):
             # position t + 1's uniform (u[t % block, t // block]) loads while position t is drawn: the walk does
             # not wait for it
