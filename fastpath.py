@@ -157,6 +157,13 @@ class Embedding(nn.Embedding):
         return super().forward(seqs)
 
 
+def attention_rows(q, k, lse, rows, bias=None, rotary=False) -> torch.Tensor:
+    """The attention weights A[b, h, i, :] of the rows i from q, k and the kernel forward's log-sum-exp of each row
+    (kernels/attention.attention_forward): the readouts' A without a softmax over the full matrix."""
+    rows = torch.as_tensor(rows, device=q.device)
+    return (transformer.attention_scores(q, k, bias, rotary, rows) - lse[:, :, rows, None]).exp()
+
+
 class Attention(transformer.Attention):
     """transformer.Attention by kernels/attention.py. need_weights: also A (else None); normed: LN(x), when
     the caller has it already."""
@@ -177,7 +184,7 @@ class Attention(transformer.Attention):
             out, A = transformer.attend(q, k, v, bias, self.rotary, self.prev_weight)
         elif need_weights:
             out, lse = attention_kernel.attention_forward(q, k, v, bias, self.rotary)
-            A = attention_kernel.attention_rows(q, k, lse, torch.arange(N, device=q.device), bias, self.rotary)
+            A = attention_rows(q, k, lse, torch.arange(N, device=q.device), bias, self.rotary)
         elif self.kernels.fuse_qkv:  # the gradient comes back as one (B, N, 3 D) tensor: one matmul to LN(x)
             out, A = attention_kernel.attention_packed(qkv, bias, self.rotary), None
         else:

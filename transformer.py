@@ -21,9 +21,10 @@ Options used by later experiments (all off by default):
   prev_weight=w     gradient reweighting of layer-1 previous-token attention (Sec. "Gradient Reweighting"):
                     A_{i,i-1} = w A' + (1 - w) detach(A'), forward unchanged
 
-This file is plain PyTorch. On CUDA, train.py (unless --no-graph) and the ensembles run the same model with
-Triton kernels swapped in from outside (fastpath.py), tested equal to this one to the kernels' precision (the
-attention kernel's fp32 dots run in TF32).
+This file is plain PyTorch and imports only torch. On CUDA, train.py (unless --plain) and the ensembles run the
+same model with Triton kernels swapped in from outside (fastpath.py), tested equal to this one to the kernels'
+precision (the attention kernel's fp32 dots run in TF32); the kernels' tests compare against `attention_scores`
+and `attend` here.
 """
 import math
 
@@ -31,14 +32,47 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.attention import attention_scores  # s(x_q, x_k, i - j): rotary positions or a bias P_{i-j}
-
 EPS = 1e-5  # LayerNorm's epsilon
+ROTARY_BASE = 10000.0  # rotary angles n * base^(-2f/d)
 
 
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
     """LN(x) = (x - mu) / sqrt(sigma^2 + eps) over the last axis, no affine parameters (eq. layernorm)."""
     return F.layer_norm(x, x.shape[-1:], eps=EPS)
+
+
+def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles n * base^(-2f/d) of positions n < N and pairs f < d/2, each (N, d/2) in fp32."""
+    inv_freq = ROTARY_BASE ** (-torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+    angle = torch.arange(N, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
+    return angle.cos(), angle.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R_n x in fp32 for rows x (..., N, d) and their angles' cos, sin (N, d/2): each interleaved pair (2f, 2f + 1)
+    rotated by its angle."""
+    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2)
+
+
+def attention_scores(q, k, bias=None, rotary=False, rows=None) -> torch.Tensor:
+    """The scores s(i, j) = <R_i q_i, R_j k_j> / sqrt(d) + P_{i-j} of the query rows `rows` (default: all), causally
+    masked (-inf for j > i): (B, H, len(rows), N) in fp32 for q, k (B, H, N, d). rotary: R_n the rotary embedding,
+    else the identity; bias: the learned table P (H, N), or None."""
+    B, H, N, d = q.shape
+    if rows is not None:
+        rows = torch.as_tensor(rows, device=q.device)
+        q = q[:, :, rows]
+    else:
+        rows = torch.arange(N, device=q.device)
+    if rotary:
+        cos, sin = rotary_tables(N, d, q.device)
+        q, k = rotate(q, cos[rows], sin[rows]), rotate(k, cos, sin)  # fp32
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
+    rel = rows.view(-1, 1) - torch.arange(N, device=q.device).view(1, -1)  # i - j
+    if bias is not None:
+        s = s + bias[:, rel.clamp(0, N - 1)].float().unsqueeze(0)
+    return s.masked_fill(rel < 0, float("-inf"))
 
 
 def attend(q, k, v, bias=None, rotary=False, prev_weight=1.0):

@@ -45,8 +45,15 @@ import cli  # noqa: E402
 from bench.bench_train import load_attention, load_attention_module  # noqa: E402
 from kernels import attention as attn  # noqa: E402
 from markov import check_int  # noqa: E402
-from kernels.attention import _rotate_reference, attention, attention_reference, rotary_tables  # noqa: E402
+from kernels.attention import attention  # noqa: E402
 from kernels.tiles import Tile, save_tiles  # noqa: E402
+from transformer import attend, rotary_tables, rotate  # noqa: E402
+
+
+def attention_reference(q, k, v, bias=None, rotary=False):
+    """The model's attention (transformer.attend) without its weights: the oracle, and the eager baseline."""
+    return attend(q, k, v, bias, rotary)[0]
+
 
 try:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -80,7 +87,7 @@ cached_tables = functools.lru_cache(rotary_tables)  # the baselines' tables buil
 def rotated(q, k):
     """q and k rotated to their positions, as copies in their own dtype."""
     cos, sin = cached_tables(q.shape[2], q.shape[3], q.device)
-    return _rotate_reference(q, cos, sin).to(q.dtype), _rotate_reference(k, cos, sin).to(k.dtype)
+    return rotate(q, cos, sin).to(q.dtype), rotate(k, cos, sin).to(k.dtype)
 
 
 def sdpa_causal(q, k, v, bias=None, rotary=False):
@@ -348,7 +355,7 @@ def rotate_sweep(log, previous=None, S=64 * 128, N=256):
         if previous is not None:
             methods["previous"] = lambda: previous._rotate(q, k)
         cos, sin = rotary_tables(N, D, q.device)
-        want = [_rotate_reference(x[:64], cos, sin) for x in (q, k)]  # the first sequences: the reference is fp32
+        want = [rotate(x[:64], cos, sin) for x in (q, k)]  # the first sequences: the reference is fp32
         for name, fn in methods.items():
             if name != "clone q, k":  # every candidate computes the rotation, or its time is not reported
                 err = max(relative_error(got[:64], w) for got, w in zip(fn(), want))

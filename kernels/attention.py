@@ -1,5 +1,6 @@
 """Fused causal relative-position attention in Triton (Appendix "Network architecture", "Minimal Network for
-Generalization"): the score formula, its plain-torch reference, and the kernels that compute it.
+Generalization"): the kernels that compute the model's attention. The score formula and its plain-torch
+reference are transformer.py's (`attention_scores`, `attend`); the tests compare these kernels against them.
 
 Causal softmax attention over q, k, v of shape (B, H, N, d):
 
@@ -11,10 +12,10 @@ angle n * 10000^(-2f/d)) and bias is a learned table P_{i-j} of shape (H, N). Ei
 neither may be used.
 
 Top to bottom, in the order of the Triton fused-attention tutorial:
-  the reference (attention_scores, attention_reference; transformer.py's attention) -> forward kernels
-  (the rotary pre-pass, the online softmax) -> backward kernels (dq with delta and the bias gradient,
-  then dk/dv) -> launchers -> torch.autograd.Function and its vmap rule -> the public `attention`,
-  `attention_packed`, `attention_forward` and the readout `attention_rows`.
+  the inputs' checks and the rotary tables -> forward kernels (the rotary pre-pass, the online softmax) ->
+  backward kernels (dq with delta and the bias gradient, then dk/dv) -> launchers -> torch.autograd.Function
+  and its vmap rule -> the public `attention`, `attention_packed` and `attention_forward` (out and the rows'
+  log-sum-exp, from which fastpath.py reads the attention weights).
 
 The kernels take q, k, v with any batch and head strides and contiguous rows (the row stride a compile-time
 constant), so `attention_packed` reads them in place from one projection's output (3, B, H, N, d), rows 3 H d
@@ -45,14 +46,14 @@ try:
 
     from kernels.bias_gradient import store_tile, zero_slots  # what the bias gradient needs of a dS tile
     from kernels.common import operand  # a dot operand that also works in the interpreter
-except ImportError:  # the model's path is the reference (transformer.py); the kernels need triton
+except ImportError:  # the model's plain path is transformer.py's; the kernels need triton
     triton = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 ROTARY_BASE = 10000.0
 
 
-# ----------------------------------------------------------------------------- the reference
+# ----------------------------------------------------------------------------- the inputs
 
 
 def _check(q, k, v, bias):
@@ -66,42 +67,11 @@ def _check(q, k, v, bias):
 
 
 def rotary_tables(N: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotary angles n * base^(-2f/d), each (N, d/2) in float32."""
+    """cos and sin of the rotary angles n * base^(-2f/d), each (N, d/2) in fp32: the kernels' own copy of
+    transformer.rotary_tables (kernels import nothing of the model's; tests/test_attention.py checks the two agree)."""
     inv_freq = ROTARY_BASE ** (-torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
     angle = torch.arange(N, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
     return angle.cos(), angle.sin()
-
-
-def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """R_n x in fp32 for rows x (..., N, d) and their angles' cos, sin (N, d/2): each pair rotated."""
-    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2)
-
-
-def attention_scores(q, k, bias=None, rotary=False, rows=None) -> torch.Tensor:
-    """Causally masked scores (B, H, len(rows), N) of the query rows `rows` (default: all), in fp32."""
-    B, H, N, d = q.shape
-    if rows is not None:
-        rows = torch.as_tensor(rows, device=q.device)
-        q = q[:, :, rows]
-    else:
-        rows = torch.arange(N, device=q.device)
-    if rotary:
-        cos, sin = rotary_tables(N, d, q.device)
-        q, k = _rotate_reference(q, cos[rows], sin[rows]), _rotate_reference(k, cos, sin)  # fp32
-    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
-    rel = rows.view(-1, 1) - torch.arange(N, device=q.device).view(1, -1)  # i - j
-    if bias is not None:
-        s = s + bias[:, rel.clamp(0, N - 1)].float().unsqueeze(0)
-    return s.masked_fill(rel < 0, float("-inf"))
-
-
-def attention_reference(q, k, v, bias=None, rotary=False):
-    """Plain-PyTorch oracle with the semantics of `attention` (transformer.attend, the model's attention, is
-    the same computation keeping A)."""
-    _check(q, k, v, bias)
-    A = torch.softmax(attention_scores(q, k, bias, rotary), -1)
-    return (A @ v.float()).to(v.dtype)
 
 
 # ----------------------------------------------------------------------------- the kernels
@@ -533,10 +503,3 @@ def attention_packed(qkv, bias=None, rotary=False):
 def attention_forward(q, k, v, bias=None, rotary=False):
     """The kernel's forward only: (out, lse), lse (B, H, N) the per-row log-sum-exp of the scores."""
     return _apply(q, k, v, bias, rotary)
-
-
-def attention_rows(q, k, lse, rows, bias=None, rotary=False) -> torch.Tensor:
-    """Readout helper: attention weights A[b, h, i, :] of the rows i from q, k and the forward's
-    saved log-sum-exp, without materializing the full matrix during training."""
-    rows = torch.as_tensor(rows, device=q.device)
-    return (attention_scores(q, k, bias, rotary, rows) - lse[:, :, rows, None]).exp()

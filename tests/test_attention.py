@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 
+import fastpath
+import transformer
 from kernels import attention as attn
 from kernels import bias_gradient, tiles
 
@@ -24,6 +26,11 @@ SHAPES = [  # (B, H, N, d, rotary, bias)
     (2, 4, 33, 16, True, True),
     (1, 2, 256, 16, False, True),
 ]
+
+
+def reference(q, k, v, bias=None, rotary=False):
+    """The model's attention (transformer.attend) without its weights: the oracle the kernels must match."""
+    return transformer.attend(q, k, v, bias, rotary)[0]
 
 
 def inputs(B, H, N, d, use_bias, dtype=torch.float32, seed=0):
@@ -58,7 +65,7 @@ def assert_fp32_close(name, got, want):
 def test_kernel_matches_reference_fp32(B, H, N, d, rotary, use_bias):
     q, k, v, bias = inputs(B, H, N, d, use_bias)
     got = run(attn.attention, q, k, v, bias, rotary)
-    want = run(attn.attention_reference, q, k, v, bias, rotary)
+    want = run(reference, q, k, v, bias, rotary)
     for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
         assert_fp32_close(name, a, b)
 
@@ -67,7 +74,7 @@ def test_kernel_matches_reference_fp32(B, H, N, d, rotary, use_bias):
 def test_kernel_matches_reference_bf16(B, H, N, d, rotary, use_bias):
     q, k, v, bias = inputs(B, H, N, d, use_bias, dtype=torch.bfloat16)
     got = run(attn.attention, q, k, v, bias, rotary)
-    want = run(attn.attention_reference, q, k, v, bias, rotary)
+    want = run(reference, q, k, v, bias, rotary)
     for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
         assert a.dtype == b.dtype
         torch.testing.assert_close(a.float(), b.float(), rtol=3e-2, atol=3e-2, msg=lambda m: f"{name}: {m}")
@@ -129,7 +136,7 @@ def test_packed_qkv_is_the_reference(B, H, N, d, rotary, use_bias, packing):
     """attention_packed reads q, k, v in place from one buffer and writes their gradient into one tensor of the
     same layout (so that the projection's backward needs no stack): values and gradients against the reference."""
     q, k, v, bias = inputs(B, H, N, d, use_bias)
-    want = run(attn.attention_reference, q, k, v, bias, rotary)
+    want = run(reference, q, k, v, bias, rotary)
     qkv = packed(q, k, v, packing)
     out = attn.attention_packed(qkv, bias, rotary)
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
@@ -141,7 +148,7 @@ def test_packed_qkv_is_the_reference(B, H, N, d, rotary, use_bias, packing):
 
 def test_packed_qkv_in_bf16():
     q, k, v, bias = inputs(2, 1, 40, 64, True, dtype=torch.bfloat16)
-    want = run(attn.attention_reference, q, k, v, bias, True)
+    want = run(reference, q, k, v, bias, True)
     qkv = packed(q, k, v, "projection")
     out = attn.attention_packed(qkv, bias, True)
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
@@ -159,7 +166,7 @@ def test_packed_qkv_expanded():
     out = attn.attention_packed(base.expand(3, 2, 1, 17, 16), None, True)
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
     (grad,) = torch.autograd.grad(out, base, do)
-    ref = attn.attention_reference(*(x.expand(2, -1, -1, -1) for x in (q, k, v)), None, True)
+    ref = reference(*(x.expand(2, -1, -1, -1) for x in (q, k, v)), None, True)
     for name, a, b in zip(["dq", "dk", "dv"], grad.unbind(0), torch.autograd.grad(ref, [q, k, v], do)):
         assert_fp32_close(name, a, b)
 
@@ -173,16 +180,16 @@ def test_readout_rows_from_saved_lse():
     q, k, v, bias = inputs(2, 1, 70, 64, True)
     out, lse = attn.attention_forward(q, k, v, bias, rotary=True)
     rows = [0, 1, 37, 69]
-    A = attn.attention_rows(q, k, lse, rows, bias, rotary=True)
-    full = torch.softmax(attn.attention_scores(q, k, bias, rotary=True), -1)
+    A = fastpath.attention_rows(q, k, lse, rows, bias, rotary=True)
+    full = torch.softmax(transformer.attention_scores(q, k, bias, rotary=True), -1)
     torch.testing.assert_close(A, full[:, :, rows], **FP32_TOL)
-    torch.testing.assert_close(out, attn.attention_reference(q, k, v, bias, True), **FP32_TOL)
+    torch.testing.assert_close(out, reference(q, k, v, bias, True), **FP32_TOL)
 
 
 def test_reference_is_causal_softmax_attention():
     """The oracle itself against an explicit loop over query positions (no rotary: plain scores + bias)."""
     q, k, v, bias = inputs(1, 2, 9, 16, True)
-    out = attn.attention_reference(q, k, v, bias)
+    out = reference(q, k, v, bias)
     for i in range(9):
         s = (q[:, :, i : i + 1] @ k[:, :, : i + 1].transpose(-1, -2)) / 4.0 + bias[:, :i + 1].flip(-1)[None, :, None]
         torch.testing.assert_close(out[:, :, i : i + 1], torch.softmax(s, -1) @ v[:, :, : i + 1])
@@ -210,31 +217,38 @@ def test_rotary_pre_pass_matches_the_reference_rotation(N, seqs, block):
     """The rotary kernel ((seqs, block, d) tiles per program) against the reference rotation: positions past a
     block, a last program with fewer sequences (10 sequences in programs of 4 or 8), N = 1."""
     q, k, _, _ = inputs(2, 5, N, 16, False)
-    cos, sin = attn.rotary_tables(N, 16, q.device)
+    cos, sin = transformer.rotary_tables(N, 16, q.device)
     for got, x in zip(attn._rotate(q.detach(), k.detach(), seqs, block), (q, k)):
-        torch.testing.assert_close(got, attn._rotate_reference(x.detach(), cos, sin), **FP32_TOL)
+        torch.testing.assert_close(got, transformer.rotate(x.detach(), cos, sin), **FP32_TOL)
 
 
 def test_rotary_matches_an_explicit_complex_rotation():
-    """Reference scores, and the kernel's output, against rotations written out with their angles:
-    kernel and reference share rotary_tables, so a wrong angle in it would pass the other tests."""
+    """Reference scores, and the kernel's output, against rotations written out with their angles: a wrong angle
+    in both the kernel's and the model's rotary_tables would pass the other tests."""
     B, H, N, d = 1, 2, 40, 16
     q, k, v, _ = inputs(B, H, N, d, False, seed=4)
     want = torch.stack([rope_scores_by_hand(q[0, h].detach().cpu(), k[0, h].detach().cpu()) for h in range(H)])
-    got = attn.attention_scores(q, k, rotary=True)[0].cpu().double()
+    got = transformer.attention_scores(q, k, rotary=True)[0].cpu().double()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # the rotation matters: without it the scores differ by O(1)
-    assert (attn.attention_scores(q, k, rotary=False)[0].cpu().double() - want)[:, 1:, 0].abs().max() > 0.1
+    assert (transformer.attention_scores(q, k, rotary=False)[0].cpu().double() - want)[:, 1:, 0].abs().max() > 0.1
     out = attn.attention(q, k, v, rotary=True)
     expected = torch.softmax(want, -1) @ v[0].detach().cpu().double()
     assert_fp32_close("out", out[0].detach().cpu().double(), expected)
+
+
+@pytest.mark.parametrize("N, d", [(1, 16), (70, 64), (257, 128)])
+def test_kernel_rotary_tables_are_the_models(N, d):
+    """The kernels keep their own copy of the rotary angles (they import nothing of the model's): the same bits."""
+    for got, want in zip(attn.rotary_tables(N, d, DEVICE), transformer.rotary_tables(N, d, DEVICE)):
+        assert torch.equal(got, want)
 
 
 def test_rotary_scores_depend_only_on_relative_position():
     g = torch.Generator().manual_seed(3)
     q0, k0 = torch.randn(1, 1, 1, 16, generator=g), torch.randn(1, 1, 1, 16, generator=g)
     q, k = q0.expand(1, 1, 40, 16).contiguous(), k0.expand(1, 1, 40, 16).contiguous()
-    s = attn.attention_scores(q, k, rotary=True)[0, 0]
+    s = transformer.attention_scores(q, k, rotary=True)[0, 0]
     torch.testing.assert_close(torch.diagonal(s, -5), torch.full((35,), s[5, 0].item()), rtol=1e-5, atol=1e-5)
 
 
@@ -242,7 +256,7 @@ def test_rotary_scores_depend_only_on_relative_position():
 def test_bad_shapes(shape, bias_shape):
     q = torch.randn(shape)
     with pytest.raises(ValueError):
-        attn.attention_reference(q, q, q, torch.zeros(bias_shape) if bias_shape else None)
+        attn.attention(q, q, q, torch.zeros(bias_shape) if bias_shape else None)
 
 
 TILE_SETS = {  # kernel -> Tile: rectangular tiles both ways, small and large, the three diagonal methods
@@ -263,7 +277,7 @@ def test_other_tiles(monkeypatch, tiles, use_bias):
     monkeypatch.setattr(attn, "_tile", lambda kernel, *_: TILE_SETS[tiles][kernel])
     q, k, v, bias = inputs(2, 2, 50, 16, use_bias)
     got = run(attn.attention, q, k, v, bias, True)
-    want = run(attn.attention_reference, q, k, v, bias, True)
+    want = run(reference, q, k, v, bias, True)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **FP32_TOL)
 
@@ -292,7 +306,7 @@ def test_stored_ds_bias_gradient(monkeypatch, N, dtype):
     monkeypatch.setattr(attn, "_tile", lambda kernel, *_: attn.Tile(32, 32, diagonal="store") if kernel == "dq" else attn.Tile(32, 32))
     q, k, v, bias = inputs(2, 2, N, 16, True, dtype)
     got = run(attn.attention, q, k, v, bias, True)
-    want = run(attn.attention_reference, *(x.detach().float().requires_grad_() for x in (q, k, v, bias)), True)
+    want = run(reference, *(x.detach().float().requires_grad_() for x in (q, k, v, bias)), True)
     for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
         if dtype == torch.float32:
             assert_fp32_close(name, a.float(), b)
@@ -330,7 +344,7 @@ def test_the_bias_gradient_needs_no_initialized_buffer(monkeypatch, tiles):
     monkeypatch.setattr(attn, "_tile", lambda *_: tiles)
     q, k, v, bias = inputs(2, 1, 70, 16, True)
     got = run(attn.attention, q, k, v, bias, False)[-1]
-    want = run(attn.attention_reference, q, k, v, bias, False)[-1]
+    want = run(reference, q, k, v, bias, False)[-1]
     assert_fp32_close("dbias", got, want)
 
 
@@ -372,7 +386,7 @@ def test_large_bias_gives_finite_gradients():
     q, k, v, _ = inputs(1, 1, 17, 16, False)
     bias = torch.full((1, 17), 100.0, device=DEVICE).requires_grad_()
     got = run(attn.attention, q, k, v, bias, True)
-    want = run(attn.attention_reference, q, k, v, bias, True)
+    want = run(reference, q, k, v, bias, True)
     for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], got, want):
         assert_fp32_close(name, a, b)
 

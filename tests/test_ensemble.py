@@ -12,6 +12,7 @@ import evaluation
 import fastdata
 import runs
 import train
+import transformer
 from cli import parse_list
 from kernels import attention as attn
 from markov import TaskSet
@@ -171,8 +172,8 @@ def test_kernel_vmap_rule(use_bias, dims):
     in_dims = (*dims, 0 if use_bias else None, None)
     out = torch.func.vmap(attn.attention, in_dims=in_dims)(q, k, v, bias, True)
     member = lambda x, dim, e: x.select(dim, e) if dim is not None else x  # noqa: E731
-    ref = torch.stack([attn.attention_reference(*(member(x, dim, e) for x, dim in zip((q, k, v), dims)),
-                                                bias[e] if use_bias else None, True) for e in range(E)])
+    ref = torch.stack([transformer.attend(*(member(x, dim, e) for x, dim in zip((q, k, v), dims)),
+                                          bias[e] if use_bias else None, True)[0] for e in range(E)])
     do = torch.randn(out.shape, generator=g).to(DEVICE)
     leaves = (q, k, v) + ((bias,) if use_bias else ())
     got = [out, *torch.autograd.grad(out, leaves, do)]
@@ -208,8 +209,8 @@ def test_kernel_vmap_rule_packed(monkeypatch, use_bias, H, dim, rotary):
 
     out = torch.func.vmap(member, in_dims=(dim, 0 if use_bias else None))(projection, bias)
     per_member = projection.movedim(dim, 0) if dim is not None else projection.expand(E, *projection.shape)
-    ref = torch.stack([attn.attention_reference(*per_member[e].permute(2, 0, 3, 1, 4), bias[e] if use_bias else None,
-                                                rotary) for e in range(E)])
+    ref = torch.stack([transformer.attend(*per_member[e].permute(2, 0, 3, 1, 4), bias[e] if use_bias else None,
+                                          rotary)[0] for e in range(E)])
     do = torch.randn(out.shape, generator=g).to(DEVICE)
     leaves = (projection,) + ((bias,) if use_bias else ())
     for name, a, b in zip(["out", "dqkv", "dbias"], [out, *torch.autograd.grad(out, leaves, do)],
