@@ -13,19 +13,14 @@ Everything is vectorized over sequences, positions and chains, in log space, and
 sequences so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well under 4 GB). The
 engine's fastdata.predict computes the same predictors faster, for the large evaluations of train.py.
 
-Run `python bayes.py` for the appendix figure "Scaling of the four predictor losses".
+The appendix figure "Scaling of the four predictor losses" is predictor_scaling.py's.
 """
-import json
 import math
-import os
-import time
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-import cli
-from markov import TaskSet, check_int, check_seqs, stationary
+from markov import check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
 PREDICTORS = ("1gen", "2gen", "1mem", "2mem")
@@ -164,118 +159,3 @@ def asymptotic_loss_2gen(T: torch.Tensor) -> torch.Tensor:
     """L^{2-Gen} = -< sum_{mu, tau} p_mu T_{tau mu} log T_{tau mu} > over the chains T (K, C, C)."""
     p = stationary(T)
     return -(p[:, None, :] * torch.special.xlogy(T, T)).sum((-2, -1)).mean()
-
-
-# ----------------------------------------------------------------------------- figure: predictor scaling
-
-
-def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device) -> dict:
-    """Autoregressive loss (length N + 1 sequences from S) of each predictor vs K, per task distribution."""
-    losses = {name: [[0.0] * len(Ks) for _ in range(n_dists)] for name in PREDICTORS}
-    for d in range(n_dists):
-        full = TaskSet.create(max(Ks), seed=d, device=device)  # nested: S(K) = first K chains
-        g = torch.Generator(device).manual_seed(10_000 + d)
-        for j, K in enumerate(Ks):
-            tasks = TaskSet(T=full.T[:K], p=full.p[:K])
-            seqs, _ = tasks.batch(n_seqs, N + 1, g)
-            for name in PREDICTORS:
-                losses[name][d][j] = ar_loss(predict(name, seqs, tasks.T), seqs).item()
-    return losses
-
-
-def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 64) -> dict:
-    """Non-autoregressive loss -log pi(s_N | s_0..s_{N-1}) of each predictor vs N at fixed K.
-
-    One set of length max(N) + 1 sequences serves every N: the prediction at position N - 1
-    only sees s_0..s_{N-1}."""
-    cols = torch.tensor(Ns, device=device) - 1
-    losses = {name: [] for name in PREDICTORS}
-    for d in range(n_dists):
-        tasks = TaskSet.create(K, seed=d, device=device)
-        g = torch.Generator(device).manual_seed(20_000 + d)
-        totals = {name: torch.zeros(len(Ns), device=device) for name in PREDICTORS}
-        for start in range(0, n_seqs, batch):
-            seqs, _ = tasks.batch(min(batch, n_seqs - start), max(Ns) + 1, g)
-            for name in PREDICTORS:
-                totals[name] += nll(predict(name, seqs, tasks.T), seqs)[:, cols].sum(0)
-        for name in PREDICTORS:
-            losses[name].append((totals[name] / n_seqs).tolist())
-    return losses
-
-
-def plot_scaling(result: dict, path: str):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, x, key, title in [
-        (axes[0], result["K"], "loss_vs_K", f"autoregressive, N = {result['config']['N_for_K']}"),
-        (axes[1], result["N"], "loss_vs_N", f"non-autoregressive, K = {result['config']['K_for_N']}"),
-    ]:
-        for name in PREDICTORS:
-            mean, std = result[key][name]["mean"], result[key][name]["std"]
-            ax.errorbar(x, mean, yerr=std, color=COLORS[name], label=LABELS[name], marker="o", ms=3, capsize=2)
-        ax.set_xscale("log", base=2)
-        ax.set_title(title)
-        ax.set_ylabel("loss (nats)")
-    for name, ls in [("1gen", ":"), ("2gen", "--")]:
-        axes[1].axhline(result["asymptotic"][name], color=COLORS[name], ls=ls, lw=1, label=f"L^{LABELS[name]} (N -> inf)")
-    axes[0].set_xlabel("K (number of training chains)")
-    axes[1].set_xlabel("N (context length)")
-    axes[1].legend(fontsize=8)
-    fig.suptitle(f"Scaling of the four predictor losses ({result['config']['dists']} task distributions)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main():
-    parser = cli.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
-    cli.add_preset(parser, ("quick", "paper"), "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, "
-                                               "N to 2^14, 2048 sequences")
-    parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
-    parser.add_argument("--seqs", type=int, default=None,
-                        help="sequences per task distribution at each K (default: quick 256, paper 2048); the N sweep uses 4x")
-    cli.add_device(parser)
-    cli.add_threads(parser)
-    cli.add_figures(parser)
-    args = parser.parse_args()
-    check_int("--dists", args.dists, 1)
-    paper = cli.preset(args.preset) == "paper"
-    device = torch.device(cli.device(args.device))
-    cli.set_threads(args.threads)
-    Ks = [2**i for i in range(14 if paper else 13)]
-    Ns = [2**i for i in range(15 if paper else 14)]
-    n_seqs = check_int("--seqs", args.seqs, 1) if args.seqs is not None else (2048 if paper else 256)
-    # the non-autoregressive loss is a single position per sequence, hence more sequences
-    N_for_K, K_for_N = 256, 128
-    out = cli.writable_dir(args.figures, "--figures")
-    cli.announce("paper" if paper else "quick", f"K to {Ks[-1]}, N to {Ns[-1]}, {args.dists} task distributions, "
-                 f"{n_seqs} sequences, on {device}", f"{out}/predictor_scaling.png and .json")
-    t0 = time.time()
-    vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device)
-    print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
-    vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device)
-    print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
-    asymptotic_T = torch.cat([TaskSet.create(K_for_N, seed=d).T for d in range(args.dists)])
-
-    def summary(per_dist):
-        x = torch.tensor(per_dist)
-        return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist() if len(per_dist) > 1 else [0.0] * x.shape[1]}
-
-    result = {
-        "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": paper},
-        "K": Ks, "loss_vs_K": {name: summary(vs_K[name]) for name in PREDICTORS},
-        "N": Ns, "loss_vs_N": {name: summary(vs_N[name]) for name in PREDICTORS},
-        "asymptotic": {"1gen": asymptotic_loss_1gen(asymptotic_T).item(), "2gen": asymptotic_loss_2gen(asymptotic_T).item()},
-        "seconds": round(time.time() - t0, 1),
-    }
-    with open(os.path.join(out, "predictor_scaling.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot_scaling(result, os.path.join(out, "predictor_scaling.png"))
-    for j, K in enumerate(Ks):
-        print(f"K={K:5d}  " + "  ".join(f"{n}={result['loss_vs_K'][n]['mean'][j]:.4f}" for n in PREDICTORS))
-    for j, N in enumerate(Ns):
-        print(f"N={N:5d}  " + "  ".join(f"{n}={result['loss_vs_N'][n]['mean'][j]:.4f}" for n in PREDICTORS))
-    print(f"wrote {out}/predictor_scaling.png and .json in {result['seconds']} s")
-
-
-if __name__ == "__main__":
-    cli.run(main)

@@ -110,7 +110,7 @@ def test_train_bad_input_creates_nothing(tmp_path, flags, words, run):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize("script, flags", [("train.py", [*TINY, "--out", "X"]), ("bayes.py", []), ("bench/bench_train.py", [])])
+@pytest.mark.parametrize("script, flags", [("train.py", [*TINY, "--out", "X"]), ("predictor_scaling.py", []), ("bench/bench_train.py", [])])
 def test_cuda_without_a_gpu(tmp_path, script, flags, run):
     flags = [str(tmp_path / "run") if f == "X" else f for f in flags]
     assert_one_line_error(run(script, "--device", "cuda", *flags), "CUDA is not available")
@@ -136,7 +136,7 @@ def bad_figures(tmp_path):
     return ["/proc/forbidden", str(afile)]
 
 
-@pytest.mark.parametrize("script, flags", [("bayes.py", []), ("sa_transformer.py", []), ("mem_minimal.py", []),
+@pytest.mark.parametrize("script, flags", [("predictor_scaling.py", []), ("sa_transformer.py", []), ("mem_minimal.py", []),
                                            ("train.py", ["--plot-sweep", "--out", "."]),
                                            ("thresholds.py", ["k1", "--preset", "quick"]),
                                            ("thresholds.py", ["k2", "--preset", "quick"]),
@@ -149,7 +149,7 @@ def test_figures_directory_that_cannot_be_written(tmp_path, script, flags, which
     assert sorted(os.listdir(tmp_path)) == before  # nothing created (no runs/, no figures/)
 
 
-@pytest.mark.parametrize("script", ["bayes.py", "bench/bench_train.py"])
+@pytest.mark.parametrize("script", ["predictor_scaling.py", "bench/bench_train.py"])
 def test_unknown_device(script, run):
     assert_one_line_error(run(script, "--device", "foo"), "--device must be cpu, cuda or cuda:<i>")
 
@@ -486,7 +486,7 @@ def test_fig2a_step_tick_labels_stand_apart(tmp_path, monkeypatch, iters):
 
 SHARED = {
     "train.py": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--out", "--overwrite"],
-    "bayes.py": ["--preset", "--device", "--threads", "--figures"],
+    "predictor_scaling.py": ["--preset", "--device", "--threads", "--figures"],
     "sa_transformer.py": ["--preset", "--threads", "--jobs", "--figures"],
     "mem_minimal.py": ["--preset", "--threads", "--jobs", "--seeds", "--figures"],
     "thresholds.py k1": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--perturbed-seeds", "--figures", "--root"],
@@ -536,7 +536,7 @@ def test_make_config_rejects_negative_seeds_from_library_callers(field):
 
 
 @pytest.mark.parametrize("script, first_call, words", [
-    ("bayes.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; writing"),
+    ("predictor_scaling.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; writing"),
     ("sa_transformer.py", "F_d", "preset quick: tau_2Gen at N = [32, 64, 128, 256], dynamics at N = 64, 2 processes; writing"),
 ])
 def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch, run, script, first_call, words):

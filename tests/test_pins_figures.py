@@ -1,6 +1,6 @@
 """The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (runs.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
-the four predictor losses" (bayes.scaling_with_K / scaling_with_N) against the losses recomputed from the very
+the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
 sequences the predictors were given."""
 import json
 
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import bayes
+import predictor_scaling
 import runs
 from bayes import PREDICTORS
+from markov import TaskSet
 
 KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")
 
@@ -37,14 +39,14 @@ def test_sweep_grid_is_the_seed_mean_with_n_A_over_N(tmp_path):
 
 @pytest.fixture
 def spy(monkeypatch):
-    """bayes.predict, recording the sequences each predictor is given."""
+    """bayes.predict as predictor_scaling.py calls it, recording the sequences each predictor is given."""
     seen, real = [], bayes.predict
 
     def predict(name, seqs, T):
         seen.append((name, seqs.clone(), T.clone()))
         return real(name, seqs, T)
 
-    monkeypatch.setattr(bayes, "predict", predict)
+    monkeypatch.setattr(predictor_scaling, "predict", predict)
     return seen
 
 
@@ -52,7 +54,7 @@ def test_loss_vs_K_is_the_autoregressive_loss_on_its_sequences(spy):
     """scaling_with_K: per task distribution and K, each predictor's mean NLL over the N positions of N + 1
     states drawn from the first K chains of the distribution's task set."""
     Ks, N = [2, 5], 6
-    losses = bayes.scaling_with_K(Ks, N, n_dists=2, n_seqs=3, device="cpu")
+    losses = predictor_scaling.scaling_with_K(Ks, N, n_dists=2, n_seqs=3, device="cpu")
     assert len(spy) == 2 * len(Ks) * len(PREDICTORS)
     calls = iter(list(spy))  # the checks below call predict again
     for d in range(2):
@@ -60,7 +62,7 @@ def test_loss_vs_K_is_the_autoregressive_loss_on_its_sequences(spy):
             for name in PREDICTORS:
                 called, seqs, T = next(calls)
                 assert called == name and seqs.shape == (3, N + 1)
-                assert torch.equal(T, bayes.TaskSet.create(max(Ks), seed=d).T[:K])  # S(K): the first K chains
+                assert torch.equal(T, TaskSet.create(max(Ks), seed=d).T[:K])  # S(K): the first K chains
                 logp = bayes.predict(name, seqs, T)
                 nll = [-logp[b, n, seqs[b, n + 1]].item() for b in range(3) for n in range(N)]
                 assert losses[name][d][j] == pytest.approx(sum(nll) / len(nll), rel=1e-5)
@@ -70,7 +72,7 @@ def test_loss_vs_N_is_the_loss_of_the_state_after_the_first_N(spy):
     """scaling_with_N: -log pi(s_N | s_0..s_{N-1}), averaged over all sequences of all batches (ragged: 5 = 2 + 2
     + 1), for each N from one set of max(N) + 1 states."""
     Ns = [1, 3, 4]
-    losses = bayes.scaling_with_N(Ns, K=3, n_dists=1, n_seqs=5, device="cpu", batch=2)
+    losses = predictor_scaling.scaling_with_N(Ns, K=3, n_dists=1, n_seqs=5, device="cpu", batch=2)
     per_name = {name: [s for n, s, _ in spy if n == name] for name in PREDICTORS}
     for name in PREDICTORS:
         seqs = torch.cat(per_name[name])
