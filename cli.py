@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -187,18 +188,34 @@ def read_json(path: str, keys: tuple[str, ...], writer: str, flag: str = "--repl
 # ----------------------------------------------------------------------------- parallel runs
 
 
-def _one_thread():
+def _worker_init():
+    """A worker: one torch thread, and SIGINT ignored. Ctrl-C in a terminal signals the whole process group, a
+    scheduler or `timeout -s INT` the parent alone; either way the parent alone stops the pool (parallel_map)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
+
+
+def _stop(pool: ProcessPoolExecutor):
+    """End the pool's workers now: shutdown() alone waits for the running jobs and would start the queued ones."""
+    workers = list((pool._processes or {}).values())  # no public way to them before Python 3.14's terminate_workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in workers:
+        p.terminate()
+    for p in workers:
+        p.join()
 
 
 def parallel_map(fn, jobs, processes: int, progress: str = "") -> list:
     """[fn(job) for job in jobs], in order, in `processes` worker processes with one torch thread each:
     on a few CPU cores independent runs go faster that way than as one process with several threads,
     and every run computes the same numbers whatever `processes` is. fn must be a module-level function.
-    progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end."""
+    progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end.
+    Ctrl-C, or a SIGINT sent to this process alone (the workers ignore it), ends the workers at once and the
+    KeyboardInterrupt goes on (cli.run: one line, exit 130); an error in a job ends them too."""
     jobs, results = list(jobs), []
     t0 = t_print = time.time()
-    with ProcessPoolExecutor(processes, initializer=_one_thread) as pool:
+    pool = ProcessPoolExecutor(processes, initializer=_worker_init)
+    try:
         for i, result in enumerate(pool.map(fn, jobs), 1):
             results.append(result)
             now = time.time()
@@ -206,4 +223,8 @@ def parallel_map(fn, jobs, processes: int, progress: str = "") -> list:
                 t_print = now
                 eta = (now - t0) / i * (len(jobs) - i)
                 print(f"{progress}: {i}/{len(jobs)} done, {(now - t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown()
     return results
