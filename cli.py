@@ -9,7 +9,7 @@ the same way, defined once here so that a name means one thing everywhere:
   --jobs J                independent runs at a time, as one-thread processes (default 2)
   --seeds LIST            seed values: 0-15, 0-3,7 (parse_list's syntax), never a count
   --figures DIR           where a figure's PNG and its JSON go (default figures)
-  --out DIR               one run directory (train.py); --root DIR a directory of runs (thresholds.py)
+  --out DIR               one run directory (train.py); --root DIR a directory of runs (k1.py, k2.py)
 """
 import argparse
 import json
@@ -205,23 +205,29 @@ def _stop(pool: ProcessPoolExecutor):
         p.join()
 
 
-def parallel_map(fn, jobs, processes: int, progress: str = "") -> list:
+def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None) -> list:
     """[fn(job) for job in jobs], in order, in `processes` worker processes with one torch thread each:
     on a few CPU cores independent runs go faster that way than as one process with several threads,
     and every run computes the same numbers whatever `processes` is. fn must be a module-level function.
-    progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end.
+    progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end, the ETA
+    from the work done so far, counted in `cost` (each job's relative cost, e.g. its steps; default equal).
     Ctrl-C, or a SIGINT sent to this process alone (the workers ignore it), ends the workers at once and the
     KeyboardInterrupt goes on (cli.run: one line, exit 130); an error in a job ends them too."""
-    jobs, results = list(jobs), []
+    jobs = list(jobs)
+    cost = [1.0] * len(jobs) if cost is None else [float(c) for c in cost]
+    if len(cost) != len(jobs):
+        raise ValueError(f"parallel_map: {len(cost)} costs for {len(jobs)} jobs")
+    results, done, total = [], 0.0, sum(cost)
     t0 = t_print = time.time()
     pool = ProcessPoolExecutor(processes, initializer=_worker_init)
     try:
         for i, result in enumerate(pool.map(fn, jobs), 1):
             results.append(result)
+            done += cost[i - 1]
             now = time.time()
             if progress and (now - t_print >= 30 or i == len(jobs)):
                 t_print = now
-                eta = (now - t0) / i * (len(jobs) - i)
+                eta = (now - t0) / done * (total - done) if done > 0 else math.nan
                 print(f"{progress}: {i}/{len(jobs)} done, {(now - t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
     except BaseException:
         _stop(pool)

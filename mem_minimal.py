@@ -17,9 +17,14 @@ training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found 
 
     python mem_minimal.py                  # quick preset (CPU: 32 min on 2 cores from a fresh clone)
     python mem_minimal.py --replot         # only redraw mem_heatmaps.png from figures/mem_minimal.json
+    python mem_minimal.py --trend --replot  # only redraw mem_trend.png from figures/mem_trend.json
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
     python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
     python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
+
+A call first says what it trains and how long that should take: the step time measured on one thread at its
+smallest and largest D_phi, times the steps of every training, spread over the processes; then progress lines
+with an ETA from the work done.
 """
 import json
 import math
@@ -173,6 +178,62 @@ def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
     return 2 ** (lo + v_lo / (v_lo - v_hi)), history
 
 
+# ----------------------------------------------------------------------------- how long a call takes
+
+
+def step_seconds(run: MemRun, steps: int = 10) -> float:
+    """Seconds a training step of `run` takes on one thread, here and now (a worker has one): after a warm-up, two
+    short runs, 3 and 3 + steps long, so that set-up, the first steps and the evaluation cancel."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_mem(replace(run, iters=1, tail=1, eval_seqs=8))  # the process's first steps pay for its lazy set-up
+        times = []
+        for n in (3, 3 + steps):
+            t0 = time.perf_counter()
+            train_mem(replace(run, iters=n, tail=1, eval_seqs=8))
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return max(times[1] - times[0], 1e-6) / steps
+
+
+def training_seconds(runs: list[MemRun]) -> tuple[list[float], tuple[float, float]]:
+    """Each run's time on one thread: its steps at the step time measured at the smallest and the largest D_phi
+    among them, linear in D_phi between (the one size that moves a step's cost much: x1.5-2 from 2 to 128).
+    Returns (seconds per run, (step time at the smallest, at the largest D_phi))."""
+    lo, hi = min(r.D_phi for r in runs), max(r.D_phi for r in runs)
+    s_lo = step_seconds(replace(runs[0], D_phi=lo))
+    s_hi = step_seconds(replace(runs[0], D_phi=hi)) if hi > lo else s_lo
+    per_step = [s_lo + (s_hi - s_lo) * (r.D_phi - lo) / max(hi - lo, 1) for r in runs]
+    return [s * r.iters for s, r in zip(per_step, runs)], (s_lo, s_hi)
+
+
+def makespan(seconds: list[float], processes: int) -> float:
+    """Wall time of jobs of these durations taken in order by `processes` workers, each taking the next when free
+    (as parallel_map's pool does)."""
+    free = [0.0] * processes
+    for s in seconds:
+        free[free.index(min(free))] += s
+    return max(free)
+
+
+def estimate(stages: list[list[tuple[MemRun, int]]], jobs: int) -> str:
+    """The line a call prints before it trains: how long its stages take one after the other, each a pool of jobs
+    (run, trainings of that run), `jobs` at a time."""
+    runs = [run for stage in stages for run, _ in stage]
+    seconds, (s_lo, s_hi) = training_seconds(runs)
+    each = iter(seconds)
+    wall = sum(makespan([n * next(each) for _, n in stage], jobs) for stage in stages)
+    trainings = sum(n for stage in stages for _, n in stage)
+    steps = ", ".join(map(str, sorted({run.iters for run in runs})))
+    ms = sorted({round(s_lo * 1e3), round(s_hi * 1e3)})
+    searches = any(n > 1 for stage in stages for _, n in stage)
+    return (f"estimate: {trainings} trainings of {steps} steps at {'-'.join(map(str, ms))} ms a step (measured here on "
+            f"one thread): ~{wall / 60:.1f} min with {jobs} process{'es' if jobs > 1 else ''}"
+            + (", at most: a search ends early when K2_hat is outside its range" if searches else ""))
+
+
 # ----------------------------------------------------------------------------- experiments
 
 PRESETS = {
@@ -215,21 +276,35 @@ def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
                                         for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
 
 
+def _search_key(run: dict) -> str:  # a search is known by its whole run configuration
+    return json.dumps(run, sort_keys=True)
+
+
+def pending_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple,
+                     done: list[dict] = ()) -> list[tuple]:
+    """The searches (run, K_lo, K_hi) of every (l1, l2), D_phi and seed that `done` does not hold, deeper first."""
+    known = {_search_key(f["run"]) for f in done}
+    searches = [(replace(base, D_phi=d, depth1=l1, depth2=l2, seed=s), *K_range)
+                for l1, l2 in depths for d in D_phis for s in seeds]
+    todo = [a for a in searches if _search_key(asdict(a[0])) not in known]
+    return sorted(todo, key=lambda a: -(a[0].depth1 + a[0].depth2))  # deeper first: the longest searches start early
+
+
+def search_trainings(K_lo: int, K_hi: int) -> int:
+    """The most trainings bisect_K makes over [K_lo, K_hi]: both ends, then a halving of the octaves between them
+    (fewer when the criterion fails at K_lo or holds at K_hi)."""
+    octaves = int(math.log2(K_hi)) - int(math.log2(K_lo))
+    return 2 + math.ceil(math.log2(octaves)) if octaves > 1 else 2
+
+
 def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple, jobs: int,
                 done: list[dict] = ()) -> dict:
     """Fig. 8f: K2_hat for every (l1, l2), D_phi and seed. Returns {"K2_hat": {"l1,l2": {"D_phi": [per seed]}},
     "searches": [...]}. `done`: searches found earlier (their "run" configurations and K2_hat), reused
     instead of retrained, and kept in the result with the new ones (each search is deterministic)."""
-    def key(run: dict) -> str:  # a search is known by its whole run configuration
-        return json.dumps(run, sort_keys=True)
-
-    known = {key(f["run"]): f for f in done}
-    searches = [(replace(base, D_phi=d, depth1=l1, depth2=l2, seed=s), *K_range)
-                for l1, l2 in depths for d in D_phis for s in seeds]
-    todo = [a for a in searches if key(asdict(a[0])) not in known]
-    todo.sort(key=lambda a: -(a[0].depth1 + a[0].depth2))  # deeper first: the longest searches start early
-    for f in cli.parallel_map(_search, todo, jobs, "K2_hat searches"):
-        known[key(f["run"])] = f
+    known = {_search_key(f["run"]): f for f in done}
+    for f in cli.parallel_map(_search, pending_searches(base, depths, D_phis, seeds, K_range, done), jobs, "K2_hat searches"):
+        known[_search_key(f["run"])] = f
     found = sorted(known.values(), key=lambda f: tuple(f["run"][k] for k in ("depth1", "depth2", "D_phi", "seed")))
     K2 = {}
     for f in found:
@@ -251,10 +326,14 @@ def earlier_searches(path: str, base: MemRun) -> list[dict]:
     return earlier.get("searches", [])
 
 
+def trend_runs(base: MemRun, K: int, D_phi: int, iters: list) -> list[MemRun]:
+    return [replace(base, K=K, D_phi=D_phi, iters=n, tail=max(1, n // 10)) for n in iters]
+
+
 def budget_trend(base: MemRun, K: int, D_phi: int, iters: list, jobs: int) -> dict:
     """The heat map's corner (large K, large D_phi) retrained at several budgets (the criterion always
     over the last 10% of the run): how fast L_train and L_gen approach 2-Gen with training."""
-    runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=D_phi, iters=n, tail=max(1, n // 10)) for n in iters], jobs)
+    runs = cli.parallel_map(train_mem, trend_runs(base, K, D_phi, iters), jobs, "trend runs", cost=iters)
     return {"K": K, "D_phi": D_phi, "iters": iters, **{key: [r[key] for r in runs] for key in ("train_minus_2gen", "gen_minus_2gen")}}
 
 
@@ -264,20 +343,24 @@ def geometric_stats(values: list) -> tuple[float, float]:
     return float(2 ** logs.mean()), float(logs.std())
 
 
+TRAIN_GAP, GEN_GAP = r"$L_\mathrm{train} - L^\text{2-Gen}$", r"$L_\mathrm{gen} - L^\text{2-Gen}$"  # mathtext
+D_PHI, K2_HAT = r"$D_\phi$", r"$\hat K_2$"
+
+
 def plot_heatmaps(result: dict, path: str):
     """Fig. 8d-e (heat maps) and 8f (K2_hat against D_phi for every (l1, l2): geometric mean over seeds,
     error bars one standard deviation of log2 K2_hat; dots: seeds). Returns the figure (closed)."""
     H = result["heatmap"]
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     lim = max(1e-3, np.nanmax(np.abs(np.array(H["train_minus_2gen"] + H["gen_minus_2gen"]))))
-    for ax, key, title in ((axes[0], "train_minus_2gen", "L_train - L^2-Gen"), (axes[1], "gen_minus_2gen", "L_gen - L^2-Gen")):
+    for ax, key, title in ((axes[0], "train_minus_2gen", TRAIN_GAP), (axes[1], "gen_minus_2gen", GEN_GAP)):
         im = ax.pcolormesh(np.arange(len(H["K"])), np.arange(len(H["D_phi"])), np.array(H[key]), shading="nearest",
                            cmap="RdBu_r", vmin=-lim, vmax=lim)
         fig.colorbar(im, ax=ax)
         ax.set_xticks(range(len(H["K"])), H["K"])
         ax.set_yticks(range(len(H["D_phi"])), H["D_phi"])
         ax.set_xlabel("K")
-        ax.set_ylabel("D_phi")
+        ax.set_ylabel(D_PHI)
         ax.set_title(f"{title} (blue: beats 2-Gen)")
     plot_k2_hat(axes[2], result["K2_hat"])
     fig.suptitle(f"Minimal task-recognition head ({budget_note(result['preset'], result['iters'])})", fontsize=10)
@@ -312,10 +395,10 @@ def plot_k2_hat(ax, K2: dict):
     # K2_hat spans less than two octaves: ticks at 1, 1.25, 1.5, 1.75 x 2^k, not at the powers of 2 alone
     ax.yaxis.set_major_locator(ticker.LogLocator(base=2, subs=(1.0, 1.25, 1.5, 1.75)))
     ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-    ax.set_xlabel("D_phi")
-    ax.set_ylabel("K2_hat")
-    ax.legend(title="(l1, l2)", fontsize=8)
-    ax.set_title("K2_hat (geometric mean over seeds, +-1 sd of log2)", fontsize=9)
+    ax.set_xlabel(D_PHI)
+    ax.set_ylabel(K2_HAT)
+    ax.legend(title=r"($l_1$, $l_2$)", fontsize=8)
+    ax.set_title(f"{K2_HAT} (geometric mean over seeds, $\\pm$1 sd of $\\log_2$)", fontsize=9)
 
 
 def plot_depths(result: dict, path: str):
@@ -329,15 +412,18 @@ def plot_depths(result: dict, path: str):
 
 
 def plot_trend(trend: dict, path: str):
-    """The corner's L - L^2-Gen on train and fresh chains against the training budget."""
+    """The corner's L - L^2-Gen on train and fresh chains against the training budget (ticks at the budgets)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for key, label in (("train_minus_2gen", "train (S)"), ("gen_minus_2gen", "fresh chains")):
+    for key, label in (("train_minus_2gen", "training chains (S)"), ("gen_minus_2gen", "fresh chains")):
         ax.plot(trend["iters"], trend[key], "o-", label=label)
-    ax.axhline(0, color="k", lw=0.8)
+    ax.axhline(0, color="k", lw=0.8, label="2-Gen")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("iterations")
-    ax.set_ylabel("L - L^2-Gen")
-    ax.set_title(f"K = {trend['K']}, D_phi = {trend['D_phi']}", fontsize=9)
+    ax.set_xticks(trend["iters"], [str(n) for n in trend["iters"]])
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_xlabel("training steps")
+    ax.set_ylabel(r"$L - L^\text{2-Gen}$ (nats)")
+    ax.set_title(f"Minimal task-recognition head, Fig. 8d-e's corner K = {trend['K']}, {D_PHI} = {trend['D_phi']}:\n"
+                 "the loss gap to 2-Gen against the training budget", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -345,12 +431,22 @@ def plot_trend(trend: dict, path: str):
 
 
 HEATMAP_KEYS = ("preset", "iters", "heatmap", "K2_hat")  # what plot_heatmaps reads
+TREND_KEYS = ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen")  # plot_trend
+DEPTHS_KEYS = ("preset", "config", "K2_hat")  # plot_depths
 
 
-def replot(figures: str):
-    """--replot: the figure again from FIGURES/mem_minimal.json, or one line on what is missing or broken."""
-    result = cli.read_json(os.path.join(figures, "mem_minimal.json"), HEATMAP_KEYS, "mem_minimal.py")
-    plot_heatmaps(result, os.path.join(figures, "mem_heatmaps.png"))
+def replot(figures: str, mode: str = "heatmaps", iters: int | None = None):
+    """--replot: a figure again from its JSON in FIGURES (it writes no JSON), or one line on what is missing or broken.
+    mode: "heatmaps" (mem_heatmaps.png from mem_minimal.json), "trend" (mem_trend.png from mem_trend.json) or
+    "depths" (mem_depths_<iters>.png from mem_depths_<iters>.json)."""
+    name, keys, draw, writer = {
+        "heatmaps": ("mem_minimal", HEATMAP_KEYS, plot_heatmaps, "mem_minimal.py"),
+        "trend": ("mem_trend", TREND_KEYS, plot_trend, "mem_minimal.py --trend"),
+        "depths": (f"mem_depths_{iters}", DEPTHS_KEYS, plot_depths, f"mem_minimal.py --depths-only --iters {iters}")}[mode]
+    path = os.path.join(figures, f"{name}.json")
+    png = os.path.join(figures, "mem_heatmaps.png" if mode == "heatmaps" else f"{name}.png")
+    draw(cli.read_json(path, keys, writer), png)
+    print(f"wrote {png} from {path}")
 
 
 def main():
@@ -361,7 +457,9 @@ def main():
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/mem_minimal.json")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw a figure from its JSON: mem_heatmaps.png from FIGURES/mem_minimal.json; with "
+                             "--trend mem_trend.png from mem_trend.json; with --depths-only mem_depths_<iters>.png")
     parser.add_argument("--depths-only", action="store_true",
                         help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
                              "studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, reusing the searches "
@@ -374,15 +472,15 @@ def main():
     cli.add_seeds(parser, None, "seeds of each (l1, l2, D_phi) search (default: 0-2)")
     args = parser.parse_args()
     cli.set_threads(args.threads)
-    if args.replot:
-        replot(args.figures)
-        return
     preset = cli.preset(args.preset)
     P = PRESETS[preset]
     base = P["base"]
     if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
         iters = check_int("--iters", args.iters, 1)
         base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
+    if args.replot:
+        replot(args.figures, "trend" if args.trend else "depths" if args.depths_only else "heatmaps", base.iters)
+        return
     jobs = check_int("--jobs", args.jobs, 1)
     seeds = list(range(P["search_seeds"])) if args.seeds is None else cli.parse_list("--seeds", args.seeds)
     depths = [_depth_pair(d) for d in args.depths]
@@ -394,6 +492,18 @@ def main():
     plan = (f"the corner K = {P['corner'][0]}, D_phi = {P['corner'][1]} at {P['trend_iters']} steps" if args.trend
             else f"{base.iters} steps per run, seeds {seeds}")
     cli.announce(preset, f"{plan}, {jobs} processes", f"{args.figures}/{what}")
+    depths_path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
+    done = earlier_searches(depths_path, base) if args.depths_only and not args.trend else []
+    if done:
+        print(f"reusing the {len(done)} searches already in {depths_path}", flush=True)
+    if args.trend:
+        stages = [[(run, 1) for run in trend_runs(base, *P["corner"], P["trend_iters"])]]
+    else:  # the searches, then the heat map
+        n = search_trainings(*P["K_range"])
+        stages = [[(run, n) for run, *_ in pending_searches(base, depths, D_phis, seeds, P["K_range"], done)],
+                  [] if args.depths_only else [(replace(base, K=K, D_phi=d), 1) for d in P["D_phis"] for K in P["Ks"]]]
+    if any(stages):
+        print(estimate([stage for stage in stages if stage], jobs), flush=True)
     t0 = time.time()
 
     if args.trend:
@@ -404,10 +514,6 @@ def main():
         plot_trend(trend, os.path.join(args.figures, "mem_trend.png"))
         print(json.dumps(trend))
         return
-    depths_path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
-    done = earlier_searches(depths_path, base) if args.depths_only else []
-    if done:
-        print(f"reusing the {len(done)} searches already in {depths_path}", flush=True)
     found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs, done)
     print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
     if args.depths_only:

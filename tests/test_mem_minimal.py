@@ -4,6 +4,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -196,7 +197,7 @@ def test_budget_trend_retrains_the_corner_at_each_budget(monkeypatch):
         return {"train_minus_2gen": 1.0 / run.iters, "gen_minus_2gen": 2.0 / run.iters}
 
     monkeypatch.setattr(mm, "train_mem", fake)
-    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
+    monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="", cost=None: [fn(j) for j in jobs])
     trend = mm.budget_trend(MemRun(), 1024, 128, [100, 400], jobs=1)
     assert seen == [(1024, 128, 100, 10), (1024, 128, 400, 40)]
     assert trend["train_minus_2gen"] == [0.01, 0.0025] and trend["gen_minus_2gen"] == [0.02, 0.005]
@@ -215,3 +216,49 @@ def test_the_k2_hat_axes_label_the_values_they_show(tmp_path, monkeypatch):
     shown = [(t, label.get_text()) for t, label in zip(ax.get_yticks(), ax.get_yticklabels()) if low <= t <= high]
     assert len(shown) >= 3 and all(text == f"{t:g}" for t, text in shown), shown
     assert list(ax.get_xticks()) == [2, 8, 32] and [t.get_text() for t in ax.get_xticklabels()] == ["2", "8", "32"]
+
+
+@pytest.mark.parametrize("K_lo, K_hi", [(2, 512), (2, 2**15), (2, 4), (4, 16), (8, 8), (2, 2**10)])
+def test_search_trainings_is_the_most_a_search_makes(K_lo, K_hi):
+    """The estimate counts search_trainings per search: the largest number of runs bisect_K makes, whichever K
+    the criterion crosses at (below the range, inside it or above)."""
+    counts = []
+    for crossing in np.arange(0.25, math.log2(K_hi) + 1.5, 0.5):
+        history = bisect_K(MemRun(), K_lo, K_hi, lambda run: math.log2(run.K) - crossing)[1]
+        counts.append(len(history))
+    assert max(counts) == mm.search_trainings(K_lo, K_hi)
+
+
+def test_makespan_takes_the_jobs_in_order_on_the_first_free_worker():
+    assert mm.makespan([4, 3, 2, 1], 2) == 5  # 4 then 1 on one worker, 3 then 2 on the other
+    assert mm.makespan([1, 1, 10], 2) == 11 and mm.makespan([1, 2, 3], 1) == 6 and mm.makespan([5], 3) == 5
+
+
+def test_step_seconds_leaves_out_what_does_not_grow_with_the_steps(monkeypatch):
+    """A run's set-up and evaluation cost the same at any length; step_seconds times two lengths and keeps the slope."""
+    monkeypatch.setattr(mm, "train_mem", lambda run: time.sleep(0.05 + 0.004 * run.iters))
+    assert mm.step_seconds(MemRun(), steps=10) == pytest.approx(0.004, rel=0.5)  # all of it over 10 steps: 0.009
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--trend", "--jobs", "1"], "estimate: 4 trainings of 1500, 3000, 6000, 12000 steps at 20 ms a step (measured "
+                                 "here on one thread): ~7.5 min with 1 process"),  # 22500 steps
+    (["--trend"], "estimate: 4 trainings of 1500, 3000, 6000, 12000 steps at 20 ms a step (measured here on one "
+                  "thread): ~5.0 min with 2 processes"),  # 1500 + 6000 on one worker, 3000 + 12000 on the other
+    (["--depths-only", "--depths", "1,1", "--D-phis", "2", "65", "128", "--seeds", "0", "--jobs", "1"],
+     "estimate: 15 trainings of 1500 steps at 10-20 ms a step (measured here on one thread): ~5.6 min with 1 "
+     "process, at most: a search ends early when K2_hat is outside its range"),  # 5 trainings at 15, 22.5 and 30 s
+])
+def test_a_call_says_how_long_it_will_take_before_it_trains(tmp_path, monkeypatch, capsys, args, line):
+    """The line after the announcement: every training's steps at the step time measured at the smallest and the
+    largest D_phi (here 10 and 20 ms), spread over the processes."""
+    def stop(*args, **kwargs):
+        raise RuntimeError("stopped before training")
+
+    monkeypatch.setattr(mm, "step_seconds", lambda run: 0.01 + 0.01 * (run.D_phi - 2) / 126)
+    monkeypatch.setattr(mm.cli, "parallel_map", stop)
+    monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", "quick", "--figures", str(tmp_path), *args])
+    with pytest.raises(RuntimeError, match="stopped before training"):
+        mm.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("preset quick: ") and out[1] == line
