@@ -395,6 +395,37 @@ REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "tau", "tau_abl
              "runs")  # what write_figures reads
 
 
+def same_numbers(a, b, rel: float = 1e-9) -> bool:
+    """Nested dicts and lists equal, floats to `rel` (NaN equal to NaN). A refit on another machine moves the last
+    digits (BLAS in polyfit, ~1e-13), which is no reason to rewrite a committed record."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_numbers(a[k], b[k], rel) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_numbers(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rel)
+    return a == b
+
+
+def replot(figures: str, train: tuple | None = None):
+    """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted (cheap); train: (preset, jobs) for
+    --transformer-only, whose missing transformer runs are trained and merged in first. The JSON is rewritten only
+    when a number in it changed beyond float noise, so a pure redraw leaves a clone's record as it was."""
+    path = os.path.join(figures, "sa_scaling.json")
+    result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
+    before = json.loads(json.dumps(result))
+    if train is not None:
+        add_transformer_runs(result, *train)
+    result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
+    write_figures(result, figures)
+    if same_numbers(result, before):
+        print(f"wrote {figures}/sa_*.png from {path} (tau refitted: the same numbers, the JSON left as it was)")
+        return
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {figures}/sa_*.png and {path} (tau refitted, new numbers)")
+
+
 def main():
     parser = cli.ArgumentParser(description="SA-transformer: dynamics, theory and tau_2Gen scaling (Figs. 5, 6, A4, A7); "
                                             "runs on the CPU, as one-thread processes.")
@@ -412,15 +443,8 @@ def main():
     args = parser.parse_args()
     if args.replot or args.transformer_only:
         cli.writable_dir(args.figures, "--figures")
-        path = os.path.join(args.figures, "sa_scaling.json")
-        result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
-        if args.transformer_only:
-            add_transformer_runs(result, PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1))
-        result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}  # cheap
-        write_figures(result, args.figures)
-        with open(path, "w") as f:  # the refitted taus go back into the record
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.figures}/sa_*.png from {path} (tau refitted)")
+        train = (PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1)) if args.transformer_only else None
+        replot(args.figures, train)
         return
     preset = cli.preset(args.preset)
     cli.set_threads(args.threads)
