@@ -56,16 +56,16 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
 
 def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
     """tau_2Gen(N) against the prediction tau ~ N / H_N ~ N / log N: the slope of log(mean tau) against
-    log(N / log N) (1 if the prediction holds) and against log N, and the prefactor a of the
-    one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that never crossed are
+    log(N / log N) (1 if the prediction holds; tau = prefactor_vs_N_over_logN (N / log N)^slope) and against
+    log N, and the prefactor a of the one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that never crossed are
     left out; an N with no crossing is left out; nan with fewer than two N. Each slope has a 95 % bootstrap
     interval from resampling the seeds within each N, and each fit its residual sum of squares in log tau
     (which of the two laws the points follow better)."""
     finite = {int(N): np.array([t for t in taus if np.isfinite(t)], float) for N, taus in tau_by_N.items()}
     finite = {N: t for N, t in sorted(finite.items()) if len(t)}
     if len(finite) < 2:
-        return {"slope_vs_N_over_logN": math.nan, "slope_vs_N": math.nan, "prefactor_vs_N": math.nan,
-                "prefactor": math.nan, "N": list(finite)}
+        return {"slope_vs_N_over_logN": math.nan, "prefactor_vs_N_over_logN": math.nan, "slope_vs_N": math.nan,
+                "prefactor_vs_N": math.nan, "prefactor": math.nan, "N": list(finite)}
     Ns = np.array(list(finite), float)
     x = Ns / np.log(Ns)
 
@@ -74,6 +74,7 @@ def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
 
     means = np.array([t.mean() for t in finite.values()])
     slope, intercept = np.polyfit(np.log(Ns), np.log(means), 1)
+    intercept_x = np.polyfit(np.log(x), np.log(means), 1)[1]
     rng = np.random.default_rng(seed)
     boot = np.array([slopes([rng.choice(t, len(t)).mean() for t in finite.values()]) for _ in range(resamples)])
     ci = np.quantile(boot, [0.025, 0.975], axis=0)
@@ -81,7 +82,8 @@ def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
     def rss(X):
         return float(np.sum((np.log(means) - np.polyval(np.polyfit(np.log(X), np.log(means), 1), np.log(X))) ** 2))
 
-    return {"slope_vs_N_over_logN": float(slopes(means)[0]), "slope_vs_N": float(slope),
+    return {"slope_vs_N_over_logN": float(slopes(means)[0]), "prefactor_vs_N_over_logN": float(np.exp(intercept_x)),
+            "slope_vs_N": float(slope),
             "prefactor_vs_N": float(np.exp(intercept)),  # tau = prefactor_vs_N N^slope_vs_N
             "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist(),
             "slope_vs_N_over_logN_ci": ci[:, 0].tolist(), "slope_vs_N_ci": ci[:, 1].tolist(),
@@ -106,12 +108,14 @@ COLORS = {"control": "tab:blue", "ablation": "tab:red"}
 
 def plot_dynamics(dyn: dict, path: str):
     """Fig. 5b and the w_A..w_D figure: masked loss vs iterations against the 1-Gen / 2-Gen levels
-    (every seed, control and ablation), and the mixture weights of the full model."""
+    (every seed, control and ablation), and the mixture weights of the full model. Returns the figure (closed)."""
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for ax, ablate in ((axes[0], False), (axes[1], True)):
         runs = dyn[(False, ablate)]
         for i, r in enumerate(runs):
-            ax.plot(r["t"], r["masked_loss"], color="k", alpha=1.0 if i == 0 else 0.35, lw=1)
+            ax.plot(r["t"], r["masked_loss"], color="k", alpha=1.0 if i == 0 else 0.35, lw=1,
+                    label=f"SA-transformer, seed {r['run'].get('seed', i)}" if i == 0 else
+                    (f"other seeds ({len(runs) - 1})" if i == 1 else None))
         ax.axhline(np.mean([r["levels"]["masked_loss_frequencies"] for r in runs]), color="tab:green", ls=":",
                    label="raw frequencies (the SA 1-Gen plateau)")
         ax.axhline(np.mean([r["levels"]["masked_loss_1gen"] for r in runs]), color="tab:green", ls="--", label="1-Gen (Bayes)")
@@ -119,7 +123,7 @@ def plot_dynamics(dyn: dict, path: str):
         ax.set_title(f"SA-transformer, N = {runs[0]['run']['N']}, {'bias ablation' if ablate else 'control'}")
         ax.set_xlabel("iteration")
         ax.set_ylabel("loss on samples whose target is in the context")
-        ax.legend()
+        ax.legend(fontsize=9)
     r = dyn[(False, False)][0]
     w = np.array(r["w"])
     for k, name in enumerate("ABCD"):
@@ -130,6 +134,7 @@ def plot_dynamics(dyn: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def plot_theory(result: dict, path: str):
@@ -248,17 +253,19 @@ def plot_trajectories(origin: dict, runs: dict, path: str):
         loss = loss - loss[len(origin["delta"]) // 2, len(origin["beta"]) // 2]
         lim = max(1e-12, np.abs(loss).max())  # white: the loss at the origin
         im = ax.pcolormesh(origin["beta"], origin["delta"], loss, shading="nearest", cmap="RdBu_r", vmin=-lim, vmax=lim)
-        fig.colorbar(im, ax=ax)
+        fig.colorbar(im, ax=ax, label="loss - loss at (0, 0) (nats)")
         for (label, group), ls in zip(runs[setting].items(), ("--", ":", "-.")):
             _, beta = seed_mean(group, "beta")
             _, delta = seed_mean(group, "delta")
             ax.plot(beta, delta, color="w", ls=ls, lw=1.5, label=label)
         ax.set_xlim(min(origin["beta"]), max(origin["beta"]))
         ax.set_ylim(min(origin["delta"]), max(origin["delta"]))
-        ax.set_xlabel("beta")
-        ax.set_ylabel("delta")
+        for axis in (ax.xaxis, ax.yaxis):  # nine ticks on a 4-inch axis ran together
+            axis.set_major_locator(MaxNLocator(4, steps=[1, 2.5, 5, 10]))
+        ax.set_xlabel(r"$\beta$")
+        ax.set_ylabel(r"$\delta$")
         ax.set_title(f"{'bias ablation' if setting == 'ablation' else 'original data'}, N = {origin['N']}: "
-                     "loss minus loss at 0, (beta, delta)(t)", fontsize=9)
+                     r"loss minus loss at 0, $(\beta, \delta)(t)$", fontsize=9)
         ax.legend(fontsize=7, facecolor="0.6")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -271,7 +278,8 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
     tau = a N / log N, and the transformer (Fig. 6c bottom) with the power law fitted to it and that law.
     Returns the figure (closed)."""
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(12.5, 9))
+    axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
         for (reduced, ablate), runs in dyn.items():
@@ -288,14 +296,16 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         keep = (t > 0) & (mean > 0)
         if keep.any():  # guides through the control curve's first point
             t_ref = np.array([t[keep][0], t[keep][-1]])
-            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]), "k:", lw=0.8, label="~ t")
-            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label="~ t^2")
+            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
+            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label=r"$\propto t^2$")
         ax.set_ylim(bottom=max(1e-5, ax.get_ylim()[0]))
         ax.set_xlabel("iteration t")
-        ax.set_title(f"{key} (mean over seeds); exponents in sa_scaling.json", fontsize=9)
-        ax.legend(fontsize=6)
-    # the transformer's panel draws the power law its runs give, with the paper's law as a labelled reference:
-    # in the quick preset its tau falls with N (N = 24..64), and the law's fit alone would draw a rising line
+        ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
+        ax.set_title(f"$\\{key}(t)$; exponents in sa_scaling.json", fontsize=10)
+        ax.legend(fontsize=8)
+    # the transformer's panel draws the power law in N / log N its runs give (the slope the README quotes), with the
+    # paper's law as a labelled reference: in the quick preset its tau falls with N (N = 24..64), and the law's fit
+    # alone would draw a rising line
     panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False),
               (axes[3], (("tau_transformer", "control"),), "transformer, no MLP1, non-AR", True))
     for ax, series, title, free in panels:
@@ -308,11 +318,12 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             ax.plot(*zip(*points), "o", color=COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
             Ns = np.array(fit["N"], float)
             if free:
-                ax.plot(Ns, fit["prefactor_vs_N"] * Ns ** fit["slope_vs_N"], "-", color=COLORS[setting],
-                        label=f"fit: {fit['prefactor_vs_N']:.3g} N^{fit['slope_vs_N']:.2f}")
+                s, (lo, hi) = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_ci"]
+                ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=COLORS[setting],
+                        label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
                 ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
                         label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
-                slopes.append(f"tau ~ N^{fit['slope_vs_N']:.2f} (paper: N / log N)")
+                slopes.append(f"slope vs N / log N {s:.2f} [{lo:.2f}, {hi:.2f}] (paper: 1)")
             else:
                 ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=COLORS[setting], label=f"{fit['prefactor']:.0f} N / log N")
                 slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
@@ -327,8 +338,9 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_xticks(Ns, [str(N) for N in Ns])
         ax.set_xlabel("N")
         ax.set_ylabel("tau_2Gen (iterations)")
-        ax.set_title(f"{title}: {', '.join(slopes)}" if free else f"{title}: slope vs N / log N: {', '.join(slopes)}", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(f"{title}\n{', '.join(slopes)}" if free else f"{title}\nslope vs N / log N: {', '.join(slopes)}",
+                     fontsize=10)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
