@@ -58,6 +58,8 @@ from transformer import Transformer
 N_INFO = 128  # sequence length of the information estimate (the appendix: midway through N = 256)
 VAR_KEPT = 0.9  # principal components of the pair embeddings kept for the information estimate
 MC_SAMPLES = 1000  # Monte Carlo samples of H(phi)
+COLOURED = 10  # t-SNE panels at K > 20: chains 0-9 in tab10's colours, the others grey (at K = 128 no palette tells
+#                all apart); at K <= 20 every chain in tab10's or tab20's
 CONDITIONS = ("S_A", "S_B", "S_B + phi_A", "S_A + phi_B")  # model runs of the patching experiment
 PAIRS = ("AA", "AB", "BA", "BB")  # predictors: (posterior's batch, current state's batch)
 
@@ -280,17 +282,22 @@ def plot(result: dict, path: str):
     knn, silhouette, phases = by_int(result["separability"]), by_int(result["silhouette"]), by_int(result["phase"])
     tsne, chains = by_int(result["tsne"]), np.array(result["tsne_chain"])
     K = result["config"]["K_geometry"]
-    fig, axes = plt.subplots(2, 4, figsize=(20, 9.5))
+    shown = chains < (COLOURED if K > 20 else K)
+    colours = plt.get_cmap("tab20" if 10 < K <= 20 else "tab10").colors
+    fig, axes = plt.subplots(2, 4, figsize=(18, 9.5))
     for ax, step in zip(axes[0], sorted(tsne)):
         xy = np.array(tsne[step])
-        ax.scatter(xy[:, 0], xy[:, 1], c=chains, cmap="tab20" if chains.max() < 20 else "hsv", s=4)
-        ax.set_title(f"step {step} (closest to {LABELS[phases[step]]}): kNN accuracy {knn[step]:.2f}, "
-                     f"silhouette {silhouette[step]:.2f}", fontsize=10)
+        ax.scatter(xy[:, 0], xy[:, 1], c=[colours[c] if s else "0.8" for c, s in zip(chains, shown)], s=4)
+        if not shown.all():  # the coloured chains again, above the grey ones
+            ax.scatter(xy[shown, 0], xy[shown, 1], c=[colours[c] for c in chains[shown]], s=6)
+        ax.set_title(f"step {step} (closest to {LABELS[phases[step]]})\n"
+                     f"kNN accuracy {knn[step]:.2f}, silhouette {silhouette[step]:.2f}", fontsize=10)
         ax.set_xticks([])
         ax.set_yticks([])
     for ax in axes[0][len(tsne):]:
         ax.axis("off")
-    axes[0][0].set_ylabel(f"t-SNE of phi (Att2, last position), K = {K}, coloured by chain")
+    axes[0][0].set_ylabel(f"t-SNE of phi (Att2, last position), K = {K}\n"
+                          + ("coloured by chain" if shown.all() else f"chains 0-{COLOURED - 1} coloured, the rest grey"))
 
     ax = axes[1][0]
     steps = sorted(knn)
@@ -331,7 +338,7 @@ def plot(result: dict, path: str):
     ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("I(K; phi) / log2 K")
-    ax.set_title(f"information content of phi (N = {N_INFO}, {VAR_KEPT:.0%} variance PCs)", fontsize=10)
+    ax.set_title(f"information content of phi\n(N = {N_INFO}, the PCs with {VAR_KEPT:.0%} of the variance)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from threadpoolctl import threadpool_limits
 
 import cli
@@ -241,3 +242,29 @@ def test_tsne_layout_is_the_same_whatever_the_thread_limit():
         first = tv.tsne_2d(X, seed=0)
     with threadpool_limits(2):
         np.testing.assert_array_equal(tv.tsne_2d(X, seed=0), first)
+
+
+def renderer(fig):
+    """A renderer that has drawn `fig` (the scripts close their figures, which leaves them without one)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+@pytest.mark.parametrize("name", ["task_vectors.json", "task_vectors_K4.json", "task_vectors_paper.json"])
+def test_the_committed_figures_show_every_title_and_tell_the_chains_apart(name, tmp_path):
+    """The rightmost t-SNE title and the left y label were clipped; at K = 128 the panels coloured 128 chains from
+    one hue circle, which no reader tells apart: there, ten chains in tab10's colours and the rest grey."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures", name)) as f:
+        result = json.load(f)
+    fig = tv.plot(result, str(tmp_path / "tv.png"))
+    drawn = renderer(fig)
+    ink, (width, height) = fig.get_tightbbox(drawn), fig.get_size_inches()
+    assert ink.x0 >= 0 and ink.y0 >= 0 and ink.x1 <= width and ink.y1 <= height  # nothing cut at the edges
+    label, panel = fig.axes[0].yaxis.label.get_window_extent(drawn), fig.axes[0].get_window_extent(drawn)
+    assert panel.y0 <= label.y0 and label.y1 <= panel.y1  # the label no longer than its panel
+    K = result["config"]["K_geometry"]
+    colours = {tuple(c) for c in fig.axes[0].collections[0].get_facecolors()}
+    assert len(colours) == (K if K <= 20 else tv.COLOURED + 1)  # + the grey
+    if K > 20:
+        assert "chains 0-9 coloured, the rest grey" in fig.axes[0].get_ylabel()
