@@ -249,16 +249,17 @@ def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0, phases:
         t0 = time.time()
         importance = edge_importance(model, seqs[:, :-1])
         print(f"{LABELS[phase]}: {run} step {best['step']} (divergence {best[f'kl_{phase}']:.4f}, next predictor "
-              f"x{ratio:.2f}, +{margin:.3f}), {len(EDGES)} ablations in {time.time() - t0:.1f} s; strongest: "
-              + ", ".join(f"{e} {v:.3f}" for e, v in sorted(importance.items(), key=lambda kv: -kv[1])[:4]), flush=True)
+              f"x{ratio:.2f}, +{margin:.3f}), {len(EDGES)} ablations in {time.time() - t0:.1f} s; the circuit: "
+              + describe_circuit(importance), flush=True)
         result[phase] = {"run": run, "step": best["step"], "divergence": best[f"kl_{phase}"], "ratio": ratio,
-                         "margin": margin, "importance": importance}
+                         "margin": margin, "importance": importance, "circuit": circuit_edges(importance)}
     return result
 
 
 # ----------------------------------------------------------------------------- figure
 
-THRESHOLD = 0.25  # edges at or below this fraction of the phase's strongest edge are left out (Fig. 3)
+THRESHOLD = 0.25  # Fig. 3's cut: edges at or below this fraction of the phase's strongest edge are left out, unless
+#                   they complete a path from the input to the output (circuit_edges)
 NODE_XY = {"Token": (0, 0), "A1Q": (-1.6, 1), "A1K": (-0.6, 1), "A1": (1.0, 1), "MLP1": (0, 2),
            "A2Q": (-2.4, 3), "A2K": (-1.4, 3), "A2(Token)": (-0.1, 3), "A2(A1)": (1.1, 3), "A2(MLP1)": (2.3, 3),
            "MLP2": (0, 4), "Linear": (0, 5)}
@@ -273,22 +274,100 @@ def edge_color(rel: float):
     return EDGE_CMAP(Normalize(THRESHOLD, 1)(rel))
 
 
-def draw_circuit(ax, importance: dict[str, float], title: str):
-    """Fig. 3 / A2: edge width and colour by importance / the phase's largest importance (edge_color);
-    edges with ratio <= THRESHOLD omitted; nodes left without edges greyed out."""
+# Inside an attention block the output reads its queries and keys and, by its values, its source: Att1's output A1
+# the tokens, A2(c) the component c. These links are no edges of Table I (nothing ablates them alone); a path from
+# the input to the output may pass through them at no cost.
+VALUE_PATHS = {"A1": "Token", "A2(Token)": "Token", "A2(A1)": "A1", "A2(MLP1)": "MLP1"}
+BLOCK_LINKS = ([("A1Q", "A1"), ("A1K", "A1")] + [(qk, out) for qk in ("A2Q", "A2K") for out in SOURCES[3:6]]
+               + [(src, out) for out, src in VALUE_PATHS.items()])
+NODE_ORDER = ("Token", "A1Q", "A1K", "A1", "MLP1", "A2Q", "A2K", "A2(Token)", "A2(A1)", "A2(MLP1)", "MLP2", "Linear")
+
+
+def _widest(links: list[tuple[str, str, float]], start: str, reverse: bool = False) -> tuple[dict, dict]:
+    """Widest paths (the largest smallest link) from `start` over links (u, v, weight) in NODE_ORDER, or to `start`
+    with reverse=True: ({node: the path's width}, {node: the link it arrives by (leaves by, reversed)})."""
+    order = NODE_ORDER[::-1] if reverse else NODE_ORDER
+    width, via = {node: -np.inf for node in order}, {}
+    width[start] = np.inf
+    for node in order:
+        for link in links:
+            u, v, w = link
+            here, there = (v, u) if reverse else (u, v)
+            if there == node and min(width[here], w) > width[node]:
+                width[node], via[node] = min(width[here], w), link
+    return width, via
+
+
+def circuit_edges(importance: dict[str, float], threshold: float = THRESHOLD) -> dict:
+    """The edges a circuit graph draws, and the list its tables give (the one place they are chosen):
+    "kept": {edge: importance} above `threshold` of the phase's strongest, strongest first (Fig. 3's cut);
+    "path": {edge: importance} under the cut but on the widest path from Token to Linear (the path whose weakest
+    edge is strongest; the links inside attention blocks, BLOCK_LINKS, cost nothing) or on the widest such path
+    through a kept edge: the strongest path is always drawn, and every drawn edge can be followed from the input
+    to the output;
+    "value": the value paths (VALUE_PATHS) those paths pass through, as (source, block output)."""
     top = max(importance.values())
-    kept = {e: v / top for e, v in importance.items() if v > THRESHOLD * top}
-    used = {node for e in kept for node in _parse_edge(e)}
+    kept = {e: v for e, v in sorted(importance.items(), key=lambda kv: -kv[1]) if v > threshold * top}
+    links = [(*_parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in BLOCK_LINKS]
+    into, arrive = _widest(links, "Token")
+    out_of, leave = _widest(links, "Linear", reverse=True)
+    on_paths, node = set(), "Linear"
+    while node != "Token":  # the widest path of all
+        on_paths.add(arrive[node])
+        node = arrive[node][0]
+    for edge in kept:
+        src, tgt = _parse_edge(edge)
+        if min(into[src], out_of[tgt]) == -np.inf:  # no way from the input to it, or from it to the output
+            continue
+        node = src
+        while node != "Token":
+            on_paths.add(arrive[node])
+            node = arrive[node][0]
+        node = tgt
+        while node != "Linear":
+            on_paths.add(leave[node])
+            node = leave[node][1]
+    path = {f"{u}->{v}": importance[f"{u}->{v}"] for u, v, w in on_paths if w < np.inf and f"{u}->{v}" not in kept}
+    return {"kept": kept, "path": dict(sorted(path.items(), key=lambda kv: -kv[1])),
+            "value": sorted((src, out) for out, src in VALUE_PATHS.items() if (src, out, np.inf) in on_paths)}
+
+
+def describe_circuit(importance: dict[str, float]) -> str:
+    """circuit_edges as text, the figure's edges in the order its tables list them."""
+    c = circuit_edges(importance)
+    text = ", ".join(f"{e.replace('->', '→')} {v:.3f}" for e, v in c["kept"].items())
+    if c["path"]:
+        text += "; under the cut, on the drawn paths: " + ", ".join(f"{e.replace('->', '→')} {v:.3f}" for e, v in c["path"].items())
+    return text
+
+
+def draw_circuit(ax, importance: dict[str, float], title: str):
+    """Fig. 3 / A2: the edges of circuit_edges. Kept edges: width and colour by importance / the phase's largest
+    importance (edge_color); edges under the cut that complete a path from Token to Linear: dashed and grey, with
+    their ratio; value paths inside the attention blocks: dotted; nodes left without edges greyed out."""
+    top = max(importance.values())
+    c = circuit_edges(importance)
+    used = {node for e in [*c["kept"], *c["path"]] for node in _parse_edge(e)} | {n for link in c["value"] for n in link}
     for first, last in SUBCIRCUITS:
         (x0, y0), (x1, _) = NODE_XY[first], NODE_XY[last]
         ax.add_patch(Rectangle((x0 - 0.45, y0 - 0.3), x1 - x0 + 0.9, 0.6, fill=False, ls="--", lw=0.8, ec="0.5"))
-    for edge, rel in kept.items():
+    for src, out in c["value"]:
+        (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[out]
+        ax.plot([xs, xt], [ys, yt], ls=":", lw=1.2, color="0.55", zorder=0)
+    for edge, value in [*c["kept"].items(), *c["path"].items()]:
+        rel, under = value / top, edge in c["path"]
         src, tgt = _parse_edge(edge)
         (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[tgt]
-        rad = 0.0 if yt - ys <= 1 else (0.35 if xs <= xt else -0.35)  # bow the long edges around the middle column
+        # the long edges bow away from the middle column (MLP1, MLP2), whose nodes they would cross
+        rad = 0.0 if yt - ys <= 1 else (0.35 if xs + xt >= 0 else -0.35)
         ax.add_patch(FancyArrowPatch((xs, ys), (xt, yt), connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-                                     mutation_scale=8 + 6 * rel, lw=0.5 + 5 * rel, color=edge_color(rel),
-                                     shrinkA=11, shrinkB=11, alpha=0.9, zorder=1))
+                                     mutation_scale=8 + 6 * rel, lw=0.5 + 5 * rel, shrinkA=11, shrinkB=11, zorder=1,
+                                     color="0.45" if under else edge_color(rel), ls="--" if under else "-",
+                                     alpha=0.9))
+    if c["path"]:  # the dashed edges' ratios, under the graph
+        ax.text(0.5, 0.0, "dashed, under the cut: " + ", ".join(f"{e.replace('->', '→')} {v / top:.3f}"
+                                                               for e, v in c["path"].items()),
+                transform=ax.transAxes, ha="center", va="top", fontsize=8, color="0.3")
     for node, (x, y) in NODE_XY.items():
         on = node in used
         ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=2, color="k" if on else "0.7",
@@ -323,8 +402,9 @@ def plot_circuits(phases: dict, path: str):
                      + (f", next x{result['ratio']:.2f}" if "ratio" in result else ""), fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
     fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats); graphs: the edges above "
-                 f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey",
-                 fontsize=11)
+                 f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey\n"
+                 "dashed (its ratio under the graph): an edge under the cut on the strongest path from Token to Linear "
+                 "or through a drawn edge; dotted: an attention block's value path (no edge of Table I)", fontsize=11)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     bar = fig.add_axes((0.35, 0.05, 0.3, 0.015))  # under the graphs: what an edge's colour means
     fig.colorbar(plt.cm.ScalarMappable(Normalize(THRESHOLD, 1), EDGE_CMAP), cax=bar, orientation="horizontal",
