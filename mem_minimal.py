@@ -491,7 +491,7 @@ def main():
             else "mem_heatmaps.png and mem_minimal.json")
     plan = (f"the corner K = {P['corner'][0]}, D_phi = {P['corner'][1]} at {P['trend_iters']} steps" if args.trend
             else f"{base.iters} steps per run, seeds {seeds}")
-    cli.announce(preset, f"{plan}, {jobs} processes", f"{args.figures}/{what}")
+    cli.announce(preset, f"{plan}, {jobs} process{'es' if jobs > 1 else ''}", f"{args.figures}/{what}")
     depths_path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
     done = earlier_searches(depths_path, base) if args.depths_only and not args.trend else []
     if done:
