@@ -1,5 +1,5 @@
 """Campaigns: the paper-scale experiments run a piece at a time, on GPU leases of a few minutes, with a ledger that
-accumulates in the repository (engine; the experiments themselves are thresholds.py's, trace.py's and
+accumulates in the repository (engine; the experiments themselves are k1.py's, k2.py's, trace.py's and
 task_vectors.py's).
 
 A lent GPU comes for ~10 minutes a command, and its run directories are gone after the call. So each piece
@@ -34,8 +34,8 @@ grids           fixed lists of (condition, K, seed) runs with given train settin
   tau_paper       Fig. 7b: tau_2gen at K = 94 over 64 seeds, 10^4 steps, 'never' counted.
   sweep_paper     Figs. 2b, 2c: K = 2^3..2^10 x 2 seeds, 3 x 10^4 steps with 40 full evaluations: the heat maps
                   of the divergences to the four predictors and the readouts.
-*_tiny          the same on a CPU in seconds (tests/test_campaign.py: a campaign interrupted after every piece
-                gives the same ledger and figures as one uninterrupted call; the reports on known ledgers).
+The tests run CPU-sized stand-ins of each kind through the same code (tests/stand_ins.py: a campaign interrupted
+after every piece gives the same ledger and figures as one uninterrupted call; the reports on known ledgers).
 """
 import datetime
 import json
@@ -48,6 +48,8 @@ import torch
 
 import campaign_reports as reports
 import cli
+import grids
+import k1
 import probes
 import runs
 import task_vectors
@@ -72,7 +74,7 @@ LEDGERS = "ledgers"
 #   bench/results/2026-11-27_h100_campaign_d.log) and task_vectors.experiments on the K = 128 run in 111 s.
 K1_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00086)
 FULL_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00111)
-K1_PROBE = dict(thresholds.PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
+K1_PROBE = dict(k1.PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
 SPECS = {
     "circuits_paper": dict(kind="circuits", preset="paper", Ks={"gen": 1024, "mem": 128}, seed=0, iters=30_000,
                            train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
@@ -98,28 +100,6 @@ SPECS = {
     # K = 128 and 1024 of seed 0 these repeat): a seed's 8 runs predict 38 + 266 = 304 s, a piece per call
     "sweep_paper": dict(kind="grid", report="sweep", preset="paper", train=dict(iters=30_000, evals=40, bf16=True),
                         conditions=["control"], Ks=[2**i for i in range(3, 11)], seeds=[0, 1], **FULL_RATE),
-    # CPU-sized stand-ins with the same code path, for the tests
-    "circuits_tiny": dict(kind="circuits", preset="quick", Ks={"gen": 64, "mem": 4}, seed=0, iters=60,
-                          train=dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16), trace_seqs=16,
-                          tv_per_chain=6, tv_patch_seqs=8, seconds_per_step=0.02, seconds_analysis=5),
-    "circuits_mem_tiny": dict(kind="circuits", preset="quick", Ks={"mem": 4}, seed=0, iters=60,
-                              train=dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16), trace_seqs=16,
-                              tv_per_chain=6, tv_patch_seqs=8, seconds_per_step=0.02, seconds_analysis=5),
-    "k1_tiny": dict(kind="k1", preset="quick",
-                    probe=dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4,
-                               eval_gen=4, D=8, lo=2, hi=9, ratio=1.0, weight=0.5),
-                    plan={"control": [0, 1], "inject": [0]}, seconds_per_model_step=0.01, seconds_per_probe=1),
-}
-TINY_PROBE = dict(SPECS["k1_tiny"]["probe"], evals=2)  # a final full evaluation besides step 0: Fig. A9's L_gen
-TINY_RATE = dict(seconds_per_ensemble=1, seconds_per_model_step=0.01)
-SPECS |= {
-    "reweight_tiny": dict(kind="grid", report="reweight", preset="quick", train=TINY_PROBE,
-                          conditions=["control", "reweight"], Ks=[3, 6], seeds=[0, 1], **TINY_RATE),
-    "tau_tiny": dict(kind="grid", report="tau", preset="quick", train=TINY_PROBE, conditions=["control"], Ks=[4],
-                     seeds=[0, 1, 2], **TINY_RATE),
-    "sweep_tiny": dict(kind="grid", report="sweep", preset="quick",
-                       train=dict(N=8, batch=4, iters=6, evals=2, eval_train=8, eval_gen=8, D=8),
-                       conditions=["control"], Ks=[2, 4, 8], seeds=[0, 1], **TINY_RATE),
 }
 
 
@@ -379,7 +359,7 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
             for name, K in spec["Ks"].items()}
     print(f"training K = {', '.join(str(c.K) for c in cfgs.values())} together for {spec['iters']} steps "
           f"(~{predicted:.0f} s predicted)", flush=True)
-    rows = runs.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
+    rows = grids.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
     seconds_train = time.time() - t0
     run_dirs = {name: cfg.out for name, cfg in cfgs.items()}
     # a memorizing run alone (circuits_mem_*) is traced in the memorizing phases only
@@ -429,7 +409,7 @@ def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict 
         return None
     os.makedirs(figures, exist_ok=True)
     if spec["kind"] == "k1":
-        result = reports.k1(spec, *k1_state(spec, ledger), ledger["pieces"])
+        result = reports.k1_search(spec, *k1_state(spec, ledger), ledger["pieces"])
         reports.plot_k1_campaign(result, os.path.join(figures, f"{name}.png"))
     elif spec["kind"] == "circuits":
         result = reports.circuits(spec, ledger["pieces"], figures, name)

@@ -1,6 +1,6 @@
 """The figures and numbers of campaign.py's campaigns, from their ledgers alone (no run directory, no GPU):
 one function per kind of report, each returning what figures/<campaign>.json holds and drawing its figures with
-the drawing code of the experiment's own module (thresholds.py, runs.py, trace.py, task_vectors.py, train.py).
+the drawing code of the experiment's own module (k1.py, grids.py, trace.py, task_vectors.py, train.py).
 """
 import json
 import os
@@ -9,7 +9,8 @@ import statistics
 import matplotlib.pyplot as plt
 import numpy as np
 
-import runs
+import grids
+import k1
 import task_vectors
 import thresholds
 import trace
@@ -25,10 +26,10 @@ def stamps(pieces: list[dict], runs_key: str | None = None) -> list[dict]:
 
 # ----------------------------------------------------------------------------- K1* searches (k1)
 
-def k1(spec: dict, searches: dict, outcomes: dict, pieces: list[dict]) -> dict:
+def k1_search(spec: dict, searches: dict, outcomes: dict, pieces: list[dict]) -> dict:
     """Per condition and seed: K1* when its search ended, else the bracket so far; the probes' summaries. searches,
     outcomes: the searches replayed from the ledger (campaign.k1_state)."""
-    probe_runs = thresholds.k1_runs(outcomes)
+    probe_runs = k1.k1_runs(outcomes)
     seeds = {}
     for (cond, seed), s in searches.items():
         below = [K for K, up in s.probes.items() if not up]
@@ -142,7 +143,7 @@ def grid_runs(records: list[dict]) -> list[dict]:
 
 
 def reweight(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
-    """Fig. 7c on a fixed grid: per condition Fig. 7a / A9 (thresholds.grid_table and plot_grid, to
+    """Fig. 7c on a fixed grid: per condition Fig. 7a / A9 (k1.grid_table and plot_grid, to
     figures/<name>_<condition>.png) and each seed's K1* bracket, in the figure's title and the JSON."""
     rows = grid_runs(records)
     tables, brackets, iters = {}, {}, {}
@@ -150,28 +151,28 @@ def reweight(spec: dict, records: list[dict], pieces: list[dict], figures: str, 
         mine = [r for r in rows if r["condition"] == cond]
         if not mine:  # not trained yet
             continue
-        tables[cond] = thresholds.grid_table(mine)
-        brackets[cond] = thresholds.grid_brackets(tables[cond])
+        tables[cond] = k1.grid_table(mine)
+        brackets[cond] = k1.grid_brackets(tables[cond])
         iters[cond] = mine[0]["iters"]
         w = f" (w = {spec['train']['weight']})" if cond == "reweight" else ""
         title = (f"{cond}{w}, {iters[cond]} steps, N = {spec['train']['N']}; K1* bracket per seed: "
                  + ", ".join(f"seed {s} ({lo}, {hi}]" for s, (lo, hi) in brackets[cond].items()))
-        thresholds.plot_grid({cond: tables[cond]}, title, os.path.join(figures, f"{name}_{cond}.png"))
+        k1.plot_grid({cond: tables[cond]}, title, os.path.join(figures, f"{name}_{cond}.png"))
     return {"preset": spec["preset"], "N": spec["train"]["N"], "weight": spec["train"]["weight"],
             "phi_star": thresholds.PHI_STAR, "iters": iters, "K1_bracket": brackets, "K": tables, "runs": rows,
             "pieces": stamps(pieces, "members")}
 
 
 def tau(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
-    """Fig. 7b: the seeds' tau_2gen at one K in thresholds.tau_bins, those that never entered 2-Gen counted apart
-    (thresholds.draw_tau_histogram); beside it every seed's phi_beta(2) against step."""
+    """Fig. 7b: the seeds' tau_2gen at one K in k1.tau_bins, those that never entered 2-Gen counted apart
+    (k1.draw_tau_histogram); beside it every seed's phi_beta(2) against step."""
     rows = grid_runs(records)
     taus = [r["tau_2gen"] for r in rows]
     K, iters = spec["Ks"][0], rows[0]["iters"]
-    edges = thresholds.tau_bins(iters)
+    edges = k1.tau_bins(iters)
     counts = np.histogram([t for t in taus if t is not None], edges)[0]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    thresholds.draw_tau_histogram(axes[0], taus, iters, K)
+    k1.draw_tau_histogram(axes[0], taus, iters, K)
     for m in sorted(records, key=lambda m: m["seed"]):
         reached = thresholds.tau_2gen(m["dense"]) is not None
         axes[1].plot([r["step"] for r in m["dense"]], [r["phi_beta_2"] for r in m["dense"]], lw=0.6, alpha=0.6,
@@ -192,13 +193,13 @@ def tau(spec: dict, records: list[dict], pieces: list[dict], figures: str, name:
 
 
 def sweep(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
-    """Figs. 2b, 2c: runs.sweep_summary and draw_sweep on the ledger's full evaluations (the seeds trained so far
+    """Figs. 2b, 2c: grids.sweep_summary and draw_sweep on the ledger's full evaluations (the seeds trained so far
     averaged at each K)."""
     by_K = {}
     for m in sorted(records, key=lambda m: (m["K"], m["seed"])):
         by_K.setdefault(m["K"], []).append((m["config"], m["full"]))
-    summary = runs.sweep_summary(by_K)
-    runs.draw_sweep(summary, os.path.join(figures, f"{name}.png"))
+    summary = grids.sweep_summary(by_K)
+    grids.draw_sweep(summary, os.path.join(figures, f"{name}.png"))
     return {"preset": spec["preset"], "iters": spec["train"]["iters"], **summary,
             "seeds": {K: [cfg["seed"] for cfg, _ in members] for K, members in by_K.items()},
             "pieces": stamps(pieces, "members")}

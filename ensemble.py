@@ -3,12 +3,14 @@ K1* and K2* (Sec. "Transition between memorization and generalization", Fig. 7) 
 models, each too small to fill a GPU on its own.
 
 Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by
-the ensembles' loop in runs.py and by bench/bench_train.py (both take bf16=True for mixed precision, --bf16):
+the ensembles (grids.train_ensemble, which runs train.py's loop) and by bench/bench_train.py (both take bf16=True
+for mixed precision, --bf16):
   Single    one Transformer and its AdamW, an ensemble of one (train.py's single run writes its step itself).
   Ensemble  E Transformers whose weights are stacked along a leading member axis
             (torch.func.stack_module_state); one call of the model per step through
             torch.func.vmap(functional_call(...)), so transformer.py stays the paper's single model.
-GraphedStep wraps either in a CUDA graph.
+GraphedStep wraps either in a CUDA graph; sampled_step draws every member's batch (fastdata.batches) and steps,
+inside that graph on CUDA; accelerate_run is train.py's speed block for one run.
 
 Member e of an Ensemble is the single run with the same K and seed: train.py gives it the same initial
 weights and the same batches (its own task set and generator), and AdamW is elementwise, so row e of the
@@ -23,58 +25,23 @@ kernels/embedding.py).
 """
 import copy
 import warnings
+from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
+import fastdata
 import fastpath
-from transformer import Transformer, phi_beta, phi_delta
-
-# ----------------------------------------------------------------------------- what is computed per model
-
-
-def lm_loss(model, seqs: torch.Tensor, task: torch.Tensor | None = None) -> torch.Tensor:
-    """The training loss: mean cross-entropy of s_{n+1} given s_0..s_n over a batch (B, N + 1); task (B,) is
-    each sequence's chain, read only by a model with task injection."""
-    logits = model(seqs[:, :-1], task=task)  # (B, N, C)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
-
-
-def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor | None = None,
-             chunk: int = 256) -> dict[str, torch.Tensor]:
-    """The dense readouts of one model (train.py --eval-every): losses on held-out sequences from S and
-    from D_T, and the order parameters phi_delta, phi_beta of both layers on the S sequences (Appendix
-    "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device. train_task: the chains of
-    train_seqs (task injection); the fresh chains of gen_seqs have none. Chunks of `chunk` sequences keep
-    the attention matrices small (the paper's 4096 sequences at N = 256 would be ~1 GB per layer and model);
-    every readout is a mean over sequences, so the chunks' means weighted by their sizes are exact."""
-    n, out = train_seqs.shape[0], {}
-
-    def add(key: str, value: torch.Tensor, weight: float):
-        out[key] = out.get(key, 0.0) + weight * value
-
-    for a in range(0, n, chunk):
-        seqs = train_seqs[a : a + chunk]
-        task = train_task[a : a + chunk] if train_task is not None else None
-        w = seqs.shape[0] / n
-        logits, cache = model(seqs[:, :-1], cache=True, task=task)
-        add("train_loss", F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1)), w)
-        for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
-            add(f"phi_delta_{layer}", phi_delta(A), w)
-            add(f"phi_beta_{layer}", phi_beta(A, seqs[:, :-1]), w)
-    for a in range(0, gen_seqs.shape[0], chunk):
-        seqs = gen_seqs[a : a + chunk]
-        add("gen_loss", lm_loss(model, seqs), seqs.shape[0] / gen_seqs.shape[0])
-    return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
-
+from evaluation import lm_loss, readouts
+from markov import TaskSet
+from rundir import with_capturable
+from transformer import Transformer
 
 def mixed_precision(enabled: bool, device: torch.device):
-    """The forward of a training step under torch.autocast(bfloat16) when enabled (train.py --bf16): matmuls,
-    attention (the kernel's bf16 path) and the MLP's hidden activations in bf16; weights, gradients, AdamW
-    state, the residual stream (a sum with the fp32 embedding), layer norms and the loss stay fp32. bf16 has
-    fp32's exponent range, so no loss scaling. The cast cache is off: inside a CUDA graph capture a cached
-    cast of a weight would be replayed stale after AdamW changed the weight."""
+    """The forward of a training step under torch.autocast(bfloat16) when enabled (--bf16), as train.py's step
+    writes it: matmuls, attention (the kernel's bf16 path) and the MLP's hidden activations in bf16; weights,
+    gradients, AdamW state, the residual stream, layer norms and the loss stay fp32. The cast cache is off: inside
+    a CUDA graph capture a cached cast of a weight would be replayed stale after AdamW changed the weight."""
     return torch.autocast(device.type, torch.bfloat16, enabled=enabled, cache_enabled=False)
 
 
@@ -87,12 +54,6 @@ def on_device(model: Transformer, kernels: fastpath.Kernels | None) -> Transform
     on_cuda = next(model.parameters()).is_cuda
     return fastpath.accelerate(model, kernels) if kernels is not None and on_cuda else model
 
-
-def with_capturable(optimizer_state: dict, capturable: bool) -> dict:
-    """An AdamW state_dict with this run's capturable flag: a checkpoint carries the flag of the run that wrote it (a
-    CUDA-graph run's True, a CPU run's False), and load_state_dict would restore it, placing AdamW's step counters
-    for the wrong kind of step."""
-    return {**optimizer_state, "param_groups": [{**g, "capturable": capturable} for g in optimizer_state["param_groups"]]}
 
 class Single:
     """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
@@ -262,3 +223,40 @@ class GraphedStep:
             static.copy_(x)
         self.graph.replay()
         return self.loss
+
+
+def sampled_step(trainer, tasks: list, gens: list[torch.Generator], shape: tuple[int, int, int], device: torch.device,
+                 graph: bool):
+    """() -> losses (E,): every member's batch drawn from its task source and generator (fastdata.batches: member
+    e's is tasks[e].batch(B, N + 1, gens[e]), shape (E, B, N + 1)), then one step of `trainer`. graph (CUDA): the
+    step replayed as a CUDA graph (ensemble.GraphedStep) with the sampler captured inside it, so that sampling costs
+    no host launches; K = inf's rejection sampling waits for the device and cannot be captured, so its batches
+    are drawn before each replay."""
+    def sample():
+        return fastdata.batches(tasks, shape[1], shape[2], gens)
+
+    if not graph:
+        return lambda: trainer.step(*sample())
+    if all(isinstance(t, TaskSet) for t in tasks):
+        return GraphedStep(trainer, shape, device, sample=sample, generators=gens).step
+    replay = GraphedStep(trainer, shape, device).step
+    return lambda: replay(*sample())
+
+
+def accelerate_run(model: Transformer, optimizer: torch.optim.Optimizer, step, tasks, gen: torch.Generator,
+                   shape: tuple[int, int], device: torch.device):
+    """train.py's speed block: the engine's pieces for one run, the same computation to float rounding. Returns
+    (() -> loss, predict): one training step(seqs (B, N + 1), chains (B,)) on the batch tasks.batch(*shape, gen)
+    draws, and the predictors of the run's evaluations, fastdata.predict (the memorizing ones from anchored sums,
+    equal to bayes.predict to float32 rounding: tests/test_bayes.py). On CUDA also the Triton kernels in the model
+    (fastpath.accelerate, in place) and the sampler and step captured once as one CUDA graph and replayed (sampled_step:
+    forward, backward and AdamW in one launch, on the batches the plain path draws), for which AdamW is made
+    capturable in place."""
+    if device.type != "cuda":
+        return (lambda: step(*tasks.batch(*shape, gen))), fastdata.predict
+    fastpath.accelerate(model)
+    optimizer.load_state_dict(with_capturable(optimizer.state_dict(), True))  # its step counters move to the device
+    trainer = SimpleNamespace(parameters=lambda: list(model.parameters()), opt=optimizer,  # an ensemble of one
+                              step=lambda seqs, chains: step(seqs[0], chains[0])[None])
+    replay = sampled_step(trainer, [tasks], [gen], (1, *shape), device, graph=True)
+    return (lambda: replay()[0]), fastdata.predict

@@ -1,8 +1,8 @@
-"""The estimators of thresholds.py, pure numpy/scipy and tested on synthetic data (tests/test_thresholds.py,
-tests/test_k2.py, and tests/test_pins_estimators.py against hand and independent computations): what turns the
-runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
+"""The estimators of the K1* and K2* experiments (k1.py, k2.py), pure numpy/scipy and tested on synthetic data
+(tests/test_thresholds.py, tests/test_k2.py, and tests/test_pins_estimators.py against hand and independent
+computations): what turns the runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
 
-    Search, search_threshold   the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
+    Search                     the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
                                competition": K > K1* iff max_t phi_beta(2) > phi_beta*)
     median_ci, censored_median medians of Delta tau_K over seeds, seeds still in 2-Gen at the end included
     divergence, fit_divergence Fig. 8a: Delta tau_K = a (K2* - K)^(-gamma) [+ b + c K], censored K as bounds
@@ -13,7 +13,6 @@ runs' readouts into K1*, K2*, gamma, epsilon and the memorized asymptotes.
 """
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,15 +69,6 @@ class Search:
             return {"K1_star": None, "above": None, "bound": "above", "probes": probes}
         below = max(K for K, up in probes.items() if not up)
         return {"K1_star": below, "above": min(K for K, up in probes.items() if up), "bound": None, "probes": probes}
-
-
-def search_threshold(generalizes: Callable[[int], bool], lo: int, hi: int, ratio: float = 1.0) -> dict:
-    """One search run to the end with a function K -> generalizes (tests, and a single seed)."""
-    search = Search(lo, hi, ratio)
-    while todo := search.pending():
-        for K in todo:
-            search.record(K, generalizes(K))
-    return search.result()
 
 
 # ----------------------------------------------------------------------------- K2*: Delta tau's divergence

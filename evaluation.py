@@ -4,7 +4,8 @@
     make_eval_data / evaluate       the full evaluations of Fig. 2a: L_train on sequences from S, L_gen on fresh
                                     chains of D_T, the behavioral divergence D(pi_hat, pi_theta) to each Bayes
                                     predictor, and phi_delta, phi_beta, n_A of both layers
-    make_dense_data                 the smaller held-out set of the dense readouts (--eval-every)
+    lm_loss                         the training loss: the cross-entropy of s_{n+1} given s_0..s_n
+    make_dense_data / readouts      the smaller held-out set of the dense readouts (--eval-every) and what they read
     make_per_chain_data / per_chain_scores    the memorization score Delta^k of every chain (--per-chain)
 
 `cfg` is a train.Config (N, task_seed, eval_train, eval_gen, eval_dense, per_chain, per_chain_tasks, C). Every
@@ -43,6 +44,14 @@ def make_eval_data(cfg, tasks: TaskSet | FreshChains, predict=bayes.predict) -> 
     return data
 
 
+def lm_loss(model, seqs: torch.Tensor, task: torch.Tensor | None = None) -> torch.Tensor:
+    """The training loss (Appendix "Training Process"): the cross-entropy of s_{n+1} given s_0..s_n, averaged over
+    the N predictions of the B sequences seqs (B, N + 1); task (B,): each sequence's chain, read only by a model
+    with task injection."""
+    logits = model(seqs[:, :-1], task=task)  # (B, N, C)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
+
+
 def make_dense_data(cfg, tasks: TaskSet | FreshChains) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, and the
     chains of the S sequences; drawn from their own stream so that the full evaluation's data does not
@@ -50,6 +59,34 @@ def make_dense_data(cfg, tasks: TaskSet | FreshChains) -> tuple[torch.Tensor, to
     g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 11)
     train_seqs, train_task = tasks.batch(cfg.eval_dense, cfg.N + 1, g)
     return train_seqs, tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0], train_task
+
+
+def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor | None = None,
+             chunk: int = 256) -> dict[str, torch.Tensor]:
+    """The dense readouts of one model (train.py --eval-every; an ensemble's members under vmap): losses on held-out sequences from S and
+    from D_T, and the order parameters phi_delta, phi_beta of both layers on the S sequences (Appendix
+    "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device. train_task: the chains of
+    train_seqs (task injection); the fresh chains of gen_seqs have none. Chunks of `chunk` sequences keep
+    the attention matrices small (the paper's 4096 sequences at N = 256 would be ~1 GB per layer and model);
+    every readout is a mean over sequences, so the chunks' means weighted by their sizes are exact."""
+    n, out = train_seqs.shape[0], {}
+
+    def add(key: str, value: torch.Tensor, weight: float):
+        out[key] = out.get(key, 0.0) + weight * value
+
+    for a in range(0, n, chunk):
+        seqs = train_seqs[a : a + chunk]
+        task = train_task[a : a + chunk] if train_task is not None else None
+        w = seqs.shape[0] / n
+        logits, cache = model(seqs[:, :-1], cache=True, task=task)
+        add("train_loss", F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1)), w)
+        for layer, A in ((1, cache["A1"]), (2, cache["A2"])):
+            add(f"phi_delta_{layer}", phi_delta(A), w)
+            add(f"phi_beta_{layer}", phi_beta(A, seqs[:, :-1]), w)
+    for a in range(0, gen_seqs.shape[0], chunk):
+        seqs = gen_seqs[a : a + chunk]
+        add("gen_loss", lm_loss(model, seqs), seqs.shape[0] / gen_seqs.shape[0])
+    return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
 
 
 def make_per_chain_data(cfg, tasks: TaskSet | FreshChains) -> dict:

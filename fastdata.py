@@ -8,11 +8,11 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
                                               bit for bit: markov.py's loop over positions, run as a
                                               sqrt(L)-depth scan (on CUDA one Triton walk) and batched
                                               over the members
-    predict(name, seqs, T)                    bayes.predict, with 1-Mem and 2-Mem (one_mem, two_mem,
-                                              mixed_mem) from anchored log-likelihood sums instead of
+    predict(name, seqs, T)                    bayes.predict, with 1-Mem and 2-Mem (one_mem, two_mem)
+                                              from anchored log-likelihood sums instead of
                                               bayes.py's cumulative sum over every chain and position
 
-The ensembles (runs.py) and train.py's CUDA block sample through `batches` (E separate batch() calls cost more
+The ensembles (grids.py) and train.py's speed block sample through `batches` (E separate batch() calls cost more
 than the step itself); on CUDA its walk along the chains is one Triton launch (kernels/markov_walk.py, the same
 numbers; WALK_KERNEL = False keeps the scan). Both pass `predict` to evaluation.make_eval_data (the paper
 preset's L_train levels: 8192 sequences of 257 states against K = 1024 chains and more).
@@ -206,11 +206,6 @@ def one_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
 def two_mem(seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """bayes.two_mem. Returns (B, L, C)."""
     return _memorizing(seqs, T, two_point=True)
-
-
-def mixed_mem(post_seqs: torch.Tensor, state_seqs: torch.Tensor, T: torch.Tensor, two_point: bool = True) -> torch.Tensor:
-    """bayes.mixed_mem: the posterior from post_seqs, the current state from state_seqs. Returns (B, L, C)."""
-    return _memorizing(post_seqs, T, two_point, state_seqs)
 
 
 def predict(name: str, seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The engine of the threshold experiments: their training runs ("probes") and the order they are trained in.
 
-thresholds.py states the rules (K1* criterion, tau_2gen, Delta tau, ...) and reads the runs; this file only
+thresholds.py states the rules (K1* criterion, tau_2gen, Delta tau, ...), k1.py and k2.py read the runs; this file only
 schedules them. A probe is one train.py run of an experiment preset (a dict of train.Config values and the
 experiment's own settings), in root/<condition>/K<K>_s<seed>. On CUDA a round's probes train together as
 ensembles (ensemble.py), one per training schedule; on a CPU as one-thread processes. A finished probe is read
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 import cli
+import grids
 import runs
 import train
 from estimators import Search
@@ -77,7 +78,7 @@ def run_probes(cfgs: list[train.Config], jobs: int, quiet: bool = True) -> list[
     if todo and todo[0].device.startswith("cuda"):
         for i, group in enumerate(ensemble_groups(todo)):
             root = os.path.dirname(group[0].out)
-            runs.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=quiet, overwrite=True)  # unfinished: redone
+            grids.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=quiet, overwrite=True)  # unfinished: redone
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]

@@ -10,9 +10,10 @@
     python train.py --K 64,80,94 --seeds 0-15 --out runs/k1   # a (K, seed) grid, one run directory per model
     python train.py --sweep                     # Fig. 2b/2c: the preset's K grid, then heat maps
 
-This file is one run, top to bottom: the Config and its presets, the data, the model, and the loop (`train`)
-with the training step on the page. Grids, ensembles, run-directory locks, progress lines and loading runs
-back are the engine in runs.py; main() hands a grid to it in one line.
+This file is one run, top to bottom: the Config and its presets, the data, the model and its optimizer, the
+training step on the page (`train`), what a run evaluates and writes (`Record`) and the loop (`loop`), which the
+ensembles of a grid (grids.py) run too. Run directories, checkpoints and progress lines are rundir.py's. The
+engine is imported only where it is used: the speed block of `train` (--plain turns it off) and main()'s grids.
 
 A run writes to runs/K<K>_s<seed>/ (or --out): config.json, metrics.jsonl (one JSON object per evaluation),
 ckpt.pt (latest resumable state: model, optimizer, RNG, step, config; written atomically), model_<step>.pt
@@ -41,16 +42,14 @@ from dataclasses import asdict, dataclass, fields
 
 import matplotlib.pyplot as plt
 import torch
-import torch.nn.functional as F
 from matplotlib.ticker import FixedLocator
 
+import bayes
 import cli
-import fastdata
-import fastpath
-import runs
-from bayes import COLORS, LABELS, PREDICTORS, nll, predict
-from ensemble import mixed_precision, readouts, with_capturable
-from evaluation import evaluate, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
+import rundir
+from bayes import COLORS, LABELS, PREDICTORS, nll
+from evaluation import evaluate, lm_loss, make_dense_data, make_eval_data, make_per_chain_data, per_chain_scores
+from evaluation import readouts as dense_readouts
 from markov import check_int, task_source
 from transformer import Transformer
 
@@ -87,7 +86,7 @@ class Config:
     device: str = "cpu"  # cpu, cuda or cuda:<i> (the command line's default: cuda if available)
     # precision: on CUDA the command line's default is both (CUDA_PRECISION; --fp32 turns both off), on a CPU neither
     tf32: bool = False  # CUDA: the model's matmuls in TF32 (10-bit mantissa), as the attention kernel's dots already are
-    bf16: bool = False  # mixed precision: the training step's forward in bfloat16 (ensemble.mixed_precision); evaluations in fp32
+    bf16: bool = False  # mixed precision: the training step's forward in bfloat16 (train_step's ctx); evaluations in fp32
     out: str = ""  # the run directory (default runs/K<K>_s<seed>); a grid's: OUT/K<K>_s<seed> (default OUT runs/sweep)
 
 
@@ -95,8 +94,9 @@ MAX_K = 2**16  # S is K C x C chains, and the 1-Mem / 2-Mem predictors weigh all
 MINIMUM = dict(N=2, D=1, mlp_width=0, C=2, seed=0, task_seed=0, batch=1, iters=1, evals=1, eval_train=1, eval_gen=1,
                ckpt_every=1, eval_every=0, eval_dense=1, per_chain=0, per_chain_tasks=1)  # of the integer fields
 
-# The command line's precision on CUDA when no flag names one: bf16 mixed precision with TF32 matmuls, whose step
-# ran at 1.4-1.7x TF32's rate (bench/README.md, 2026-11-27_h100_bench_train_c.log). Its evidence: the same 4
+# The command line's precision on CUDA when no flag names one: bf16 mixed precision with TF32 matmuls, whose graphed
+# step (one fixed batch) ran at 1.43-1.98x TF32's rate for 1 to 64 models on an H100 (0.97-1.82x with sampling
+# outside the graph; bench/results/2026-11-27_h100_bench_train_c.log, bench/README.md). Its evidence: the same 4
 # paper-preset models (K = 94, 3000 steps) trained in TF32 and in bf16 on an H100 reached the same tau_2gen for 3 of
 # 4 seeds and max phi_beta(2) within 0.0014; the fourth (the latest to generalize) 300 steps later and 0.013 lower,
 # where two TF32 runs of it differed by 200 steps (bench/results/2026-11-27_h100_grid_a.log, 2026-11-26_h100_grid_e.log).
@@ -158,108 +158,159 @@ def build_model(cfg: Config) -> Transformer:
 # ----------------------------------------------------------------------------- one run
 
 
-def train(cfg: Config, resume: bool = False, quiet: bool = False, graph: bool = True, overwrite: bool = False) -> list[dict]:
-    """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly
-    as if never stopped; overwrite: start afresh where a run is. graph: on CUDA, the engine's speed (Triton kernels,
-    the batched sampler and the step replayed as one CUDA graph): the same computation, to the kernels' precision."""
-    ckpt_path, metrics_path, chain_path = (os.path.join(cfg.out, f) for f in ("ckpt.pt", "metrics.jsonl", "per_chain.jsonl"))
-    members, locks = runs.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
-    if runs.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
+def init_model(cfg: Config, device: torch.device) -> Transformer:
+    """The run's transformer with its initial weights, drawn on the CPU so that every device starts from the same."""
+    model = build_model(cfg)
+    model.reset_parameters(torch.Generator().manual_seed(cfg.seed))
+    return model.to(device)
+
+
+def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = True, overwrite: bool = False) -> list[dict]:
+    """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly as if
+    never stopped; overwrite: start afresh where a run is. fast: the engine's speed (the speed block below), the
+    same computation to float rounding; fast=False (--plain) is this file and the modules it imports, alone."""
+    ckpt_path = os.path.join(cfg.out, "ckpt.pt")
+    members, locks = rundir.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
+    if rundir.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
         locks[0].close()
-        return runs.read_rows(metrics_path)
+        return rundir.read_rows(os.path.join(cfg.out, "metrics.jsonl"))
     ckpt = members[0] if resume else None
     start = ckpt["step"] if ckpt else 0
-    evals = set(eval_steps(cfg.iters, cfg.evals))
-    progress = runs.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt, "
-                                    "fig2a.png)", start, start if ckpt else None, evals, quiet)
+    progress = rundir.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt, "
+                                      "fig2a.png)", start, start if ckpt else None, set(eval_steps(cfg.iters, cfg.evals)), quiet)
     device = torch.device(cfg.device)
     torch.backends.cuda.matmul.allow_tf32 = cfg.tf32  # process-wide; only CUDA matmuls read it
-    graph = graph and device.type == "cuda"
 
-    # the data: S (K chains, or fresh chains with K = inf), the stream of training batches, the held-out sets
+    # the data (S: K chains, or fresh chains with K = inf), the model and its optimizer (App. "Training Process": AdamW)
     tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
-    gen = torch.Generator(device).manual_seed(cfg.seed)
-    data = make_eval_data(cfg, tasks, predict=fastdata.predict)  # the memorizing levels at scale: bayes.py's formula, faster
-    if cfg.eval_every:
-        dense = make_dense_data(cfg, tasks)
-        # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
-        dense_2gen = nll(predict("2gen", dense[0], tasks.T)[:, :-1], dense[0]).mean().item()
-    if cfg.per_chain:
-        scored = make_per_chain_data(cfg, tasks)
-
-    # the model and its optimizer (Appendix "Training Process": AdamW)
-    model = build_model(cfg)
-    model.reset_parameters(torch.Generator().manual_seed(cfg.seed))  # on the CPU: the same init on every device
-    model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                  weight_decay=cfg.weight_decay, capturable=graph)
+    gen = torch.Generator(device).manual_seed(cfg.seed)  # the training batches
+    model = init_model(cfg, device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     if ckpt:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(with_capturable(ckpt["optimizer"], graph))
+        optimizer.load_state_dict(rundir.with_capturable(ckpt["optimizer"], False))
         gen.set_state(ckpt["rng"].cpu())
-    with open(os.path.join(cfg.out, "config.json"), "w") as f:
-        json.dump(asdict(cfg), f, indent=1)
-    rows = runs.rewrite_rows(metrics_path, start if ckpt else -1)  # rows logged after the checkpoint are redone
-    if cfg.per_chain:
-        runs.rewrite_rows(chain_path, start if ckpt else -1)
+    ctx = torch.autocast(device.type, torch.bfloat16, enabled=cfg.bf16, cache_enabled=False)  # --bf16: train_step
 
     def train_step(seqs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
-        """One AdamW step on the training loss: the cross-entropy of s_{n+1} given s_0..s_n, averaged over
-        the N predictions of the B sequences. chains (B,): each sequence's chain (read with task injection)."""
-        with mixed_precision(cfg.bf16, device):  # --bf16: the forward in bfloat16; weights and loss fp32
-            logits = model(seqs[:, :-1], task=chains)  # (B, N, C)
-            loss = F.cross_entropy(logits.reshape(-1, cfg.C).float(), seqs[:, 1:].reshape(-1))
+        """One AdamW step on the training loss (evaluation.lm_loss: the cross-entropy of s_{n+1} given s_0..s_n,
+        averaged over the N predictions of the B sequences). chains (B,): each sequence's chain (task injection).
+        --bf16: the forward in bfloat16, weights, gradients and loss in fp32; no cast cache, which a CUDA graph
+        would replay stale after AdamW changed the weights."""
+        with ctx:
+            loss = lm_loss(model, seqs, chains)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         return loss.detach()
 
-    if graph:  # speed on CUDA (the engine, the same computation on the same batches): the Triton kernels in the model;
-        # tasks.batch's draws (fastdata.batches: one Triton walk along the chains), captured with the step as one CUDA graph
-        fastpath.accelerate(model)
-        sampled_step = runs.graphed(train_step, model, optimizer, tasks, gen, (cfg.batch, cfg.N + 1), device)
+    # one step: the batch, seqs (B, N + 1) from the chains (B,) of S it drew, then one AdamW step on it
+    step, predict = (lambda: train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))), bayes.predict
+    if fast:  # the speed block: the engine, imported only here; the same computation to float rounding
+        from ensemble import accelerate_run  # noqa: PLC0415
+        step, predict = accelerate_run(model, optimizer, train_step, tasks, gen, (cfg.batch, cfg.N + 1), device)
 
-    dense_steps = set(range(0, cfg.iters + 1, cfg.eval_every)) | {cfg.iters} if cfg.eval_every else set()  # and the end
-    saved, loss = start if ckpt else None, None  # the last checkpoint's step; the last step's loss
-    progress.begin()
-    try:
-        for step in range(start, cfg.iters + 1):
-            show, new = progress.due(step), step > start or ckpt is None  # new: not yet in the run's files
-            if step > start and (show or step in evals or step in dense_steps or step % cfg.ckpt_every == 0):
-                batch_loss = loss.item()  # waits for the device: only where the step waits anyway or prints
-                runs.check_finite(cfg, step, ckpt_path, loss=batch_loss)
-            if step in evals and new:  # the full evaluation against the predictors
-                with progress.evaluation():
-                    rows.append({"step": step, **evaluate(model, data)})
-                    runs.append_row(metrics_path, rows[-1])
-                    if cfg.per_chain:
-                        delta = per_chain_scores(model, scored).tolist()
-                        runs.append_row(chain_path, {"step": step, "delta": [round(v, 6) for v in delta]})
-                    runs.save_atomic(model.state_dict(), os.path.join(cfg.out, f"model_{step:07d}.pt"))
-            if step in dense_steps and new:  # the cheap readouts of --eval-every
-                with torch.no_grad(), progress.readout():
-                    values = {k: v.item() for k, v in readouts(model, *dense).items()}
-                rows.append({"step": step, "dense": True, **values, "train_loss_2gen": dense_2gen})
-                runs.append_row(metrics_path, rows[-1])
-            if step > start and (step in evals or step % cfg.ckpt_every == 0 or step == cfg.iters):
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": gen.get_state(),
-                         "step": step, "config": asdict(cfg)}
-                runs.check_finite(cfg, step, ckpt_path, weights=state["model"])
-                runs.save_atomic(state, ckpt_path)
-                saved = step
-            if show:
-                progress.show(step, [batch_loss], [rows])
-            if step == cfg.iters:
-                break
-            # the batch: seqs (B, N + 1) from the chains (B,) of S it drew, then one AdamW step on it
-            loss = sampled_step() if graph else train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))
-    except KeyboardInterrupt:  # Ctrl-C: one line; the last checkpoint, written atomically, stands
-        raise runs.interrupted(step, saved, ckpt_path) from None
-    progress.end()
-    plot_run([r for r in rows if not r.get("dense")], cfg, os.path.join(cfg.out, "fig2a.png"))
+    # the held-out data and the run's files; then the loop, with this model as an ensemble of one
+    record = Record(cfg, tasks, start if ckpt else None, predict)
+
+    def states() -> list[dict]:
+        return [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
+
+    def readouts() -> dict[str, list[float]]:
+        with torch.no_grad():
+            return {k: [v.item()] for k, v in dense_readouts(model, *record.dense).items()}
+
+    loop([record], step, lambda e: model, readouts, states, [gen], start, ckpt is not None, ckpt_path, progress,
+         lambda saved: rundir.save_atomic(saved[0], ckpt_path))
+    record.plot()
     progress.done()
     locks[0].close()  # now: the frame may outlive the call, and a caller may train here next
-    return rows
+    return record.rows
+
+
+class Record:
+    """What one run evaluates, logs and writes, the same for the single run and every member of an ensemble
+    (grids.py): its held-out data (evaluation.py), config.json, the rows of metrics.jsonl and per_chain.jsonl, and
+    model_<step>.pt. start: the step a resumed run continues from (rows logged after it are redone), None afresh."""
+
+    def __init__(self, cfg: Config, tasks, start: int | None, predict):
+        self.cfg = cfg
+        self.data = make_eval_data(cfg, tasks, predict=predict)  # predict: bayes.predict, or the engine's, faster
+        self.dense = make_dense_data(cfg, tasks) if cfg.eval_every else None
+        if cfg.eval_every:  # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
+            self.dense_2gen = nll(bayes.predict("2gen", self.dense[0], tasks.T)[:, :-1], self.dense[0]).mean().item()
+        self.scored = make_per_chain_data(cfg, tasks) if cfg.per_chain else None
+        self.metrics_path, self.chain_path = (os.path.join(cfg.out, f) for f in ("metrics.jsonl", "per_chain.jsonl"))
+        with open(os.path.join(cfg.out, "config.json"), "w") as f:
+            json.dump(asdict(cfg), f, indent=1)
+        self.rows = rundir.rewrite_rows(self.metrics_path, -1 if start is None else start)
+        if cfg.per_chain:
+            rundir.rewrite_rows(self.chain_path, -1 if start is None else start)
+
+    def log(self, row: dict):
+        self.rows.append(row)
+        rundir.append_row(self.metrics_path, row)
+
+    def evaluate(self, step: int, model: Transformer):
+        """The full evaluation against the predictors, the memorization scores (--per-chain) and the weights."""
+        self.log({"step": step, **evaluate(model, self.data)})
+        if self.scored is not None:
+            delta = per_chain_scores(model, self.scored).tolist()
+            rundir.append_row(self.chain_path, {"step": step, "delta": [round(v, 6) for v in delta]})
+        rundir.save_atomic(model.state_dict(), os.path.join(self.cfg.out, f"model_{step:07d}.pt"))
+
+    def log_dense(self, step: int, values: dict[str, float]):
+        self.log({"step": step, "dense": True, **values, "train_loss_2gen": self.dense_2gen})
+
+    def plot(self):
+        plot_run([r for r in self.rows if not r.get("dense")], self.cfg, os.path.join(self.cfg.out, "fig2a.png"))
+
+
+def loop(records: list[Record], step, model, readouts, states, gens: list[torch.Generator], start: int, resumed: bool,
+         ckpt_path: str, progress: rundir.Progress, save) -> list[dict]:
+    """The training loop of a run (train) or an ensemble (grids.train_ensemble), from `start` to the last step: at
+    every step, what is due (a full evaluation of each model, the dense readouts, a checkpoint, a progress line),
+    then one step. step() -> the losses (E,) (one run: a 0-dim loss); model(e) -> model e; readouts() -> the dense
+    readouts of every model {name: [E values]}; states() -> each model's {"model", "optimizer"}; save(states) writes
+    the checkpoint of the states with their "rng", "step", "config". Returns the last states."""
+    cfgs = [r.cfg for r in records]
+    c0 = cfgs[0]
+    evals = set(eval_steps(c0.iters, c0.evals))
+    dense_steps = set(range(0, c0.iters + 1, c0.eval_every)) | {c0.iters} if c0.eval_every else set()  # and the end
+    saved, loss, last = start if resumed else None, None, None  # the last checkpoint's step and states; the last losses
+    progress.begin()
+    try:
+        for t in range(start, c0.iters + 1):
+            show, new = progress.due(t), t > start or not resumed  # new: not yet in the run's files
+            if t > start and (show or t in evals or t in dense_steps or t % c0.ckpt_every == 0):
+                losses = loss.reshape(-1).tolist()  # waits for the device: only where the step waits anyway or prints
+                for cfg, value in zip(cfgs, losses):
+                    rundir.check_finite(cfg, t, ckpt_path, loss=value)
+            if t in evals and new:  # the full evaluation against the predictors
+                with progress.evaluation():
+                    for e, record in enumerate(records):
+                        record.evaluate(t, model(e))
+            if t in dense_steps and new:  # the cheap readouts of --eval-every
+                with progress.readout():
+                    values = readouts()
+                for e, record in enumerate(records):
+                    record.log_dense(t, {k: v[e] for k, v in values.items()})
+            if t > start and (t in evals or t % c0.ckpt_every == 0 or t == c0.iters):  # resumable exactly from here
+                last = [{**state, "rng": g.get_state(), "step": t, "config": asdict(cfg)}
+                        for state, g, cfg in zip(states(), gens, cfgs)]
+                for cfg, state in zip(cfgs, last):
+                    rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
+                save(last)
+                saved = t
+            if show:
+                progress.show(t, losses, [r.rows for r in records])
+            if t == c0.iters:
+                break
+            loss = step()
+    except KeyboardInterrupt:  # Ctrl-C: one line; the last checkpoint, written atomically, stands
+        raise rundir.interrupted(t, saved, ckpt_path) from None
+    progress.end()
+    return last
 
 
 # ----------------------------------------------------------------------------- Fig. 2a
@@ -325,11 +376,33 @@ def flag_help() -> dict[str, str]:
     return out
 
 
+SWEEP_KS = {"quick": [4, 16, 64, 256, 1024], "paper": [2**i for i in range(3, 11)]}
+
+
+def grid_dir(args: argparse.Namespace) -> str:
+    return args.out or os.path.join("runs", "sweep")
+
+
+def make_configs(args: argparse.Namespace) -> list:
+    """One Config per (K, seed) of the grid given by --K and --seeds, K-major. A grid puts each model
+    in OUT/K<K>_s<seed>; a single (K, seed) is a single run in OUT (default runs/K<K>_s<seed>)."""
+    preset = cli.preset(args.preset)
+    Ks = cli.parse_list("--K", args.K, inf=True) if args.K else SWEEP_KS[preset] if args.sweep else [Config.K]
+    seeds = cli.parse_list("--seeds", args.seeds)
+    grid = len(Ks) * len(seeds) > 1 or args.sweep
+    cfgs = []
+    for K in Ks:
+        for seed in seeds:
+            out = os.path.join(grid_dir(args), f"K{K}_s{seed}") if grid else args.out
+            cfgs.append(make_config(argparse.Namespace(**{**vars(args), "K": K, "seed": seed, "out": out})))
+    return cfgs
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_preset(parser, PRESETS, "the preset sets N, iters, evals, eval_train, eval_gen, ckpt_every")
     parser.add_argument("--K", default=None, help="K, or a list / ranges for a grid: 64,80,94 or 16-20 "
-                        f"(default {Config.K}; --sweep: quick {runs.SWEEP_KS['quick']}, paper 8..1024; at most {MAX_K}); "
+                        f"(default {Config.K}; --sweep: quick {SWEEP_KS['quick']}, paper 8..1024; at most {MAX_K}); "
                         "inf: a fresh chain for every sequence")
     cli.add_seeds(parser, "0", "model seeds, one run each", "--seeds", "--seed")
     helps = flag_help()
@@ -349,8 +422,9 @@ def main():
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh in a run directory that holds a run, deleting its files (without "
                              "--resume or --overwrite such a directory is an error)")
-    parser.add_argument("--no-graph", action="store_true", help="CUDA: the plain path, as on a CPU: no CUDA graph, and in a single run no Triton kernels and "
-                        "the per-position sampler (an ensemble keeps its kernels)")
+    parser.add_argument("--plain", action="store_true", help="no speed block: this file's step and the reader's path alone "
+                        "(bayes.py's predictors; on CUDA no Triton kernels, the per-position sampler, no CUDA graph); "
+                        "an ensemble keeps its kernels and loses its CUDA graph")
     parser.add_argument("--ensemble", action="store_true", help="train a grid as one-process ensembles on the CPU too")
     parser.add_argument("--group", type=int, default=64, help="grid: models per ensemble")
     parser.add_argument("--print-commands", action="store_true", help="print one command per model of the grid and exit")
@@ -360,11 +434,12 @@ def main():
     parser.add_argument("--plot-sweep", action="store_true", help="only draw the Fig. 2b/2c heat maps from the runs in OUT")
     args = parser.parse_args()
     cli.set_threads(args.threads)
-    cfgs = runs.make_configs(args)  # one per (K, seed) of --K and --seeds
+    cfgs = make_configs(args)  # one per (K, seed) of --K and --seeds
     if len(cfgs) == 1 and not (args.sweep or args.plot_sweep or args.print_commands):
-        train(cfgs[0], resume=args.resume, graph=not args.no_graph, overwrite=args.overwrite)
-    else:
-        runs.main(args, cfgs)  # a grid, its commands, Fig. 2b/2c
+        train(cfgs[0], resume=args.resume, fast=not args.plain, overwrite=args.overwrite)
+    else:  # a grid, its commands, Fig. 2b/2c: the engine, which imports this file
+        import grids  # noqa: PLC0415
+        grids.main(args, cfgs)
 
 
 if __name__ == "__main__":

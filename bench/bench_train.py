@@ -32,8 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cli  # noqa: E402
 import fastdata  # noqa: E402
-import runs  # noqa: E402
-from ensemble import Ensemble, GraphedStep, Single  # noqa: E402
+from ensemble import Ensemble, GraphedStep, Single, sampled_step  # noqa: E402
 from fastdata import batches  # noqa: E402
 from fastpath import Kernels  # noqa: E402
 from kernels import attention as attention_kernel  # noqa: E402
@@ -136,7 +135,7 @@ def setup(E: int, graph: bool, N: int, B: int, device, bf16: bool = False, kerne
 def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int, sampling: str = "graph",
           bf16: bool = False, kernels: Kernels | None = Kernels(), compiled: bool = False):
     """(seconds per step with a fixed batch, with sampling: a list per run each; peak GiB on CUDA) of E models.
-    sampling: "graph" as train.py samples (graphed: the sampler inside the step's graph, runs.sampled_step),
+    sampling: "graph" as train.py samples (graphed: the sampler inside the step's graph, ensemble.sampled_step),
     "scan" the same with fastdata's scan instead of the walk kernel (fastdata.WALK_KERNEL off), "host" fastdata.batches outside the graph, "loop" one TaskSet.batch call per member outside it (as before
     fastdata.batches existed). The peak counts what this case allocates (weights, optimizer, graphs, activations),
     not earlier cases' leftovers; the fixed-batch graph is freed before the sampling one is captured."""
@@ -161,10 +160,10 @@ def bench(E: int, graph: bool, N: int, B: int, device, repeats: int, runs_: int,
     if graph and sampling in ("graph", "scan"):
         del step
         gc.collect()
-        sampled_step = runs.sampled_step(trainer, tasks, gens, shape, device, graph)
+        sampling_step = sampled_step(trainer, tasks, gens, shape, device, graph)
     else:
-        sampled_step = lambda: step(*sample())  # noqa: E731
-    sampled = timed(sampled_step, device, repeats, runs_)
+        sampling_step = lambda: step(*sample())  # noqa: E731
+    sampled = timed(sampling_step, device, repeats, runs_)
     peak = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}" if device.type == "cuda" else "-"
     return fixed, sampled, peak
 

@@ -3,6 +3,7 @@ predictors (fastdata.py) against the same loops and against bayes.py."""
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import bayes
 import fastdata
 from bayes import ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, nll, one_gen, one_mem, two_gen, two_mem
 from markov import TaskSet, sample_chains, sample_sequences, stationary
+from stand_ins import fast_mixed_mem
 
 
 def gen(seed=0):
@@ -59,7 +61,8 @@ def brute_mem(seqs, T, two_point, state_seqs=None):
 
 
 CASES = [(1, 4, 1), (3, 4, 9), (7, 3, 12), (5, 10, 1), (16, 10, 20)]  # (K, C, L)
-MEMORIZING = [pytest.param(bayes, id="plain"), pytest.param(fastdata, id="fast")]  # modules with one_mem, two_mem, mixed_mem
+FAST = SimpleNamespace(one_mem=fastdata.one_mem, two_mem=fastdata.two_mem, mixed_mem=fast_mixed_mem)
+MEMORIZING = [pytest.param(bayes, id="plain"), pytest.param(FAST, id="fast")]  # with one_mem, two_mem, mixed_mem
 
 
 @pytest.mark.parametrize("K, C, L", CASES)
@@ -114,7 +117,7 @@ def test_float32_memorizing_predictors_are_close_to_float64(mem):
 
 @pytest.mark.parametrize("K, C, L", CASES + [(1, 2, 5), (64, 2, 1), (130, 10, 257)])
 def test_fast_predictors_are_the_plain_ones(K, C, L):
-    """fastdata.predict = bayes.predict for every predictor, and fastdata.mixed_mem = bayes.mixed_mem: to float64
+    """fastdata.predict = bayes.predict for every predictor, and fastdata's mixed posterior = bayes.mixed_mem: to float64
     rounding, and in float32 to the rounding of bayes.py's cumulative log-likelihood (|log p| ~ 10^2 at L = 257)."""
     T = sample_chains(K, C, 1.0, gen(K + 400))
     seqs, _ = sample_sequences(T, 6, L, gen(L + 400))
@@ -125,7 +128,7 @@ def test_fast_predictors_are_the_plain_ones(K, C, L):
             torch.testing.assert_close(fastdata.predict(name, seqs, chains), bayes.predict(name, seqs, chains),
                                        atol=tol, rtol=0)
         for two_point in (True, False):
-            torch.testing.assert_close(fastdata.mixed_mem(seqs, state, chains, two_point),
+            torch.testing.assert_close(fast_mixed_mem(seqs, state, chains, two_point),
                                        bayes.mixed_mem(seqs, state, chains, two_point), atol=tol, rtol=0)
 
 

@@ -11,9 +11,12 @@ import pytest
 
 import campaign
 import cli
+import grids
+import k1
 import probes
-import runs
-import thresholds
+from stand_ins import tiny_campaigns  # noqa: F401 (the fixture below)
+
+pytestmark = pytest.mark.usefixtures("tiny_campaigns")  # campaign.SPECS with the CPU-sized campaigns
 
 
 def _stable(ledger: dict) -> list:
@@ -177,7 +180,7 @@ def _ledger(tmp_path, name: str, members: list[dict]) -> str:
 def drawn(monkeypatch):
     """The drawing functions the reports call, recording their arguments (and still drawing)."""
     calls = {}
-    for module, fn in ((thresholds, "plot_grid"), (thresholds, "draw_tau_histogram"), (runs, "draw_sweep")):
+    for module, fn in ((k1, "plot_grid"), (k1, "draw_tau_histogram"), (grids, "draw_sweep")):
         real = getattr(module, fn)
 
         def spy(*args, _real=real, _fn=fn):

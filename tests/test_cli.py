@@ -19,6 +19,8 @@ import torch
 
 import cli
 import ensemble
+import grids
+import rundir
 import runs
 import train
 from bayes import COLORS
@@ -138,8 +140,8 @@ def bad_figures(tmp_path):
 
 @pytest.mark.parametrize("script, flags", [("predictor_scaling.py", []), ("sa_transformer.py", []), ("mem_minimal.py", []),
                                            ("train.py", ["--plot-sweep", "--out", "."]),
-                                           ("thresholds.py", ["k1", "--preset", "quick"]),
-                                           ("thresholds.py", ["k2", "--preset", "quick"]),
+                                           ("k1.py", ["search", "--preset", "quick"]),
+                                           ("k2.py", ["sweep", "--preset", "quick"]),
                                            ("task_vectors.py", ["--run", "missing-run"])])
 @pytest.mark.parametrize("which", [0, 1])
 def test_figures_directory_that_cannot_be_written(tmp_path, script, flags, which, run):
@@ -165,12 +167,12 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
 
 @pytest.mark.parametrize("script, flags, words", [
     ("mem_minimal.py", ["--seeds", "2-1"], ["--seeds"]),
-    ("thresholds.py", ["k1", "--seeds", "x"], ["--seeds"]),
-    ("thresholds.py", ["k1", "--perturbed-seeds", "-1"], ["--perturbed-seeds"]),
-    ("thresholds.py", ["k2", "--seeds", "3-1"], ["--seeds"]),
-    ("thresholds.py", ["k2", "--jobs", "0"], ["--jobs"]),
-    ("thresholds.py", ["k2", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
-    ("thresholds.py", ["dtau", "no-such-dir"], ["no run directories"]),
+    ("k1.py", ["search", "--seeds", "x"], ["--seeds"]),
+    ("k1.py", ["search", "--perturbed-seeds", "-1"], ["--perturbed-seeds"]),
+    ("k2.py", ["sweep", "--seeds", "3-1"], ["--seeds"]),
+    ("k2.py", ["sweep", "--jobs", "0"], ["--jobs"]),
+    ("k2.py", ["sweep", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
+    ("k2.py", ["dtau", "no-such-dir"], ["no run directories"]),
     ("trace.py", ["circuits", "--seed", "-1"], ["--seed"]),
     ("bench/bench_data.py", ["--threads", "0"], ["--threads"]),
     ("bench/bench_attention.py", ["--compile-jobs", "0"], ["--compile-jobs"]),
@@ -179,7 +181,7 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("bench/bench_attention.py", ["--sweep-kernels", "dq,skew"], ["--sweep-kernels"]),
     ("sa_transformer.py", ["--jobs", "0"], ["--jobs"]),
     # abbreviated flags (values that fail fast should an abbreviation be taken for the flag again)
-    ("thresholds.py", ["k2", "--see", "x"], ["unrecognized arguments: --see x"]),  # a sub-command's flags too
+    ("k2.py", ["sweep", "--see", "x"], ["unrecognized arguments: --see x"]),  # a sub-command's flags too
     ("mem_minimal.py", ["--seed", "2-1"], ["unrecognized arguments: --seed 2-1"]),  # --seeds
     ("bench/bench_data.py", ["--thread", "0"], ["unrecognized arguments: --thread 0"]),
 ])
@@ -345,7 +347,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
 
 
 def test_progress_at_least_every_PROGRESS_SECONDS(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(runs, "PROGRESS_SECONDS", 0)  # every step is 'late'
+    monkeypatch.setattr(rundir, "PROGRESS_SECONDS", 0)  # every step is 'late'
     train.train(tiny_config(tmp_path / "run"))
     steps = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
     assert steps == [f"{s}/12" for s in range(1, 13)]
@@ -353,7 +355,7 @@ def test_progress_at_least_every_PROGRESS_SECONDS(tmp_path, monkeypatch, capsys)
 
 @pytest.mark.parametrize("members", [1, 2])
 def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members):
-    """Set-up before the first step (here 1000 s of evaluation data on runs.py's clock) is not in the rate, of a
+    """Set-up before the first step (here 1000 s of evaluation data on rundir.py's clock) is not in the rate, of a
     single run or of an ensemble (a GPU run's compilation and graph capture once made its first ETA ~300x too long)."""
     clock = [0.0]
 
@@ -366,14 +368,14 @@ def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members
         return make_eval_data(*args, **kwargs)
 
     make_eval_data = train.make_eval_data
-    monkeypatch.setattr(runs, "time", SimpleNamespace(time=tick))
-    monkeypatch.setattr(train if members == 1 else runs, "make_eval_data", slow)
-    monkeypatch.setattr(runs, "PROGRESS_SECONDS", 0)
+    monkeypatch.setattr(rundir, "time", SimpleNamespace(time=tick))
+    monkeypatch.setattr(train, "make_eval_data", slow)  # the single run's and every member's (train.Record)
+    monkeypatch.setattr(rundir, "PROGRESS_SECONDS", 0)
     if members == 1:
         train.train(tiny_config(tmp_path / "run"))
     else:
         cfgs = [tiny_config(tmp_path / f"K3_s{seed}", seed=seed) for seed in range(members)]
-        runs.train_ensemble(cfgs, str(tmp_path / "ckpt.pt"))
+        grids.train_ensemble(cfgs, str(tmp_path / "ckpt.pt"))
     rates = [float(re.search(r"([\d.]+) (it|model-steps)/s", line)[1]) for line in capsys.readouterr().out.splitlines()
              if line.startswith("step")]
     assert len(rates) == 12 and min(rates) > 1  # 1000 s counted in: < 0.03 steps/s
@@ -381,7 +383,7 @@ def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members
 
 @pytest.mark.parametrize("members", [1, 2])
 def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, members):
-    """On runs.py's clock: 1000 s of evaluation data (set-up), 100 s per dense readout (eval_every = 4: steps 0, 4,
+    """On rundir.py's clock: 1000 s of evaluation data (set-up), 100 s per dense readout (eval_every = 4: steps 0, 4,
     8, 12), 10 s per full evaluation of a model (steps 0, 2, 5, 12), 7 s per figure written after the loop, and
     0.01 s per reading of the clock: the last line splits the time into those phases, the steps' time being the
     rest of the loop (a campaign's log shows this for every ensemble, to find what a piece's fixed cost is)."""
@@ -397,17 +399,16 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
             return fn(*args, **kwargs)
         return slow
 
-    home = train if members == 1 else runs
-    monkeypatch.setattr(runs, "time", SimpleNamespace(time=tick))
-    monkeypatch.setattr(home, "make_eval_data", costing(train.make_eval_data, 1000 / members))
-    monkeypatch.setattr(home, "evaluate", costing(train.evaluate, 10))
+    monkeypatch.setattr(rundir, "time", SimpleNamespace(time=tick))
+    monkeypatch.setattr(train, "make_eval_data", costing(train.make_eval_data, 1000 / members))  # train.Record's
+    monkeypatch.setattr(train, "evaluate", costing(train.evaluate, 10))
     monkeypatch.setattr(train, "plot_run", costing(train.plot_run, 7))
     if members == 1:
-        monkeypatch.setattr(train, "readouts", costing(train.readouts, 100))
+        monkeypatch.setattr(train, "dense_readouts", costing(train.dense_readouts, 100))
         train.train(tiny_config(tmp_path / "run", eval_every=4))
     else:
         monkeypatch.setattr(ensemble.Ensemble, "readouts", costing(ensemble.Ensemble.readouts, 100))
-        runs.train_ensemble([tiny_config(tmp_path / f"K3_s{seed}", seed=seed, eval_every=4) for seed in range(members)],
+        grids.train_ensemble([tiny_config(tmp_path / f"K3_s{seed}", seed=seed, eval_every=4) for seed in range(members)],
                             str(tmp_path / "ckpt.pt"))
     last = capsys.readouterr().out.splitlines()[-1]
     phases = {name: float(value) for name, value in re.findall(r"([a-z-]+) (\d+) s", last)}
@@ -419,7 +420,7 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
 def test_eta_is_the_step_rate_without_evaluations_plus_the_evaluations_left():
     """100 steps in 30 s of which 20 s were 4 evaluations: 10 steps/s; 900 steps and 6 evaluations left
     take 90 s + 6 x 5 s (folded into one rate, the evaluations would make it 270 s)."""
-    assert runs.progress_rate(100, 900, 30.0, 20.0, 4, 6) == pytest.approx((10.0, 120.0))
+    assert rundir.progress_rate(100, 900, 30.0, 20.0, 4, 6) == pytest.approx((10.0, 120.0))
 
 
 def test_fig2a_panels_each_have_a_legend_below_and_step_0_at_0(tmp_path, monkeypatch):
@@ -489,8 +490,8 @@ SHARED = {
     "predictor_scaling.py": ["--preset", "--device", "--threads", "--figures"],
     "sa_transformer.py": ["--preset", "--threads", "--jobs", "--figures"],
     "mem_minimal.py": ["--preset", "--threads", "--jobs", "--seeds", "--figures"],
-    "thresholds.py k1": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--perturbed-seeds", "--figures", "--root"],
-    "thresholds.py k2": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--root"],
+    "k1.py search": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--perturbed-seeds", "--figures", "--root"],
+    "k2.py sweep": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--root"],
     "trace.py circuits": ["--threads", "--figures", "--seed"],
     "task_vectors.py": ["--threads", "--figures", "--seed"],
     "bench/bench_train.py": ["--preset", "--device", "--threads"],

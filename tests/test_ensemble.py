@@ -1,4 +1,4 @@
-"""Ensembles (ensemble.py, runs.train_ensemble): every member is the single run with its K and seed,
+"""Ensembles (ensemble.py, grids.train_ensemble): every member is the single run with its K and seed,
 a killed ensemble resumes exactly, grids on the command line, the kernel's vmap rule."""
 import os
 import subprocess
@@ -10,6 +10,7 @@ import torch
 import ensemble
 import evaluation
 import fastdata
+import grids
 import runs
 import train
 import transformer
@@ -51,7 +52,7 @@ def ckpt(run_dir):
 
 def test_members_are_the_single_runs(tmp_path, same_numbers):
     cfgs = grid(tmp_path / "ens", iters=100, eval_every=25)
-    rows = runs.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)
+    rows = grids.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)
     for cfg, member_rows in zip(cfgs, rows):
         single = tiny(tmp_path / "single" / os.path.basename(cfg.out), K=cfg.K, seed=cfg.seed, iters=100, eval_every=25)
         assert same_numbers(member_rows, train.train(single, quiet=True), rel=REL)
@@ -75,7 +76,7 @@ def test_dense_readouts_agree_with_the_full_evaluation(tmp_path):
     data = evaluation.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     full = evaluation.evaluate(model, data)
     with torch.no_grad():
-        dense = ensemble.readouts(model, data["train"], data["gen"])
+        dense = evaluation.readouts(model, data["train"], data["gen"])
     for k, v in dense.items():
         assert v.item() == pytest.approx(full[k], rel=1e-5 if DEVICE == "cpu" else 1e-3), k
 
@@ -85,7 +86,7 @@ class Killed(Exception):
 
 
 def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
-    straight = runs.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
+    straight = grids.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
     # the step the training loop calls: on CUDA the graph's replay (AdamW.step then runs only at the capture)
     target = ensemble.GraphedStep if DEVICE == "cuda" else ensemble.Ensemble
     step = target.step
@@ -99,10 +100,10 @@ def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
 
     monkeypatch.setattr(target, "step", dying_step)
     with pytest.raises(Killed):
-        runs.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
+        grids.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
     assert count["n"] == 13
     monkeypatch.setattr(target, "step", step)
-    resumed = runs.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
+    resumed = grids.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     for K, seed in GRID:
         name = f"K{K}_s{seed}"
@@ -112,7 +113,7 @@ def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
 
 def test_ensemble_members_must_share_the_step_shapes(tmp_path):
     with pytest.raises(ValueError, match="N"):
-        runs.train_ensemble([tiny(tmp_path / "a"), tiny(tmp_path / "b", N=16)], str(tmp_path / "ckpt.pt"))
+        grids.train_ensemble([tiny(tmp_path / "a"), tiny(tmp_path / "b", N=16)], str(tmp_path / "ckpt.pt"))
 
 
 @pytest.mark.parametrize("text, values", [("64,80,94", [64, 80, 94]), ("0-3", [0, 1, 2, 3]), ("0-3,7", [0, 1, 2, 3, 7]),
@@ -232,8 +233,8 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
     model.to(DEVICE)
     train_seqs, gen_seqs, chains = evaluation.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     with torch.no_grad():
-        whole = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=10)
-        parts = ensemble.readouts(model, train_seqs, gen_seqs, chains, chunk=3)
+        whole = evaluation.readouts(model, train_seqs, gen_seqs, chains, chunk=10)
+        parts = evaluation.readouts(model, train_seqs, gen_seqs, chains, chunk=3)
     for k, v in whole.items():
         assert parts[k].item() == pytest.approx(v.item(), rel=1e-5), k
 
@@ -280,7 +281,7 @@ def test_bf16_runs_the_forward_in_bfloat16_and_keeps_fp32_state(members):
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (CUDA graphs)")
 @pytest.mark.parametrize("members", [1, 3])
 def test_a_graph_that_samples_draws_the_eager_batches(members):
-    """A GraphedStep with the sampler captured (runs.sampled_step: train.py's and the ensembles' CUDA path): replay
+    """A GraphedStep with the sampler captured (ensemble.sampled_step: train.py's and the ensembles' CUDA path): replay
     i draws exactly the batches of the i-th eager fastdata.batches call, i.e. of TaskSet.batch, from the first
     replay on (the warm-up's draws are undone), and leaves every generator where the eager calls leave it."""
     sources = [TaskSet.create(K, seed=s, device=DEVICE) for K, s in ((3, 0), (70, 1), (9, 2))][:members]

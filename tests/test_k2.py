@@ -1,5 +1,5 @@
 """K2*: K = inf training, the per-chain memorization scores, tau_2mem / Delta tau, the divergence and sigmoid
-fits (estimators.py), epsilon, and `thresholds.py k2` end to end on a tiny preset."""
+fits (estimators.py), epsilon, and `k2.py sweep` end to end on a tiny preset."""
 import argparse
 import json
 import math
@@ -10,11 +10,12 @@ import pytest
 import scipy.optimize
 import torch
 
-import thresholds
+import cli
 import estimators
 import evaluation
-import cli
+import k2
 import runs
+import thresholds
 import train
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
@@ -116,7 +117,7 @@ def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_pa
     none of S's; the cache is reused, and redone for another number of chains."""
     cfg = tiny(tmp_path / "run", K=4, per_chain=3)
     train.train(cfg, quiet=True)
-    rows = thresholds.null_scores(cfg.out, 6)
+    rows = k2.null_scores(cfg.out, 6)
     steps = [r["step"] for r in runs.read_per_chain(cfg.out)]
     assert [r["step"] for r in rows] == steps and all(len(r["delta"]) == 6 for r in rows)
     fresh = evaluation.make_per_chain_data(train.Config(**{**vars(cfg), "per_chain_tasks": 6}), FreshChains())
@@ -134,9 +135,9 @@ def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_pa
     own = evaluation.make_per_chain_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))["seqs"]
     assert not any(torch.equal(a, b) for a in fresh["seqs"] for b in own)
     stamp = os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl"))
-    assert thresholds.null_scores(cfg.out, 6) == rows  # from the cache
+    assert k2.null_scores(cfg.out, 6) == rows  # from the cache
     assert os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl")) == stamp
-    assert [len(r["delta"]) for r in thresholds.null_scores(cfg.out, 4)] == [4] * len(steps)  # redone
+    assert [len(r["delta"]) for r in k2.null_scores(cfg.out, 4)] == [4] * len(steps)  # redone
 
 
 def test_dense_rows_carry_the_2gen_level_of_their_sequences(tmp_path):
@@ -325,13 +326,13 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
                        per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8,
                        null_chains=5)
-    monkeypatch.setitem(thresholds.K2_PRESETS, "quick", tiny_preset)
-    monkeypatch.setattr(thresholds, "read_metrics", _with_K(thresholds.read_metrics))
-    monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
+    monkeypatch.setitem(k2.K2_PRESETS, "quick", tiny_preset)
+    monkeypatch.setattr(k2, "read_metrics", _with_K(k2.read_metrics))
+    monkeypatch.setattr(k2, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False,
                               device="cpu", figures=str(tmp_path / "figures"))
-    thresholds.k2(args)
+    k2.k2(args)
     text = (tmp_path / "figures" / "k2.json").read_text()
     assert "Infinity" not in text and "NaN" not in text  # standard JSON: beyond-the-run values are null
     result = json.loads(text)
@@ -342,20 +343,20 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     assert len(result["runs"]) == 6 and (tmp_path / "figures" / "k2.png").exists()
     assert runs.read_metrics(str(tmp_path / "runs" / "Kinf_s1"))[0]["K"] == math.inf
     stamp = os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl")
-    thresholds.k2(args)  # everything finished: nothing is trained again
+    k2.k2(args)  # everything finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl") == stamp
     # a run that memorized before it formed the induction head has no Delta tau: left out, not "longer than the run"
-    monkeypatch.setattr(thresholds, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
+    monkeypatch.setattr(k2, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
                         else (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
-    result = thresholds.analyze_k2(thresholds.k2_runs("quick", str(tmp_path / "runs"), [0]), null_chains=5)
+    result = k2.analyze_k2(k2.k2_runs("quick", str(tmp_path / "runs"), [0]), null_chains=5)
     assert result["delta_tau"][2] == [] and result["delta_tau"][3] != [] and [r["status"] for r in result["runs"]][0] == "mem first"
     # Fig. 8a with a finite median whose interval is unbounded (a censored seed among finite ones): the log axis
     # must span the values (its limits once came from a linear autoscale whose bottom was below 0)
     result["median"][5] = (result["median"][5][0], result["median"][5][1], math.inf)
     figures = []
-    monkeypatch.setattr(thresholds.plt, "close", figures.append)
+    monkeypatch.setattr(k2.plt, "close", figures.append)
     old_json = {k: v for k, v in result.items() if k != "fit_offset"}  # as written before the offset fit existed
-    thresholds.plot_k2({**old_json, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
+    k2.plot_k2({**old_json, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
     low, high = figures[0].axes[0].get_ylim()
     shown = [v for vs in result["delta_tau"].values() for v in vs if v]
     assert 0 < low <= min(shown) and high >= max(shown)
@@ -370,7 +371,7 @@ def _with_K(read_metrics):
 
 
 def test_delta_tau_table_of_run_directories(tmp_path, capsys):
-    """thresholds.py dtau ROOT: per run the definitions above, per K the seeds' Delta tau (a censored seed as None,
+    """k2.py dtau ROOT: per run the definitions above, per K the seeds' Delta tau (a censored seed as None,
     a seed that never formed the head left out), medians, and a line through them; on run directories as
     train.py writes them (config.json, dense rows in metrics.jsonl)."""
     phis = [0.1, 0.2, 0.5, 0.6, 0.6, 0.6, 0.6]
@@ -390,7 +391,7 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     never.mkdir()
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 60}))
     (never / "metrics.jsonl").write_text("".join(json.dumps({**r, "dense": True}) + "\n" for r in rows_of([2.3] * 7, [0.1] * 7)))
-    table = thresholds.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir()))
+    table = k2.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir()))
     assert [(r["K"], r["seed"], r["delta_tau"], r["status"]) for r in table["runs"]] == [
         (4, 0, 10, "ok"), (8, 0, 10, "ok"), (8, 1, 20, "ok"), (16, 0, 30, "ok"), (16, 1, None, "censored"), (16, 2, None, "no 2-gen")]
     assert table["delta_tau"] == {4: [10], 8: [10, 20], 16: [30, None]}
@@ -399,15 +400,15 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     assert table["runs"][4]["censored_after"] == 40
     assert "needs" in table["fit"]["why"]  # two finite medians: no divergence fit
     args = argparse.Namespace(root=str(tmp_path), json=str(tmp_path / "dtau.json"))
-    thresholds.dtau(args)
+    k2.dtau(args)
     assert "K = 8: Delta tau [10, 20], median 15" in capsys.readouterr().out
     saved = json.load(open(tmp_path / "dtau.json"))
     assert saved["median_ci"]["16"][0] is None  # beyond the run: null
-    thresholds.dtau(argparse.Namespace(root=str(tmp_path / "dtau.json"), json=str(tmp_path / "again.json")))
+    k2.dtau(argparse.Namespace(root=str(tmp_path / "dtau.json"), json=str(tmp_path / "again.json")))
     assert json.load(open(tmp_path / "again.json")) == {**saved, "root": str(tmp_path / "dtau.json")}  # from its own rows
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 90}))  # another protocol: refused
     with pytest.raises(ValueError, match="differ in iters"):
-        thresholds.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
+        k2.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
 
 
 def test_the_line_through_the_medians_and_its_bootstrap_over_seeds():
@@ -449,8 +450,8 @@ def test_k2_figure_from_its_json_ticks_every_K_and_leaves_out_an_empty_inset(tmp
     """Fig. 8a and 8b on log-2 axes: one labelled tick per K (2^5 alone once covered K = 24..48); the counts of
     seeds still in 2-Gen written level; without a finite K2* no inset that only says so."""
     figures = []
-    monkeypatch.setattr(thresholds.plt, "close", figures.append)
-    thresholds.plot_k2(k2_json(with_fit), str(tmp_path / "k2.png"))
+    monkeypatch.setattr(k2.plt, "close", figures.append)
+    k2.plot_k2(k2_json(with_fit), str(tmp_path / "k2.png"))
     fig = figures[0]
     assert len(fig.axes) == (5 if with_fit else 4)
     fig_8a, fig_8b = fig.axes[0], fig.axes[2 if with_fit else 1]

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-import ensemble
 import evaluation
-import runs
+import grids
+import rundir
 import train
 from markov import TaskSet
 from train import Config
@@ -41,10 +41,10 @@ def test_reweighting_scales_the_budget_and_changes_only_the_gradient(tmp_path):
     plain = train.train(config(tmp_path / "p", iters=80), quiet=True)
     assert rows[0] == plain[0]  # step 0: the forward pass is unchanged
     assert rows[-1]["train_loss"] != plain[-1]["train_loss"]  # the training is not
-    resumed = runs.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.25)])
+    resumed = rundir.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.25)])
     assert resumed[0]["config"]["base_iters"] == 20
     with pytest.raises(ValueError, match="does not match"):
-        runs.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.5)])
+        rundir.load_checkpoint(os.path.join(cfg.out, "ckpt.pt"), [config(tmp_path / "w", prev_weight=0.5)])
 
 
 def test_task_injection_feeds_each_sequence_its_chain(tmp_path):
@@ -69,13 +69,13 @@ def test_task_injection_feeds_each_sequence_its_chain(tmp_path):
 def test_injection_ensemble_members_are_the_single_runs(tmp_path, same_numbers):
     """The chains reach every member through the batched (vmapped) step too."""
     cfgs = [config(tmp_path / "e" / f"s{s}", seed=s, task_injection=True, eval_every=10) for s in (0, 1)]
-    rows = runs.train_ensemble(cfgs, str(tmp_path / "e" / "ckpt.pt"), quiet=True)
+    rows = grids.train_ensemble(cfgs, str(tmp_path / "e" / "ckpt.pt"), quiet=True)
     for cfg, member in zip(cfgs, rows):
         single = train.train(config(tmp_path / "s" / f"s{cfg.seed}", seed=cfg.seed, task_injection=True, eval_every=10),
                              quiet=True)
         assert same_numbers(member, single, rel=1e-5)
     with pytest.raises(ValueError, match="members must share K"):
-        runs.train_ensemble([cfgs[0], config(tmp_path / "k", K=5, task_injection=True, eval_every=10)], str(tmp_path / "x.pt"))
+        grids.train_ensemble([cfgs[0], config(tmp_path / "k", K=5, task_injection=True, eval_every=10)], str(tmp_path / "x.pt"))
 
 
 @pytest.mark.parametrize("flags,message", [(["--prev-weight", "0"], "prev_weight must be in (0, 1]"),
@@ -107,7 +107,7 @@ def test_evaluation_gives_held_out_S_sequences_their_chains(tmp_path):
             logq = torch.log_softmax(model(seqs[:, :-1], task=task), -1)
             assert metrics[f"{split}_loss"] == pytest.approx(train.nll(logq, seqs).mean().item(), rel=1e-5)
         seqs, _, chains = evaluation.make_dense_data(cfg, tasks)
-        dense = ensemble.readouts(model, seqs, seqs, chains)
+        dense = evaluation.readouts(model, seqs, seqs, chains)
         assert dense["train_loss"].item() == pytest.approx(
-            ensemble.lm_loss(model, seqs, chains).item(), rel=1e-5)
-        assert dense["train_loss"].item() != pytest.approx(ensemble.lm_loss(model, seqs).item(), rel=1e-3)
+            evaluation.lm_loss(model, seqs, chains).item(), rel=1e-5)
+        assert dense["train_loss"].item() != pytest.approx(evaluation.lm_loss(model, seqs).item(), rel=1e-3)

@@ -1,4 +1,4 @@
-"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (runs.plot_sweep's JSON: seed
+"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (grids.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
 sequences the predictors were given."""
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import bayes
+import grids
 import predictor_scaling
-import runs
 from bayes import PREDICTORS
 from markov import TaskSet
 
@@ -27,7 +27,7 @@ def test_sweep_grid_is_the_seed_mean_with_n_A_over_N(tmp_path):
         rows = [{"step": step, **{key: scale * (i + 1) + 0.01 * j for j, key in enumerate(KEYS)}}
                 for i, step in enumerate((0, 10, 100))]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    runs.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
+    grids.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
     summary = json.loads((tmp_path / "fig2bc.json").read_text())
     assert summary["K"] == [4, 16] and summary["step"] == [0, 10, 100]
     for j, key in enumerate(KEYS):

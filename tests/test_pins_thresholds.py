@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+import k1
+import k2
 import probes
 import thresholds
 import train
@@ -94,7 +96,7 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
         write_run(tmp_path / f"Kinf_s{seed}", math.inf, seed, dense_rows([0.1] * 4, [2.3] * 4),
                   [first, first, first, last])
         cfgs.append(train.Config(K=math.inf, seed=seed, out=str(tmp_path / f"Kinf_s{seed}")))
-    result = thresholds.analyze_k2(cfgs, null_chains=len(NULL))  # the nulls written above, not recomputed
+    result = k2.analyze_k2(cfgs, null_chains=len(NULL))  # the nulls written above, not recomputed
 
     assert result["K"] == [8, 16, 32]
     assert result["delta_tau"] == {8: [10, 20], 16: [None], 32: [20, 30]}  # no Delta tau for a run never in 2-Gen
@@ -158,18 +160,18 @@ def probe_rows(cfg):
 
 
 def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
-    """thresholds.py k1 with the probes' training replaced by rows from a rule with a known K1* per (condition,
+    """k1.py search with the probes' training replaced by rows from a rule with a known K1* per (condition,
     seed): the full searches find those K1*, and Fig. 7b's histogram is drawn at the median control K1*,
     round(median(3, 7, 4)) = 4, where seed 0 (K1* = 3) enters 2-Gen at step 50 and seed 1 (K1* = 7) never."""
     preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
                   lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
-    monkeypatch.setitem(thresholds.PRESETS, "quick", preset)
-    for module in (thresholds, probes):  # the searches' rounds (probes.py) and Fig. 7b's runs (thresholds.py)
+    monkeypatch.setitem(k1.PRESETS, "quick", preset)
+    for module in (k1, probes):  # the searches' rounds (probes.py) and Fig. 7b's runs (k1.py)
         monkeypatch.setattr(module, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
                                  figures=str(tmp_path), device="cpu"))
-    thresholds.k1(args)
+    k1.k1(args)
     result = json.loads((tmp_path / "k1.json").read_text())
     assert result["K1_star"] == {"control": [3, 7, 4], "reweight": [5], "inject": [6]}
     assert result["above"] == {"control": [4, 8, 5], "reweight": [6], "inject": [7]}

@@ -4,9 +4,11 @@ import os
 
 import pytest
 
+import k1
 import runs
 import thresholds
-from estimators import Search, search_threshold
+from estimators import Search
+from stand_ins import search_threshold
 from thresholds import PHI_STAR, max_phi_beta, tau_2gen
 
 
@@ -69,23 +71,23 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     known answer whatever the tiny runs learn."""
     tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
-    monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
+    monkeypatch.setitem(k1.PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
     monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as probes.py reads the probes
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
                                  figures="figures", device=None))
-    thresholds.k1(args)
+    k1.k1(args)
     assert capsys.readouterr().out.startswith(f"preset quick: K1* searches of 6 steps per probe, runs in {tmp_path / 'runs'}")
     result = json.load(open(tmp_path / "figures" / "k1.json"))
     assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
     assert result["tau_2gen"]["K"] == 4 and len(result["tau_2gen"]["tau"]) == 2
-    reweighted = thresholds.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
+    reweighted = k1.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
     assert reweighted["iters"] == 12 and reweighted["prev_weight"] == 0.5
-    assert thresholds.read_metrics(str(tmp_path / "runs" / "inject" / "K4_s0"))[0]["task_injection"]
+    assert k1.read_metrics(str(tmp_path / "runs" / "inject" / "K4_s0"))[0]["task_injection"]
     stamp = os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl")
-    thresholds.k1(args)  # everything is finished: nothing is trained again
+    k1.k1(args)  # everything is finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "control" / "K4_s0" / "metrics.jsonl") == stamp
     assert (tmp_path / "figures" / "k1.png").exists()
 
@@ -99,28 +101,28 @@ def _with_K(read_metrics):
 
 
 def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
-    """thresholds.py grid: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly)."""
+    """k1.py summary: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly)."""
     members = {f"K{K}_s{s}": {"K": K, "seed": s, "max_phi_beta_2_dense": v, "gen_loss": 2.3 - v / 10, "gen_loss_2gen": 2.12}
                for K, values in ((80, [0.2, PHI_STAR, 0.6]), (64, [0.1, 0.15, 0.2])) for s, v in reversed(list(enumerate(values)))}
-    table = thresholds.grid_table(thresholds.bench_members({"members": members}))
+    table = k1.grid_table(k1.bench_members({"members": members}))
     assert list(table) == [64, 80]
     assert table[80]["seed"] == [0, 1, 2] and table[80]["max_phi_beta"] == [0.2, PHI_STAR, 0.6]
     assert table[80]["heads"] == 1 and table[64]["heads"] == 0
     summary = tmp_path / "grid.json"
     summary.write_text(json.dumps({"device": "card", "command": "python train.py", "members": members}))
     args = type("Args", (), dict(json=str(summary), figures=str(tmp_path / "fig"), name="g"))
-    thresholds.grid(args)
+    k1.grid(args)
     assert json.load(open(tmp_path / "fig" / "g.json"))["K"]["80"]["heads"] == 1
     assert (tmp_path / "fig" / "g.png").exists()
 
 
 def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
-    """thresholds.py k1grid: every (condition, K, seed) probe trained once, the reweighted ones for x 1/w steps;
+    """k1.py grid: every (condition, K, seed) probe trained once, the reweighted ones for x 1/w steps;
     heads and K1* brackets per condition and seed from a stand-in rule on K, condition and seed (control:
     K > 3 + 2 seed, reweight: K > 5 + 2 seed); figure and JSON; a rerun trains nothing."""
     tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
-    monkeypatch.setitem(thresholds.PRESETS, "quick", tiny)
+    monkeypatch.setitem(k1.PRESETS, "quick", tiny)
 
     def read(run_dir, dense=False, read_metrics=runs.read_metrics):  # rows that carry their run's K, seed and w
         cfg, rows = read_metrics(run_dir, dense)
@@ -130,14 +132,14 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
         return 1.0 if rows[0]["K"] > (3 if rows[0]["w"] == 1 else 5) + 2 * rows[0]["seed"] else 0.0
 
     monkeypatch.setattr(runs, "read_metrics", read)
-    monkeypatch.setattr(thresholds, "max_phi_beta", rule)
+    monkeypatch.setattr(k1, "max_phi_beta", rule)
     figures = []
-    monkeypatch.setattr(thresholds.plt, "close", figures.append)
+    monkeypatch.setattr(k1.plt, "close", figures.append)
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=None, jobs=1, print_commands=False, K="2,4,6,8",
                                  conditions="control,reweight", weight=0.25, seeds="0,1", figures="figures",
                                  name="grid", device=None))
-    thresholds.k1_grid(args)
+    k1.k1_grid(args)
     result = json.load(open(tmp_path / "figures" / "grid.json"))
     assert result["brackets"] == {"control": {"0": [2, 4], "1": [4, 6]}, "reweight": {"0": [4, 6], "1": [6, 8]}}
     bars = figures[0].axes[2].lines  # Fig. 7c: one bar per condition and seed over its bracket
@@ -148,12 +150,12 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     assert runs.read_metrics(str(root / "reweight" / "K8_s1"))[0]["iters"] == 24  # 6 steps x 1/w
     assert runs.read_metrics(str(root / "control" / "K8_s1"))[0]["iters"] == 6
     stamp = os.path.getmtime(root / "reweight" / "K2_s0" / "metrics.jsonl")
-    thresholds.k1_grid(args)
+    k1.k1_grid(args)
     assert os.path.getmtime(root / "reweight" / "K2_s0" / "metrics.jsonl") == stamp
     assert (tmp_path / "figures" / "grid.png").exists()
     args.conditions = "control,nonsense"
     with pytest.raises(ValueError, match="unknown condition"):
-        thresholds.k1_grid(args)
+        k1.k1_grid(args)
 
 
 def test_grid_brackets_of_K1_star_per_seed():
@@ -161,6 +163,6 @@ def test_grid_brackets_of_K1_star_per_seed():
     grid, a seed whose heads are not monotone (the first above the second), a seed missing at one K."""
     heads = {16: [0.1, 0.5, 0.1, 0.1], 32: [0.2, 0.6, 0.5, 0.2], 64: [0.6, 0.7, 0.3, 0.3], 128: [0.7, 0.8, 0.9, 0.4]}
     table = {K: {"seed": [0, 1, 2, 3], "max_phi_beta": v} for K, v in heads.items()}
-    assert thresholds.grid_brackets(table) == {0: [32, 64], 1: [None, 16], 2: [64, 32], 3: [128, None]}
+    assert k1.grid_brackets(table) == {0: [32, 64], 1: [None, 16], 2: [64, 32], 3: [128, None]}
     table[64] = {"seed": [1, 2, 3], "max_phi_beta": [0.7, 0.3, 0.3]}  # seed 0 not trained at K = 64 yet
-    assert thresholds.grid_brackets(table)[0] == [32, 128]
+    assert k1.grid_brackets(table)[0] == [32, 128]

@@ -8,6 +8,9 @@ import sys
 import pytest
 import torch
 
+import fastdata
+import grids
+import rundir
 import runs
 import train
 from markov import TaskSet
@@ -40,6 +43,29 @@ def test_tiny_training_run(tmp_path):
     assert not any(p.suffix == ".tmp" for p in tmp_path.iterdir())
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["step"] == 30 and set(ckpt) >= {"model", "optimizer", "rng", "step", "config"}
+
+
+def test_plain_run_is_the_fast_run_to_float_rounding(tmp_path, monkeypatch):
+    """--plain (fast=False) runs the reader's path alone: bayes.predict for the evaluations' predictors (the fast
+    run's fastdata.predict is never called), on the same batches and steps, so that on a CPU everything the model
+    computes is the same bits and the memorizing predictors' levels agree to float32 rounding."""
+    cfg = tiny(tmp_path / "fast", eval_every=10, per_chain=2)
+    fast = train.train(cfg, quiet=True)
+
+    def refuse(*args):
+        raise AssertionError("the plain run called the engine's predictors")
+
+    monkeypatch.setattr(fastdata, "predict", refuse)
+    plain = train.train(tiny(tmp_path / "plain", eval_every=10, per_chain=2), quiet=True, fast=False)
+    levels = {k for k in KEYS if "loss_" in k or k.startswith("kl_")}  # the predictors' levels and divergences
+    assert [r["step"] for r in plain] == [r["step"] for r in fast]
+    for a, b in zip(plain, fast):
+        assert {k: v for k, v in a.items() if k not in levels} == {k: v for k, v in b.items() if k not in levels}
+        for k in levels & set(a):
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k
+    assert read(tmp_path / "plain" / "per_chain.jsonl") == read(tmp_path / "fast" / "per_chain.jsonl")
+    mem = [k for k in levels if "mem" in k]
+    assert any(a[k] != b[k] for a, b in zip(plain, fast) if not a.get("dense") for k in mem)  # two computations
 
 
 class Killed(Exception):
@@ -94,9 +120,9 @@ def test_a_checkpoint_written_by_a_cuda_graph_run_resumes_on_a_cpu(tmp_path, mon
 
 def test_resume_of_a_finished_ensemble_rewrites_nothing(tmp_path, capsys):
     cfgs = [tiny(tmp_path / f"K4_s{seed}", seed=seed, iters=4, evals=2) for seed in (0, 1)]
-    rows = runs.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), quiet=True)
+    rows = grids.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), quiet=True)
     files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
-    assert runs.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), resume=True) == rows
+    assert grids.train_ensemble(cfgs, str(tmp_path / "ckpt_group0.pt"), resume=True) == rows
     assert "already complete" in capsys.readouterr().out
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"} == files
 
@@ -197,7 +223,7 @@ def test_cuda_trains_in_bf16_unless_told_and_the_first_line_says_so(monkeypatch,
         assert (cfg.tf32, cfg.bf16) == want, device
         words = {(True, True): "bf16 mixed precision with TF32 matmuls", (False, True): "bf16 mixed precision",
                  (True, False): "TF32 matmuls", (False, False): "fp32"}[want]
-        assert runs.run_header([cfg], "", None).splitlines()[0].endswith(f"on {device} in {words}")
+        assert rundir.run_header([cfg], "", None).splitlines()[0].endswith(f"on {device} in {words}")
 
 
 def test_a_grid_passes_fp32_on_to_its_members():
@@ -208,13 +234,13 @@ def test_a_grid_passes_fp32_on_to_its_members():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the graphed run)")
 def test_the_graphed_run_trains_on_the_plain_runs_batches(tmp_path, same_numbers):
-    """On CUDA the single run samples inside its CUDA graph (runs.graphed): it draws the batches of the plain path's
+    """On CUDA the single run samples inside its CUDA graph (ensemble.accelerate_run): it draws the batches of the plain path's
     tasks.batch (so its losses are the plain run's, to the kernels' TF32 rounding) and leaves the generator, which
     its checkpoint saves, exactly where the plain run leaves it."""
     rows = {}
     for graph in (True, False):
         cfg = tiny(tmp_path / str(graph), device="cuda")
-        rows[graph] = train.train(cfg, quiet=True, graph=graph)
+        rows[graph] = train.train(cfg, quiet=True, fast=graph)
     assert same_numbers(rows[True], rows[False], rel=1e-2)
     a, b = (torch.load(tmp_path / str(graph) / "ckpt.pt", weights_only=True) for graph in (True, False))
     assert torch.equal(a["rng"], b["rng"])

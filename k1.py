@@ -1,0 +1,377 @@
+"""The critical data diversity K1* and its kinetic perturbations (Sec. "K1* is determined by a kinetic
+competition", Fig. 7a-c; Appendix "Memorization to Generalization Transition", "Task Injection",
+"Gradient Reweighting", Fig. A9).
+
+K1* separates the runs that leave the 1-Gen plateau for 1-Mem (K < K1*) from those that form the
+statistical induction head and enter 2-Gen (K > K1*). The paper's rule (thresholds.py): a run is in 2-Gen when
+the induction-head order parameter phi_beta(2) exceeds phi_beta* = 0.45, and
+
+    K > K1*  iff  max_{t <= T} phi_beta(2)(t) > phi_beta*        (T = 10^4 steps in the paper)
+
+so K1* is found per seed by a binary search over integer K on nested task sets. tau_2gen, the step at
+which phi_beta(2) first exceeds phi_beta*, is bimodal near K1* (Fig. 7b). Two perturbations move K1* by
+changing the kinetics of one of the competing circuits (Fig. 7c): gradient reweighting of layer 1's
+previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injection (faster 1-Mem).
+
+    python k1.py search                    # quick preset on the CPU: figures/k1.png and .json
+    python k1.py search --print-commands   # the paper preset's runs, one command line each
+    python k1.py grid --K 45,64,96         # probes on a fixed (condition, K, seed) grid, no search
+    python k1.py summary bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
+
+The estimators (the binary search) are in estimators.py; probes.py schedules the probes, campaign.py the
+paper-scale ones across GPU leases.
+"""
+import json
+import os
+import shlex
+import statistics
+import textwrap
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import cli
+from probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
+from runs import read_metrics
+from thresholds import (PHI_STAR, add_run_flags, common_args, finite_json, generalizes, max_phi_beta,
+                        tau_2gen)
+
+PRESETS = {  # K1*
+    # calibrated on the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one
+    # core and large K still form the induction head well inside the budget (N = 32 did not: K = 256 never
+    # did within 1500 steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
+    "quick": dict(N=64, batch=64, lr=3e-3, iters=1200, eval_every=50, eval_dense=128, evals=4, eval_train=128,
+                  eval_gen=128, lo=16, hi=256, ratio=1.5, seeds=4, perturbed_seeds=2, weight=0.5, tau_seeds=6,
+                  tau_iters=1200),
+    # the paper: N = 256, 10^4 steps, phi_beta every 100 steps on 4096 sequences, 16 seeds (4 per
+    # perturbation), w = 1/10, 64 seeds for tau_2gen followed for 5 x 10^4 steps
+    "paper": dict(N=256, batch=128, lr=1e-3, iters=10_000, eval_every=100, eval_dense=4096, evals=4, eval_train=1024,
+                  eval_gen=1024, lo=16, hi=4096, ratio=1.0, seeds=16, perturbed_seeds=4, weight=0.1, tau_seeds=64,
+                  tau_iters=50_000),
+}
+
+
+# ----------------------------------------------------------------------------- the search (Figs. 7a-c, A9)
+
+
+def k1_runs(outcomes: dict) -> list[dict]:
+    """Per probe (Figs. 7a, A9): its K, seed and condition, max_t phi_beta(2), min_t L_gen and tau_2gen."""
+    return [{"K": K, "seed": seed, "condition": cond, "max_phi_beta": max_phi_beta(rows),
+             "min_gen_loss": min(r["gen_loss"] for r in rows), "tau_2gen": tau_2gen(rows)}
+            for (cond, K, seed), rows in sorted(outcomes.items())]
+
+
+def k1_result(preset: str, p: dict, plan: dict[str, list[int]], searches: dict, runs: list[dict]) -> dict:
+    """The K1* experiment's numbers: per condition and seed K1* (None outside [lo, hi]), its bound and the
+    smallest K that generalized; the probes' summaries `runs` (k1_runs)."""
+    def per_seed(key):
+        return {c: [searches[c, s][key] for s in seeds] for c, seeds in plan.items()}
+
+    return {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
+            "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": plan,
+            "K1_star": per_seed("K1_star"), "bounds": per_seed("bound"), "above": per_seed("above"), "runs": runs}
+
+
+def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None = None) -> list[int | None]:
+    """tau_2gen of tau_seeds control runs at one K (Fig. 7b), each followed for tau_iters steps."""
+    p = PRESETS[preset]
+    where = root if p["tau_iters"] == p["iters"] else os.path.join(root, "tau")  # same runs as the search's: reuse
+    cfgs = [probe_config(preset, p, "control", K, seed, where, iters=p["tau_iters"], device=device)
+            for seed in range(p["tau_seeds"])]
+    return [tau_2gen(rows) for rows in run_probes(cfgs, jobs)]
+
+
+def plot_k1(result: dict, path: str):
+    """Fig. 7a (max phi_beta against K - K1*, per seed), Fig. A9 (min L_gen against K - K1*), Fig. 7b (tau_2gen
+    near K1*) and Fig. 7c (K1* per condition and seed)."""
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
+    colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
+    for cond in result["K1_star"]:
+        for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
+            if K1[cond, seed] is None:
+                continue
+            rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
+            x = [r["K"] - K1[cond, seed] for r in rs]
+            style = dict(color=colors[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)
+            axes[0].plot(x, [r["max_phi_beta"] for r in rs], **style)
+            axes[1].plot(x, [r["min_gen_loss"] for r in rs], **style)
+    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
+    for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
+        ax.axvline(0.5, color="gray", ls=":", lw=1)
+        ax.set_xscale("symlog", linthresh=8)
+        ax.set_xticks([-100, -10, 0, 10, 100], ["-100", "-10", "0", "10", "100"])
+        ax.set_xlabel("K - K1* (each seed shifted by its own K1*)")
+        ax.set_ylabel(label)
+    axes[0].set_title("Fig. 7a: the induction head appears above K1*")
+    axes[1].set_title("Fig. A9: generalization loss drops above K1*")
+    for cond in result["K1_star"]:
+        axes[0].plot([], [], color=colors[cond], label=cond)
+    axes[0].legend(fontsize=8)
+    draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
+    lo, hi = result["search"]["lo"], result["search"]["hi"]
+    for i, cond in enumerate(result["K1_star"]):
+        values = result["K1_star"][cond]
+        bounds = result["bounds"][cond]
+        xs = i + np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [i]
+        for x, v, b in zip(xs, values, bounds):
+            if v is not None:
+                axes[3].plot(x, v, "o", color=colors[cond])
+            else:  # outside the searched range: drawn at its edge
+                axes[3].plot(x, lo if b == "below" else hi, "v" if b == "below" else "^", color=colors[cond], mfc="none")
+        found = [v for v in values if v is not None]
+        if found:
+            axes[3].hlines(statistics.median(found), i - 0.3, i + 0.3, color=colors[cond])
+    axes[3].set_xticks(range(len(result["K1_star"])),
+                       [f"{c}\n(w = {result['weight']})" if c == "reweight" else c for c in result["K1_star"]])
+    axes[3].plot([], [], "^", color="gray", mfc="none", label=f"K1* >= {hi}: no 2-Gen even at K = {hi}")
+    axes[3].plot([], [], "v", color="gray", mfc="none", label=f"K1* < {lo}: 2-Gen already at K = {lo}")
+    axes[3].legend(fontsize=8, loc="lower right")
+    axes[3].set_yscale("log", base=2)
+    axes[3].set_ylim(lo / 1.3, hi * 1.3)
+    axes[3].set_ylabel("K1* (largest K without 2-Gen)")
+    axes[3].set_title("Fig. 7c: K1* per seed and condition (bar: median)")
+    fig.suptitle(f"K1*: binary search per seed, rule max phi_beta(2) > {result['phi_star']} within {result['iters']} steps "
+                 f"(preset {result['preset']}, N = {result['N']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tau_bins(iters: int) -> np.ndarray:
+    """Fig. 7b's bins of tau_2gen: ten over the run."""
+    return np.linspace(0, iters, 11)
+
+
+def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
+    """Fig. 7b on ax: the seeds' tau_2gen in tau_bins(iters), and those that never entered 2-Gen (None) as one bar
+    past the end of the run."""
+    reached = [t for t in taus if t is not None]
+    edges = tau_bins(iters)
+    ax.hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
+    width = edges[1] - edges[0]
+    ax.bar(edges[-1] + width, len(taus) - len(reached), width=width * 0.9, color="tab:orange", label="never (within the run)")
+    ax.set_xlabel(f"tau_2gen (step at which phi_beta(2) first exceeds {PHI_STAR})")
+    ax.set_ylabel("seeds")
+    ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
+    ax.legend(fontsize=8)
+
+
+def k1(args):
+    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
+    conditions = args.conditions.split(",")
+    if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
+        raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
+    perturbed = (cli.parse_list("--perturbed-seeds", args.perturbed_seeds) if args.perturbed_seeds is not None
+                 else list(range(p["perturbed_seeds"])))
+    plan = {c: seeds if c == "control" else perturbed for c in CONDITIONS if c in conditions}
+    cli.writable_dir(args.figures, "--figures")
+    if not args.print_commands:
+        cli.announce(preset, f"K1* searches of {p['iters']} steps per probe, runs in {root}", f"{args.figures}/k1.png and .json")
+    t0 = time.time()
+    found = search_K1(preset, p, root, jobs, plan, generalizes, print_only=args.print_commands, device=device)
+    if found is None:
+        return
+    K1 = {c: [found["searches"][c, s]["K1_star"] for s in seeds] for c, seeds in plan.items()}
+    control = [v for v in K1["control"] if v is not None]
+    if not control:
+        raise ValueError(f"no control seed has K1* inside [{p['lo']}, {p['hi']}]; widen the preset's range")
+    K_tau = round(statistics.median(control))
+    print(f"searches done in {(time.time() - t0) / 60:.1f} min; K1*: {K1}; tau_2gen at K = {K_tau}", flush=True)
+    taus = tau_histogram(preset, root, K_tau, jobs, device)
+    result = {**k1_result(preset, p, plan, found["searches"], k1_runs(found["outcomes"])),
+              "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus},
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
+    plot_k1(result, os.path.join(args.figures, "k1.png"))
+    with open(os.path.join(args.figures, "k1.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for c in K1:
+        print(f"K1* {c}: {K1[c]} (median {statistics.median([v for v in K1[c] if v is not None] or [float('nan')])})")
+    print(f"tau_2gen at K = {K_tau}: {taus}")
+    print(f"wrote {args.figures}/k1.png and k1.json in {result['minutes_this_call']} min")
+
+
+# ----------------------------------------------------------------------------- a fixed grid (Figs. 7a, A9; 7c per seed)
+
+
+def grid_table(members: list[dict]) -> dict:
+    """Per K of a fixed (K, seed) grid: the seeds' max phi_beta(2) over the dense readouts, their L_gen and how
+    many formed the induction head. members: {"K", "seed", "max_phi_beta", "gen_loss", "gen_loss_2gen"}."""
+    table = {}
+    for m in sorted(members, key=lambda m: (m["K"], m["seed"])):
+        row = table.setdefault(m["K"], {"seed": [], "max_phi_beta": [], "gen_loss": [], "gen_loss_2gen": m["gen_loss_2gen"]})
+        row["seed"].append(m["seed"])
+        row["max_phi_beta"].append(m["max_phi_beta"])
+        row["gen_loss"].append(m["gen_loss"])
+    for row in table.values():
+        row["heads"] = sum(v > PHI_STAR for v in row["max_phi_beta"])
+    return table
+
+
+def bench_members(grid: dict) -> list[dict]:
+    """grid_table's members from a train.py grid's summary (bench/results/*_k1_grid_*.json): L_gen at the end."""
+    return [{"K": m["K"], "seed": m["seed"], "max_phi_beta": m["max_phi_beta_2_dense"], "gen_loss": m["gen_loss"],
+             "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
+
+
+def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end",
+              brackets: dict[str, dict] | None = None):
+    """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
+    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
+    each seed drawn at the K it has (a grid still being trained lacks some); with brackets ({condition: {seed:
+    grid_brackets' [lo, hi]}}) a third panel, Fig. 7c per seed: the interval of K that holds each seed's K1*."""
+    Ks = sorted({K for table in tables.values() for K in table})
+    fig, axes = plt.subplots(1, 3 if brackets else 2, figsize=(15 if brackets else 10, 3.8))
+    markers = ".osd^v"
+    for c, (condition, table) in enumerate(tables.items()):
+        for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
+            at = [(K, table[K]["seed"].index(seed)) for K in sorted(table) if seed in table[K]["seed"]]
+            color, marker = (f"C{i}", ".") if len(tables) == 1 else (f"C{c}", markers[i % len(markers)])
+            label = f"seed {seed}" if len(tables) == 1 else f"{condition}, seed {seed}"
+            for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
+                ax.plot([K for K, _ in at], [table[K][key][j] for K, j in at], marker=marker, ls="-", color=color,
+                        label=label)
+    axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
+    level = {K: table[K]["gen_loss_2gen"] for table in tables.values() for K in table}
+    axes[1].plot(Ks, [level[K] for K in Ks], "k:", label="2-Gen")
+    for ax, label in zip(axes, ("max_t phi_beta(2)", loss_label)):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(Ks, [str(K) for K in Ks])
+        ax.set_xlabel("K")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
+    axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
+    if brackets:
+        draw_brackets(axes[2], brackets, Ks)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
+    """Fig. 7c from a fixed grid: per condition and seed a bar over [the largest K without the head, the smallest K
+    with it]; an end the grid does not give runs to the panel's edge."""
+    lo_edge, hi_edge = min(Ks) / 1.6, max(Ks) * 1.6
+    labels = []
+    for c, (condition, per_seed) in enumerate(brackets.items()):
+        for seed, (lo, hi) in per_seed.items():
+            ax.plot([lo or lo_edge, hi or hi_edge], [len(labels)] * 2, color=f"C{c}", lw=6, solid_capstyle="butt")
+            labels.append(f"{condition}, seed {seed}")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(labels) - 0.3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(lo_edge, hi_edge)
+    ax.set_xticks(Ks, [str(K) for K in Ks])
+    ax.set_xlabel("K")
+    ax.set_title("Fig. 7c: where each seed's K1* lies\n(largest K without the head, smallest K with it)", fontsize=10)
+
+
+def grid_brackets(table: dict) -> dict[int, list]:
+    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
+    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
+    brackets = {}
+    for seed in sorted({s for row in table.values() for s in row["seed"]}):
+        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
+        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
+        brackets[seed] = [max(below) if below else None, min(above) if above else None]
+    return brackets
+
+
+def grid(args):
+    with open(args.json) as f:
+        summary = json.load(f)
+    table = grid_table(bench_members(summary))
+    cli.writable_dir(args.figures, "--figures")
+    name = args.name
+    title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
+    plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
+    with open(os.path.join(args.figures, f"{name}.json"), "w") as f:
+        json.dump({"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, f, indent=1)
+    for K, row in table.items():
+        print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
+    print(f"wrote {args.figures}/{name}.png and .json")
+
+
+def k1_grid(args):
+    """K1* probes on a fixed (condition, K, seed) grid, no search: per run max phi_beta(2), min L_gen and
+    tau_2gen; per condition and seed the bracket of K1* the grid gives (Fig. 7a and, per seed, Fig. 7c)."""
+    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1grid")
+    Ks = cli.parse_list("--K", args.K)
+    conditions = [c.strip() for c in args.conditions.split(",")]
+    if any(c not in CONDITIONS for c in conditions):
+        raise ValueError(f"--conditions: unknown condition among {args.conditions!r}; conditions are {', '.join(CONDITIONS)}")
+    weight = p["weight"] if args.weight is None else args.weight
+    if not 0 < weight <= 1:
+        raise ValueError(f"--weight must be in (0, 1], got {weight}")
+    p = dict(p, weight=weight)
+    root = args.root or os.path.join("runs", f"k1grid_{preset}_w{weight:g}")
+    keys = [(c, K, s) for c in conditions for K in Ks for s in seeds]
+    cfgs = [probe_config(preset, p, c, K, s, root, device=device) for c, K, s in keys]
+    if args.print_commands:
+        print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
+        return
+    cli.writable_dir(args.figures, "--figures")
+    cli.announce(preset, f"K1* grid: {len(cfgs)} probes ({', '.join(conditions)}; K = {Ks}; seeds {seeds}; w = {weight:g}) "
+                 f"in {root}", f"{args.figures}/{args.name}.png and .json")
+    t0 = time.time()
+    probes = k1_runs(dict(zip(keys, run_probes(cfgs, jobs))))
+    cfg_of = dict(zip(keys, cfgs))
+    for probe in probes:  # the 2-Gen level of L_gen, from the run's last full evaluation
+        cfg = cfg_of[probe["condition"], probe["K"], probe["seed"]]
+        probe["gen_loss_2gen"], probe["iters"] = read_metrics(cfg.out)[1][-1]["gen_loss_2gen"], cfg.iters
+    tables = {c: grid_table([dict(r, gen_loss=r["min_gen_loss"]) for r in probes if r["condition"] == c]) for c in conditions}
+    result = {"preset": preset, "N": p["N"], "iters": p["iters"], "weight": weight, "K": Ks, "seeds": seeds,
+              "runs": probes, "table": tables, "brackets": {c: grid_brackets(t) for c, t in tables.items()},
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}
+    title = (f"K1* on a fixed grid (preset {preset}, N = {p['N']}, {p['iters']} steps; reweight: w = {weight:g}, "
+             f"x {1 / weight:g} steps)")
+    plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen",
+              brackets=result["brackets"])
+    with open(os.path.join(args.figures, f"{args.name}.json"), "w") as f:
+        json.dump(finite_json(result), f, indent=1)
+    for c in conditions:
+        for K, row in tables[c].items():
+            taus = [r["tau_2gen"] for r in probes if r["condition"] == c and r["K"] == K]
+            print(f"{c} K = {K}: max phi_beta(2) {[round(v, 3) for v in row['max_phi_beta']]}, tau_2gen {taus}, "
+                  f"head in {row['heads']}/{len(row['seed'])}")
+        print(f"{c}: K1* brackets per seed {result['brackets'][c]}")
+    print(f"wrote {args.figures}/{args.name}.png and .json in {result['minutes_this_call']} min")
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("search", help="K1* per seed for control, gradient reweighting and task injection (Fig. 7, A9)")
+    cli.add_preset(p, PRESETS, "quick: calibrated on the CPU, N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU")
+    p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1_<preset>)")
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
+    p.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated subset, control included")
+    cli.add_seeds(p, None, "control seeds (default: quick 0-3, paper 0-15)")
+    cli.add_seeds(p, None, "seeds of each perturbation (default: quick 0-1, paper 0-3)", "--perturbed-seeds")
+    p.add_argument("--print-commands", action="store_true",
+                   help="print the train.py commands of the next round of probes (for a scheduler) and exit")
+    p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
+    cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
+    p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
+    p.add_argument("--conditions", default="control,reweight", help="comma-separated subset of control, reweight, inject")
+    p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
+    p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
+    p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
+    add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
+    p = sub.add_parser("summary", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)")
+    p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")
+    p.add_argument("--name", default="k1_grid_h100", help="the figure's name: FIGURES/NAME.png and .json")
+    cli.add_figures(p)
+    args = parser.parse_args()
+    cli.set_threads(getattr(args, "threads", None))
+    {"search": k1, "grid": k1_grid, "summary": grid}[args.command](args)
+
+
+if __name__ == "__main__":
+    cli.run(main)

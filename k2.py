@@ -1,0 +1,416 @@
+"""K2*: transient 2-Gen and partial memorization (Appendix "Transience and Partial Memorization", Figs. 8a-b,
+A10). Above K1* a run enters 2-Gen and leaves it for memorization after Delta tau_K steps, which diverges at K2*
+(fitted as a (K2* - K)^-gamma, and in the paper's form with a linear offset b + c K); the fraction of memorized
+chains has an asymptote that falls with K. The rules are thresholds.py's.
+
+    python k2.py sweep                     # quick preset on the CPU: figures/k2.png and .json
+    python k2.py sweep --print-commands    # the paper preset's runs, one command line each
+    python k2.py dtau runs/k2_paper        # Delta tau of any K*_s* runs (a grid trained elsewhere)
+
+The estimators (the divergence and sigmoid fits, epsilon) are in estimators.py.
+"""
+import dataclasses
+import json
+import math
+import os
+import shlex
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import cli
+import train
+from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
+                        fit_sigmoid, line_through_medians, median_ci)
+from evaluation import make_per_chain_data, per_chain_scores
+from markov import task_source
+from probes import finished, probe_command, run_config, run_probes
+from runs import load_run, read_metrics, read_per_chain
+from thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau, finite_json,
+                        memorized_fraction, null_epsilon, tau_2gen, tau_2mem)
+
+# For K1* < K < K2* a run first enters 2-Gen and later memorizes; the time it spends in 2-Gen,
+#
+#     Delta tau_K = tau_2mem - tau_2gen  ~  (K2* - K)^(-gamma)          (Fig. 8a: K2* ~ 7000, gamma ~ 2)
+#
+# diverges at K2*, beyond which the model never memorizes. Independently, a chain k counts as memorized when
+# the model beats 2-Gen on it, Delta^k < epsilon (evaluation.per_chain_scores), and the fraction of memorized
+# chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
+
+K2_PRESETS = {
+    # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
+    # instead of 256. Wider MLPs left 2-Gen whenever the budget allowed: at width 32, Delta tau grew ~140 steps per
+    # unit of K up to the end of 3000-, 5000- and 6000-step runs (the wall moved with the budget, log Delta tau
+    # concave, no finite K2*). Eight hidden units store few chains: single 3000-4000-step pilots left 2-Gen after
+    # 500, 900 and 2600 steps at K = 24, 32, 40 (log Delta tau convex), and sat above it at K = 48 and 56 (gap
+    # +0.005, +0.008) and on a plateau at K = 96 (+0.016; K = inf +0.026)
+    "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=8, iters=4000, eval_every=100, eval_dense=256, evals=16,
+                  eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[24, 28, 32, 36, 40, 48], seeds=4,
+                  inf_seeds=2, inf_iters=4000, null_chains=256),
+    # the paper: N = 256; runs long enough to see Delta tau near K2*; 3 models at K = inf for 10^6 steps, scored
+    # on 10^4 fixed chains
+    "paper": dict(N=256, batch=128, lr=1e-3, iters=1_000_000, eval_every=1000, eval_dense=1024, evals=60,
+                  eval_train=1024, eval_gen=1024, per_chain=64, per_chain_tasks=10_000,
+                  Ks=[128, 256, 512, 1024, 2048, 4096], seeds=4, inf_seeds=3, inf_iters=1_000_000, null_chains=1024),
+}
+
+
+# ----------------------------------------------------------------------------- the sweep over K (Figs. 8a-b, A10)
+
+
+def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None) -> list[train.Config]:
+    """The runs of the K2* experiment: the preset's K grid x seeds, then the K = inf calibration models."""
+    p = K2_PRESETS[preset]
+    cfgs = [run_config(preset, p, K, seed, os.path.join(root, f"K{K}_s{seed}"), device=device)
+            for K in p["Ks"] for seed in seeds]
+    return cfgs + [run_config(preset, p, math.inf, seed, os.path.join(root, f"Kinf_s{seed}"), iters=p["inf_iters"],
+                              device=device) for seed in range(p["inf_seeds"])]
+
+
+def divergence_fits(Ks: list, dtau: list, bounds: list) -> tuple[dict, dict]:
+    """Fig. 8a's two fits (estimators.fit_divergence): a (K2* - K)^-gamma, and the paper's form with a linear
+    offset (300 bootstrap resamples: each refit searches a (K2*, gamma) grid). Too few finite medians: K2* None
+    and why."""
+    fits = []
+    for offset in (False, True):
+        try:
+            fits.append(fit_divergence(Ks, dtau, bounds, offset=offset, resamples=300 if offset else 1000))
+        except ValueError as e:  # too few finite medians: say so in the JSON
+            fits.append({"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)})
+    return fits[0], fits[1]
+
+
+def null_scores(run_dir: str, chains: int) -> list[dict]:
+    """The null of the memorized fraction: rows {"step", "delta"} of the run's model at every full evaluation
+    scored like its chains of S (evaluation.per_chain_scores, the run's per_chain sequences per chain) on `chains`
+    fixed fresh chains of D_T, which it never trained on. Cached in run_dir/per_chain_null.jsonl, redone when
+    the run's evaluation steps or the number of chains differ."""
+    path = os.path.join(run_dir, "per_chain_null.jsonl")
+    steps = [r["step"] for r in read_per_chain(run_dir)]
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f]
+        if [r["step"] for r in rows] == steps and all(len(r["delta"]) == chains for r in rows):
+            return rows
+    cfg = load_run(run_dir, steps[0])[0]
+    fresh = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains), task_source(math.inf, cfg.C))
+    rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], fresh).tolist()]}
+            for step in steps]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+    return rows
+
+
+def _null_job(job: tuple[str, int]) -> list[dict]:
+    return null_scores(*job)
+
+
+def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dict:
+    """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs, and the
+    memorized fractions corrected by each model's fresh-chain null, with their sigmoid asymptotes (and beside them
+    the raw fractions, the null's false-positive rates and the chain-specific advantage), from the runs' metrics.
+    delta_tau[K] holds the seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps
+    it spent there); a seed that never formed the induction head or memorized first is left out of it (its
+    status is in runs)."""
+    finite = [c for c in cfgs if c.K != math.inf]
+    eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
+    nulls = cli.parallel_map(_null_job, [(c.out, null_chains) for c in finite], jobs, progress="fresh-chain scores")
+    Ks = sorted({c.K for c in finite})
+    runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
+    for c, null in zip(finite, nulls):
+        dense = read_metrics(c.out, dense=True)[1]
+        value, status = delta_tau(dense)
+        if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
+            dtau[c.K].append(value)
+            bound[c.K].append(censored_after(dense))
+        chain_rows = read_per_chain(c.out)
+        steps, raw = memorized_fraction(chain_rows, eps["value"])
+        false = memorized_fraction(null, eps["value"])[1]  # the rule on chains nobody memorized
+        fraction = corrected(raw, false)
+        eps_null = null_epsilon(null)
+        specific = corrected(memorized_fraction(chain_rows, eps_null)[1], [NULL_ALPHA] * len(steps))
+        A = fit_sigmoid(steps, fraction)["A"]
+        runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
+                     "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
+                     "memorized_final_raw": raw[-1], "false_positive_final": false[-1], "specific_final": specific[-1],
+                     "epsilon_null_final": eps_null[-1],
+                     # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
+                     "gap_to_2gen": [[r["step"], round(r["train_loss"] - r["train_loss_2gen"], 5)] for r in dense
+                                     if r["step"] % max(c.iters // 8, 1) == 0]})
+        asymptote.setdefault(c.K, []).append(A)
+        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_raw": raw,
+                                           "false_positive": false, "specific": specific, "epsilon_null": eps_null})
+    measured = [K for K in Ks if dtau[K]]
+    medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
+    fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
+
+    def zero(values: dict, average) -> float | None:
+        return extrapolate_zero(Ks, [float(average(values[K])) for K in Ks])
+
+    return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
+            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit,
+            "fit_offset": fit_offset, "epsilon": eps, "null": {"alpha": NULL_ALPHA, "chains": null_chains},
+            "memorized_asymptote": asymptote, "memorized_zero": zero(asymptote, np.mean),
+            # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
+            "memorized_zero_median": zero(asymptote, np.median),
+            "memorized_curves": curves, "runs": runs}
+
+
+def plot_k2(result: dict, path: str):
+    """Fig. 8a (Delta tau against K with the divergence fit, and against K2* - K), Fig. 8b (memorized
+    asymptotes against K), Fig. A10 (memorized fraction against step) and the epsilon calibration. result:
+    analyze_k2's, or k2.json as loaded (K as strings, null for an unbounded value). The inset is left out
+    when there is no finite K2* to plot against."""
+    def per_K(d: dict) -> dict:
+        return {int(K): v for K, v in d.items()}
+
+    Ks, fit = [int(K) for K in result["K"]], result["fit"]
+    off = result.get("fit_offset") or {"K2_star": None}  # JSONs written before the offset fit have none
+    dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
+    medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
+               for K, (m, lo, hi) in per_K(result["median"]).items()}
+    asymptote, curves_by_K = per_K(result["memorized_asymptote"]), per_K(result["memorized_curves"])
+    cmap = plt.get_cmap("viridis")
+    color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
+    with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
+        fig = plt.figure(figsize=(13, 8.6))  # 1300 px: read at a README's ~900 px width
+        grid = fig.add_gridspec(2, 6)
+        if fit["K2_star"] is not None:
+            ax8a, inset = fig.add_subplot(grid[0, :4]), fig.add_subplot(grid[0, 4:])
+            ax8b, ax10, axeps = (fig.add_subplot(grid[1, 2 * i: 2 * i + 2]) for i in range(3))
+        else:
+            inset = None
+            ax8a, ax8b = fig.add_subplot(grid[0, :3]), fig.add_subplot(grid[0, 3:])
+            ax10, axeps = fig.add_subplot(grid[1, :3]), fig.add_subplot(grid[1, 3:])
+
+        for K in Ks:
+            seeds = [v for v in dtau[K] if v is not None]
+            ax8a.plot([K] * len(seeds), seeds, ".", color="gray", alpha=0.6)
+            med, lo, hi = medians[K]
+            if math.isfinite(med):
+                ax8a.errorbar(K, med, yerr=[[med - lo], [min(hi, 10 * med) - med]], fmt="o", color="k", capsize=3)
+            elif K in lower:  # longer than the run: an arrow up from its lower bound (what the fit uses)
+                ax8a.annotate("", (K, 2 * lower[K]), (K, lower[K]), arrowprops=dict(arrowstyle="->", color="k"))
+            censored = sum(v is None for v in dtau[K])
+            if censored:  # still in 2-Gen at the end: Delta tau longer than the run
+                ax8a.annotate(f"{censored}/{len(dtau[K])}", (K, 0.03), ha="center", va="bottom",
+                              xycoords=("data", "axes fraction"), fontsize=9)
+        title = "Fig. 8a: time spent in 2-Gen (median, 95% CI)"
+        if any(v is None for K in Ks for v in dtau[K]):
+            title += "\nk/n at the bottom: seeds still in 2-Gen at the end; arrows: lower bounds"
+        if "exponential_rate" in fit:
+            title += f"\nno finite K2*: Delta tau ~ exp({fit['exponential_rate']:.3f} K)"
+        elif fit["K2_star"] is None:
+            title += "\nno fit: " + fit["why"].split(" (")[0][:70]
+        ax8a.set_title(title)
+        if fit["K2_star"] is not None:
+            grid_K = np.linspace(min(Ks), min(fit["K2_star"] * 0.999, max(Ks) * 1.15), 200)  # the axes' range, up to K2*
+            ax8a.plot(grid_K, divergence(grid_K, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1,
+                      label=f"fit: K2* = {fit['K2_star']:.0f}, gamma = {fit['gamma']:.2f}")
+            ax8a.axvline(fit["K2_star"], color="tab:red", ls=":", lw=1)
+            finite = [K for K in Ks if math.isfinite(medians[K][0])]
+            x = np.array([fit["K2_star"] - K for K in finite], float)
+            inset.loglog(x, [medians[K][0] for K in finite], "ko")
+            inset.loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1,
+                         label=f"slope -gamma = {-fit['gamma']:.2f}")
+            for K, xi in zip(finite, x):
+                inset.annotate(f"K = {K}", (xi, medians[K][0]), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            inset.set_xticks(x, [f"{v:.0f}" for v in x])  # K2* - K often spans less than a decade
+            inset.set_xticks([], minor=True)
+            inset.set_xlabel("K2* - K")
+            inset.set_ylabel("median Delta tau_K")
+            inset.set_title("Fig. 8a inset: the divergence")
+            inset.legend(loc="upper right")
+        if off["K2_star"] is not None:  # the paper's form, with its linear offset
+            grid_K = np.linspace(min(Ks), min(off["K2_star"] * 0.999, max(Ks) * 1.15), 200)
+            ax8a.plot(grid_K, divergence(grid_K, off["log_a"], off["K2_star"], off["gamma"], off["b"], off["c"]), ":",
+                      color="tab:purple", lw=1, label=f"with offset: K2* = {off['K2_star']:.0f}, gamma = {off['gamma']:.2f}")
+        ax8a.set_xscale("log", base=2)
+        ax8a.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
+        shown = [v for K in Ks for v in dtau[K] if v] + list(lower.values())
+        if shown:  # limits set after the log scale, from the values: a linear autoscale's bottom can be <= 0
+            ax8a.set_yscale("log")
+            ax8a.set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
+        ax8a.set_xlabel("K")
+        ax8a.set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
+        if fit["K2_star"] is not None or off["K2_star"] is not None:
+            ax8a.legend(loc="upper left")
+
+        eps = result["epsilon"]
+        null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
+        means = [float(np.mean(asymptote[K])) for K in Ks]
+        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3)
+        zero = result["memorized_zero"]
+        if zero is not None:
+            top = int(np.argmax(means))
+            ax8b.plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
+            ax8b.legend()
+        ax8b.set_xscale("log", base=2)
+        ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
+        ax8b.set_xlabel("K")
+        ax8b.set_ylabel("memorized fraction at convergence\n(sigmoid asymptote)")
+        ax8b.set_title("Fig. 8b: fraction of chains memorized")
+        for ax in (ax8a, ax8b):  # one tick per K: a log-2 axis alone labels only its powers of 2
+            ax.set_xticks(Ks, [str(K) for K in Ks])
+
+        for K in Ks:
+            curves = curves_by_K[K]
+            for c in curves:
+                ax10.plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
+            ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
+                      label=f"K = {K}")
+        ax10.set_xscale("log")
+        ax10.set_xlabel("step")
+        ax10.set_ylabel(f"fraction with Delta^k < epsilon = {eps['value']:.2g}" + ("\n(corrected by the fresh-chain null)" if null else ""))
+        ax10.set_title("Fig. A10: memorized fraction over training")
+        ax10.legend(ncol=2)
+        if null:  # at the end of the runs: the rule on S and on fresh chains, and the chain-specific advantage
+            def at_end(key):
+                return [float(np.mean([c[key][-1] for c in curves_by_K[K]])) for K in Ks]
+
+            axeps.plot(Ks, at_end("fraction_raw"), "ko-", label=f"S: Delta^k < {eps['value']:.2g}")
+            axeps.plot(Ks, at_end("false_positive"), "x--", color="tab:red", label="fresh chains: Delta^k < epsilon")
+            axeps.plot(Ks, at_end("specific"), "s:", color="tab:blue",
+                       label=f"S: below the fresh chains'\n{NULL_ALPHA:.0%} quantile (corrected)")
+            axeps.set_xscale("log", base=2)
+            axeps.set_xticks(Ks, [str(K) for K in Ks])
+            axeps.set_ylim(-0.05, 1.05)
+            axeps.set_xlabel("K")
+            axeps.set_ylabel("fraction of chains at the end")
+            axeps.set_title(f"the null: each model on {result['null']['chains']} fresh chains\n"
+                            f"(epsilon from {len(eps['per_model'])} models at K = inf)", fontsize=10)
+            axeps.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 0.06))
+        else:
+            axeps.hist(eps["scores"], bins=40, color="tab:blue")
+            axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
+            axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
+            axeps.set_ylabel("chains")
+            axeps.set_title(f"epsilon: {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
+            axeps.legend()
+        width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
+        fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
+                     f"{width}, {result['iters']} steps)", fontsize=12)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def delta_tau_table(run_dirs: list[str]) -> dict:
+    """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
+    commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
+    tau (None: still in 2-Gen at the end) and their median with a 95 % interval; the divergence fit (>= 4 K with a
+    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0, with
+    bootstrap intervals over seeds). The runs must share their protocol (every setting but K, seed, the directory,
+    the device and what follows from K): seeds of different lengths or models pooled into one median would make it
+    meaningless."""
+    runs, first = [], None
+    own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
+    for run_dir in run_dirs:
+        cfg, dense = read_metrics(run_dir, dense=True)
+        first = first or (run_dir, cfg)
+        differ = sorted(k for k in set(cfg) | set(first[1]) if k not in own and cfg.get(k) != first[1].get(k))
+        if differ:
+            raise ValueError(f"{run_dir} and {first[0]} differ in {', '.join(differ)}: analyse runs of one protocol together")
+        if not dense:
+            raise ValueError(f"{run_dir} has no dense rows (train it with --eval-every)")
+        value, status = delta_tau(dense)
+        runs.append({"run": os.path.basename(os.path.normpath(run_dir)), "K": cfg["K"], "seed": cfg["seed"],
+                     "iters": cfg["iters"], "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
+                     "delta_tau": value, "status": status, "censored_after": censored_after(dense)})
+    return delta_tau_summary(runs)
+
+
+def delta_tau_summary(runs: list[dict]) -> dict:
+    """delta_tau_table's numbers from its per-run rows (also those of a JSON it wrote)."""
+    dtau, bound = {}, {}
+    for r in runs:
+        if r["status"] in ("ok", "censored") and r["K"] != math.inf:
+            dtau.setdefault(r["K"], []).append(r["delta_tau"])
+            bound.setdefault(r["K"], []).append(r.get("censored_after"))
+    Ks = sorted(dtau)
+    fit, fit_offset = divergence_fits(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
+    medians = {K: median_ci(dtau[K]) for K in Ks}  # a bootstrap each: computed once
+    line = line_through_medians(Ks, [dtau[K] for K in Ks])
+    return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
+            "median_ci": medians, "fit": fit, "fit_offset": fit_offset, "line": line}
+
+
+def dtau(args):
+    if os.path.isfile(args.root):  # a JSON this command wrote: its analysis redone from its per-run rows
+        with open(args.root) as f:
+            saved = json.load(f)
+        if "runs" not in saved:
+            raise ValueError(f"{args.root!r} is not a JSON written by k2.py dtau (it has no runs)")
+        result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
+                                                                  if r["status"] == "censored" else None)}
+                                    for r in saved["runs"]])
+    else:
+        runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
+        run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
+        if not run_dirs:
+            raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
+        result = delta_tau_table(run_dirs)
+    for r in result["runs"]:
+        print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
+    for K in result["K"]:
+        m, lo, hi = result["median_ci"][K]
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}]")
+    print(f"fit: {result['fit']}")
+    print(f"fit with the linear offset: {result['fit_offset']}")
+    print(f"line through the medians: {result['line']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(finite_json({"root": args.root, **result}), f, indent=1)
+        print(f"wrote {args.json}")
+
+
+def k2(args):
+    preset, root, p, jobs, device, seeds = common_args(args, K2_PRESETS, "k2")
+    cfgs = k2_runs(preset, root, seeds, device)
+    if args.print_commands:
+        print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
+        return
+    cli.writable_dir(args.figures, "--figures")
+    todo = [cfg for cfg in cfgs if not finished(cfg)]
+    cli.announce(preset, f"K2*: {len(cfgs)} runs of {p['iters']} steps ({len(todo)} to train) in {root}",
+                 f"{args.figures}/k2.png and .json")
+    t0 = time.time()
+    run_probes(cfgs, jobs)
+    result = {"preset": preset, "N": p["N"], "mlp_width": p.get("mlp_width", 0), "iters": p["iters"], "seeds": seeds,
+              **analyze_k2(cfgs, p["null_chains"], jobs),
+              "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
+    plot_k2(result, os.path.join(args.figures, "k2.png"))
+    with open(os.path.join(args.figures, "k2.json"), "w") as f:
+        json.dump(finite_json(result), f, indent=1)
+    fit = result["fit"]
+    for K in result["K"]:
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
+              f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
+    for name, f in (("fit", fit), ("fit with the linear offset", result["fit_offset"])):
+        print(f"{name}: K2* = {f['K2_star']} (95% {f['K2_star_ci']}), gamma = {f['gamma']} (95% {f['gamma_ci']})"
+              + ("" if f["K2_star"] else f"; {f.get('why', '')}"))
+    print(f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
+    print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("sweep", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)")
+    cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, MLPs 8 wide, 4000 steps, K = 24..48; "
+                                  "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
+    p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
+    add_run_flags(p, "seeds at every K (default: 0-3)")
+    p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
+    p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
+                   "command wrote (its analysis redone from the per-run rows)")
+    p.add_argument("--json", default=None, help="also write everything to this JSON file")
+    args = parser.parse_args()
+    cli.set_threads(getattr(args, "threads", None))
+    {"sweep": k2, "dtau": dtau}[args.command](args)
+
+
+if __name__ == "__main__":
+    cli.run(main)
