@@ -112,7 +112,8 @@ def circuits(spec: dict, pieces: list[dict], figures: str, name: str) -> dict:
     """The circuits (Figs. 3, A2, A3), each run's Fig. 2a and the task vectors (Figs. 4, A8) of the one piece."""
     piece = pieces[0]
     rows = {run: piece["runs"][run]["rows"] for run in piece["runs"]}
-    phases = {ph: {**d, "run": f"K{spec['Ks'][d['run']]}"} for ph, d in piece["phases"].items()}
+    phases = {ph: {**d, "run": f"K{spec['Ks'][d['run']]}", "circuit": trace.circuit_edges(d["importance"])}
+              for ph, d in piece["phases"].items()}  # circuit: the figure's edges, chosen once (trace.circuit_edges)
     trace.plot_circuits(phases, os.path.join(figures, f"{name}.png"))
     for run, cfg in piece["runs"].items():
         config = train.Config(**{**cfg["config"], "out": ""})

@@ -14,6 +14,7 @@ import cli
 import grids
 import k1
 import probes
+import trace
 from stand_ins import tiny_campaigns  # noqa: F401 (the fixture below)
 
 pytestmark = pytest.mark.usefixtures("tiny_campaigns")  # campaign.SPECS with the CPU-sized campaigns
@@ -103,6 +104,8 @@ def test_the_circuits_campaign_is_one_piece_and_its_figures_come_from_the_ledger
         row = next(r for r in ledger["pieces"][0]["runs"][m["run"]]["rows"] if r["step"] == m["step"])
         others = [row[f"kl_{p}"] for p in ("1gen", "2gen", "1mem", "2mem") if p != ph]
         assert m["margin"] == pytest.approx(min(others) - row[f"kl_{ph}"])
+    for ph, d in first["phases"].items():  # the JSON lists the figure's edges: the cut and the paths drawn under it
+        assert d["circuit"] == trace.circuit_edges(ledger["pieces"][0]["phases"][ph]["importance"]) and d["circuit"]["kept"]
     for figure in figures:
         assert (tmp_path / "figures" / f"{figure}.png").exists()
 
