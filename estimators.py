@@ -23,12 +23,17 @@ from scipy.optimize import OptimizeWarning, curve_fit  # least squares with boun
 
 @dataclass
 class Search:
-    """Binary search over integers for K1* = the largest K in [lo, hi] whose run does not generalize,
-    assuming that the outcome is monotone in K (no 2-Gen up to K1*, 2-Gen above).
+    """Search over integers for K1* = the largest K in [lo, hi] whose run does not generalize, assuming that the
+    outcome is monotone in K (no 2-Gen up to K1*, 2-Gen above).
 
-    Driven from outside so that the searches of many seeds advance in lockstep, each round's runs
-    trained together: `pending()` is what to run next (lo and hi first, then one midpoint a round),
-    `record(K, generalizes)` takes an outcome, `result()` the answer."""
+    Driven from outside so that the searches of many seeds advance in lockstep, each round's runs trained
+    together: `pending(width)` is what to run next (lo and hi first, then a round's probes inside the bracket),
+    `record(K, generalizes)` takes an outcome, `result()` the answer. width 1 is the paper's binary search (the
+    bracket's log-midpoint a round); a wider round probes `width` Ks that cut the bracket into width + 1 equal parts
+    in log K, so an ensemble's spare slots shorten the search by rounds. The answer depends only on the probes, not
+    on the order or width they came in: wherever the outcome is monotone in K, every width ends with the binary
+    search's bracket at ratio 1 (the paper's: neighbouring integers), and with a bracket no wider than the ratio
+    otherwise."""
 
     lo: int
     hi: int
@@ -41,34 +46,45 @@ class Search:
         if not self.ratio >= 1:
             raise ValueError(f"the search's stopping ratio must be >= 1, got {self.ratio}")
 
-    def pending(self) -> list[int]:
+    def bracket(self) -> tuple[int, int]:
+        """(below, above): the smallest K that generalized and the largest below it that did not. With outcomes
+        that are not monotone in K, the lowest such crossing."""
+        above = min(K for K, up in self.probes.items() if up)
+        return max(K for K, up in self.probes.items() if not up and K < above), above
+
+    def pending(self, width: int = 1) -> list[int]:
         ends = [K for K in (self.lo, self.hi) if K not in self.probes]
         if ends:
             return ends
         if self.probes[self.lo] or not self.probes[self.hi]:
             return []  # K1* is outside [lo, hi]
-        below = max(K for K, up in self.probes.items() if not up)
-        above = min(K for K, up in self.probes.items() if up)
+        below, above = self.bracket()
         if above - below <= 1 or above <= self.ratio * below:
             return []
-        return [min(max(round(math.sqrt(below * above)), below + 1), above - 1)]  # bisect in log K
+        if width == 1:
+            return [min(max(round(math.sqrt(below * above)), below + 1), above - 1)]  # bisect in log K
+        cuts = {round(below * (above / below) ** (i / (width + 1))) for i in range(1, width + 1)}
+        return sorted({min(max(K, below + 1), above - 1) for K in cuts})
 
     def record(self, K: int, generalizes: bool):
         self.probes[K] = bool(generalizes)
 
     def result(self) -> dict:
-        """{"K1_star": the largest K that did not generalize, "above": the smallest that did, "bound", "probes":
-        {K: bool}}; bound is None, or "below" when the run at lo already generalizes (K1* < lo), "above" when
-        the run at hi does not (K1* >= hi), and then K1_star and above are None."""
+        """{"K1_star": the largest K below the bracket's top that did not generalize, "above": the smallest that did,
+        "bound", "monotone", "probes": {K: bool}}; bound is None, or "below" when the run at lo already generalizes
+        (K1* < lo), "above" when the run at hi does not (K1* >= hi), and then K1_star and above are None; monotone:
+        whether the probes agree with an outcome monotone in K (False: some K above K1* did not generalize)."""
         if self.pending():
             raise ValueError("the search is not finished")
         probes = dict(sorted(self.probes.items()))
+        monotone = max((K for K, up in probes.items() if not up), default=0) < min((K for K, up in probes.items() if up),
+                                                                                  default=math.inf)
         if probes[self.lo]:
-            return {"K1_star": None, "above": None, "bound": "below", "probes": probes}
+            return {"K1_star": None, "above": None, "bound": "below", "monotone": monotone, "probes": probes}
         if not probes[self.hi]:
-            return {"K1_star": None, "above": None, "bound": "above", "probes": probes}
-        below = max(K for K, up in probes.items() if not up)
-        return {"K1_star": below, "above": min(K for K, up in probes.items() if up), "bound": None, "probes": probes}
+            return {"K1_star": None, "above": None, "bound": "above", "monotone": monotone, "probes": probes}
+        below, above = self.bracket()
+        return {"K1_star": below, "above": above, "bound": None, "monotone": monotone, "probes": probes}
 
 
 # ----------------------------------------------------------------------------- K2*: Delta tau's divergence

@@ -35,11 +35,63 @@ def test_a_coarse_search_brackets_the_threshold_within_its_ratio(true_K1):
 
 def test_search_reports_never_and_always():
     assert search_threshold(lambda K: True, 16, 128) == {"K1_star": None, "above": None, "bound": "below",
-                                                         "probes": {16: True, 128: True}}
+                                                         "monotone": True, "probes": {16: True, 128: True}}
     never = search_threshold(lambda K: False, 16, 128)
     assert never["K1_star"] is None and never["bound"] == "above"
     with pytest.raises(ValueError, match="lo < hi"):
         Search(8, 8)
+
+
+def rounds(search: Search, generalizes, width: int) -> int:
+    """Drive the search to its end, `width` probes a round; returns the rounds after the ends'."""
+    n = 0
+    while todo := search.pending(width):
+        n += todo != [search.lo, search.hi] and todo != [search.lo] and todo != [search.hi]
+        for K in todo:
+            search.record(K, generalizes(K))
+    return n
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 7, 15])
+@pytest.mark.parametrize("true_K1", [16, 17, 40, 94, 127, 1000, 4095])
+def test_a_wider_search_ends_at_the_binary_searchs_K1(width, true_K1):
+    """A round of `width` probes (an ensemble's spare slots) ends, wherever the rule is monotone in K, with the
+    paper's binary search's answer: the same K1*, above = K1* + 1 (ratio 1), in no more rounds."""
+    binary, wide = Search(16, 4096), Search(16, 4096)
+    n_binary = rounds(binary, lambda K: K > true_K1, 1)
+    n_wide = rounds(wide, lambda K: K > true_K1, width)
+    assert wide.result()["K1_star"] == binary.result()["K1_star"] == (true_K1 if 16 <= true_K1 < 4096 else None)
+    assert wide.result()["above"] == binary.result()["above"]
+    assert wide.result()["monotone"] and n_wide <= n_binary
+    if width >= 7 and 16 < true_K1 < 4095:
+        assert n_wide <= (n_binary + 2) // 3  # log(width + 1) / log 2 = 3 halvings a round
+
+
+def test_the_width_1_round_is_the_log_midpoint():
+    search = Search(16, 4096)
+    search.record(16, False)
+    search.record(4096, True)
+    assert search.pending() == search.pending(1) == [256]
+    assert search.pending(3) == [64, 256, 1024]  # the bracket cut into 4 equal parts in log K
+
+
+@pytest.mark.parametrize("width", [1, 3, 8])
+def test_a_non_monotone_seed_ends_at_a_crossing_and_says_so(width):
+    """A seed that forms the head in a window of K below its threshold (2-Gen in [30, 35], and above 200): every
+    width ends at a true crossing of its rule (K1* does not generalize, K1* + 1 does), the lowest its probes saw, and
+    says whether the probes contradicted monotonicity."""
+    def rule(K):
+        return 30 <= K <= 35 or K > 200
+
+    search = Search(16, 4096)
+    rounds(search, rule, width)
+    result = search.result()
+    assert not rule(result["K1_star"]) and rule(result["above"]) and result["above"] == result["K1_star"] + 1
+    assert all(not rule(K) for K in search.probes if K < result["K1_star"])  # the lowest crossing probed
+    ups, downs = [K for K in search.probes if rule(K)], [K for K in search.probes if not rule(K)]
+    assert result["monotone"] == (max(downs) < min(ups))
+    if width == 8:  # this width probes inside the window: its answer is the window's edge, flagged
+        assert (result["K1_star"], result["monotone"]) == (29, False)
 
 
 def test_lockstep_search_probes_both_ends_first():
