@@ -4,7 +4,8 @@ computations): what turns the runs' readouts into K1*, K2*, gamma, epsilon and t
 
     Search                     the per-seed binary search for K1* (Sec. "K1* is determined by a kinetic
                                competition": K > K1* iff max_t phi_beta(2) > phi_beta*)
-    median_ci, censored_median medians of Delta tau_K over seeds, seeds still in 2-Gen at the end included
+    median_ci, censored_median medians of Delta tau_K over seeds, seeds still in 2-Gen at the end included, and
+                               the median's exact order-statistic interval (median_rank, median_coverage)
     divergence, fit_divergence Fig. 8a: Delta tau_K = a (K2* - K)^(-gamma) [+ b + c K], censored K as bounds
     sigmoid, fit_sigmoid       Fig. A10: the memorized fraction's rise in log time and its asymptote
     extrapolate_zero           Fig. 8b: where the asymptotes, linear in log K, reach zero
@@ -90,22 +91,37 @@ class Search:
 # ----------------------------------------------------------------------------- K2*: Delta tau's divergence
 
 
-def median_ci(values: list[float | None], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
-    """(median, lo, hi) over seeds, None meaning "longer than the run" (+inf: a censored value still counts
-    in the median's rank), and a bootstrap percentile interval of the median; inf where it is beyond the run."""
-    x = np.array([math.inf if v is None else v for v in values], dtype=float)
-    rng = np.random.default_rng(seed)
-    boot = np.median(rng.choice(x, size=(resamples, len(x))), axis=1)
-    q = (1 - level) / 2
-    return float(np.median(x)), float(np.quantile(boot, q, method="lower")), float(np.quantile(boot, 1 - q, method="higher"))
+def median_coverage(n: int, j: int) -> float:
+    """The coverage of [x_(j), x_(n+1-j)], the j-th smallest and j-th largest of n values, as an interval for the
+    median of any continuous distribution they are drawn from: 1 - 2 P(Binomial(n, 1/2) < j), whatever the
+    distribution. With n = 4, [min, max] (j = 1) covers 1 - 2 / 16 = 87.5 %, and no narrower pair covers more."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
 
+
+def median_rank(n: int, level: float = 0.95) -> int:
+    """The largest j <= (n + 1) / 2 whose order-statistic interval [x_(j), x_(n+1-j)] covers the median with at
+    least `level`, or 1 (the seeds' range) when even that covers less: n values cannot give more than
+    median_coverage(n, 1) = 1 - 2^(1-n) (87.5 % at n = 4, 50 % at n = 2)."""
+    return max([j for j in range(1, (n + 1) // 2 + 1) if median_coverage(n, j) >= level] or [1])
+
+
+def median_ci(values: list[float | None], level: float = 0.95) -> tuple:
+    """(median, lo, hi) over seeds, None meaning "longer than the run" (+inf: a censored value still counts in the
+    ranks); [lo, hi] the exact distribution-free interval of the median, the order statistics of median_rank, whose
+    coverage (median_coverage) is what the number of seeds allows: with 4 seeds the seeds' range, 87.5 %, whatever
+    `level` asks for. inf where it is beyond the run."""
+    x = np.sort([math.inf if v is None else v for v in values]).astype(float)
+    j = median_rank(len(x), level)
+    return float(np.median(x)), float(x[j - 1]), float(x[len(x) - j])
 
 
 def line_through_medians(Ks: list, values: list[list[float | None]], level: float = 0.95, resamples: int = 2000,
                          seed: int = 0) -> dict | None:
     """A straight line through the per-K medians of seeds' values (None: longer than the run), its slope and the K
-    where it reaches zero, with bootstrap percentile intervals from resampling the seeds within each K. None with
-    fewer than two finite medians; a resample with fewer, or a flat line, is left out of the intervals."""
+    where it reaches zero, with bootstrap percentile intervals from resampling the seeds within each K, and the
+    number of seeds at each K ("seeds") the resampling had: with a handful, the percentiles are a nominal level, not
+    a coverage. None with fewer than two finite medians; a resample with fewer, or a flat line, is left out of the
+    intervals."""
     def fit(medians):
         finite = [(K, m) for K, m in zip(Ks, medians) if math.isfinite(m)]
         if len(finite) < 2:
@@ -124,7 +140,8 @@ def line_through_medians(Ks: list, values: list[list[float | None]], level: floa
     slopes, zeros = np.array([b[0] for b in boot]), np.array([b[1] for b in boot])
     return {"slope": point[0], "K_at_zero": point[1],
             "slope_ci": [float(np.quantile(slopes, q)), float(np.quantile(slopes, 1 - q))],
-            "K_at_zero_ci": [float(np.quantile(zeros, q)), float(np.quantile(zeros, 1 - q))], "resamples": len(boot)}
+            "K_at_zero_ci": [float(np.quantile(zeros, q)), float(np.quantile(zeros, 1 - q))], "resamples": len(boot),
+            "seeds": [len(v) for v in x]}
 
 def divergence(K, log_a, K2_star, gamma, b=0.0, c=0.0):
     """The divergence of Fig. 8a: Delta tau = a (K2* - K)^(-gamma), a = exp(log_a); with the paper's linear
@@ -231,8 +248,8 @@ def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[
     A K whose median is beyond the run is censored data (a Tobit-like fit): no cost when K >= K2* (never
     memorizing is what a divergence predicts there), else the squared shortfall of the fit below the median's
     lower bound (censored_median) - so a run that stays in 2-Gen far longer than the finite K's trend predicts is
-    evidence for a divergence below it, and the fit uses it. 95 % intervals: bootstrap over seeds (resample the
-    seeds at every K, refit the medians); a resample with too few finite medians cannot be fitted and is left out
+    evidence for a divergence below it, and the fit uses it. Nominal 95 % intervals: bootstrap over seeds (resample
+    the seeds at every K, refit the medians; "seeds" says how many each K had); a resample with too few finite medians cannot be fitted and is left out
     (their number is "resamples_fitted"; such resamples lean to a smaller K2*, so the interval sits too high when
     many are lost). With a handful of K the offset's parameters are barely identifiable (the offset and a distant
     divergence are both nearly straight lines): gamma often runs to the grid's bound."""
@@ -261,7 +278,7 @@ def fit_divergence(K: list[float], dtau: list[list[float | None]], bounds: list[
 
     out = {"K2_star": finite(K2), "gamma": finite(gamma), "log_a": float(log_a) if math.isfinite(K2) else None,
            "K2_star_ci": [finite(lo[1]), finite(hi[1])], "gamma_ci": [finite(lo[2]), finite(hi[2])],
-           "resamples_fitted": len(boot)}
+           "resamples_fitted": len(boot), "seeds": [len(v) for v in dtau]}
     if offset:
         out.update(b=float(params[3]), c=float(params[4]))
         if not math.isfinite(K2):

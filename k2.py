@@ -22,7 +22,7 @@ import numpy as np
 import cli
 import train
 from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
-                        fit_sigmoid, line_through_medians, median_ci)
+                        fit_sigmoid, line_through_medians, median_ci, median_coverage, median_rank)
 from evaluation import make_per_chain_data, per_chain_scores
 from markov import task_source
 from probes import finished, probe_command, run_config, run_probes
@@ -197,7 +197,9 @@ def plot_k2(result: dict, path: str):
             if censored:  # still in 2-Gen at the end: Delta tau longer than the run
                 ax8a.annotate(f"{censored}/{len(dtau[K])}", (K, 0.03), ha="center", va="bottom",
                               xycoords=("data", "axes fraction"), fontsize=9)
-        title = "Fig. 8a: time spent in 2-Gen (median, 95% CI)"
+        n = max(len(dtau[K]) for K in Ks)  # seeds per K
+        title = (f"Fig. 8a: time spent in 2-Gen (median; bars: its exact interval from {n} seeds, "
+                 f"{median_coverage(n, median_rank(n)):.1%})")
         if any(v is None for K in Ks for v in dtau[K]):
             title += "\nk/n at the bottom: seeds still in 2-Gen at the end; arrows: lower bounds"
         if "exponential_rate" in fit:
@@ -300,9 +302,10 @@ def plot_k2(result: dict, path: str):
 def delta_tau_table(run_dirs: list[str]) -> dict:
     """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
     commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
-    tau (None: still in 2-Gen at the end) and their median with a 95 % interval; the divergence fit (>= 4 K with a
-    finite median), and a straight line through the finite medians (slope, and the K where it reaches 0, with
-    bootstrap intervals over seeds). The runs must share their protocol (every setting but K, seed, the directory,
+    tau (None: still in 2-Gen at the end) and their median with its exact order-statistic interval and that
+    interval's coverage (95 % where the seeds allow it; 87.5 %, their range, with 4); the divergence fit (>= 4 K with
+    a finite median), and a straight line through the finite medians (slope, and the K where it reaches 0, with
+    bootstrap intervals over the seeds at each K, their number said). The runs must share their protocol (every setting but K, seed, the directory,
     the device and what follows from K): seeds of different lengths or models pooled into one median would make it
     meaningless."""
     runs, first = [], None
@@ -331,10 +334,11 @@ def delta_tau_summary(runs: list[dict]) -> dict:
             bound.setdefault(r["K"], []).append(r.get("censored_after"))
     Ks = sorted(dtau)
     fit, fit_offset = divergence_fits(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
-    medians = {K: median_ci(dtau[K]) for K in Ks}  # a bootstrap each: computed once
+    medians = {K: median_ci(dtau[K]) for K in Ks}
+    coverage = {K: median_coverage(len(dtau[K]), median_rank(len(dtau[K]))) for K in Ks}
     line = line_through_medians(Ks, [dtau[K] for K in Ks])
     return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
-            "median_ci": medians, "fit": fit, "fit_offset": fit_offset, "line": line}
+            "median_ci": medians, "median_coverage": coverage, "fit": fit, "fit_offset": fit_offset, "line": line}
 
 
 def dtau(args):
@@ -346,6 +350,7 @@ def dtau(args):
         result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
                                                                   if r["status"] == "censored" else None)}
                                     for r in saved["runs"]])
+        result = {"root": saved.get("root", args.root), **result}  # where the runs were, not this JSON
     else:
         runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
         run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
@@ -356,13 +361,14 @@ def dtau(args):
         print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
     for K in result["K"]:
         m, lo, hi = result["median_ci"][K]
-        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}]")
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}] "
+              f"({result['median_coverage'][K]:.1%}, exact)")
     print(f"fit: {result['fit']}")
     print(f"fit with the linear offset: {result['fit_offset']}")
     print(f"line through the medians: {result['line']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(finite_json({"root": args.root, **result}), f, indent=1)
+            json.dump(finite_json({"root": args.root} | result), f, indent=1)
         print(f"wrote {args.json}")
 
 
@@ -389,7 +395,8 @@ def k2(args):
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
               f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
     for name, f in (("fit", fit), ("fit with the linear offset", result["fit_offset"])):
-        print(f"{name}: K2* = {f['K2_star']} (95% {f['K2_star_ci']}), gamma = {f['gamma']} (95% {f['gamma_ci']})"
+        print(f"{name}: K2* = {f['K2_star']} ({f['K2_star_ci']}), gamma = {f['gamma']} ({f['gamma_ci']}); nominal 95 % "
+              f"bootstrap intervals over {f.get('seeds')} seeds per K"
               + ("" if f["K2_star"] else f"; {f.get('why', '')}"))
     print(f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")

@@ -54,13 +54,16 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
     return out
 
 
-def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
+def fit_tau(tau_by_N: dict) -> dict:
     """tau_2Gen(N) against the prediction tau ~ N / H_N ~ N / log N: the slope of log(mean tau) against
     log(N / log N) (1 if the prediction holds; tau = prefactor_vs_N_over_logN (N / log N)^slope) and against
-    log N, and the prefactor a of the one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that never crossed are
-    left out; an N with no crossing is left out; nan with fewer than two N. Each slope has a 95 % bootstrap
-    interval from resampling the seeds within each N, and each fit its residual sum of squares in log tau
-    (which of the two laws the points follow better)."""
+    log N, and the prefactor a of the one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that
+    never crossed are left out; an N with no crossing is left out; nan with fewer than two N. Each fit has its
+    residual sum of squares in log tau (which of the two laws the points follow better).
+
+    The spread: with two or three seeds per N no interval has a stated coverage, so each slope is also fitted to
+    each seed alone (seed i: the i-th tau at every N; nan for a seed missing at some N), and "..._seeds" lists them
+    and "..._range" gives their [min, max], which says how much the seeds disagree and nothing more."""
     finite = {int(N): np.array([t for t in taus if np.isfinite(t)], float) for N, taus in tau_by_N.items()}
     finite = {N: t for N, t in sorted(finite.items()) if len(t)}
     if len(finite) < 2:
@@ -75,18 +78,23 @@ def fit_tau(tau_by_N: dict, resamples: int = 2000, seed: int = 0) -> dict:
     means = np.array([t.mean() for t in finite.values()])
     slope, intercept = np.polyfit(np.log(Ns), np.log(means), 1)
     intercept_x = np.polyfit(np.log(x), np.log(means), 1)[1]
-    rng = np.random.default_rng(seed)
-    boot = np.array([slopes([rng.choice(t, len(t)).mean() for t in finite.values()]) for _ in range(resamples)])
-    ci = np.quantile(boot, [0.025, 0.975], axis=0)
+    rows = [np.asarray(tau_by_N.get(N, tau_by_N.get(str(N))), float) for N in finite]
+    n_seeds = max(len(r) for r in rows)
+    per_seed = np.array([slopes([r[i] for r in rows]) if all(len(r) > i and np.isfinite(r[i]) for r in rows)
+                         else (math.nan, math.nan) for i in range(n_seeds)])
 
     def rss(X):
         return float(np.sum((np.log(means) - np.polyval(np.polyfit(np.log(X), np.log(means), 1), np.log(X))) ** 2))
+
+    def spread(col):
+        return [float(np.nanmin(col)), float(np.nanmax(col))] if np.isfinite(col).any() else [math.nan, math.nan]
 
     return {"slope_vs_N_over_logN": float(slopes(means)[0]), "prefactor_vs_N_over_logN": float(np.exp(intercept_x)),
             "slope_vs_N": float(slope),
             "prefactor_vs_N": float(np.exp(intercept)),  # tau = prefactor_vs_N N^slope_vs_N
             "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist(),
-            "slope_vs_N_over_logN_ci": ci[:, 0].tolist(), "slope_vs_N_ci": ci[:, 1].tolist(),
+            "slope_vs_N_over_logN_seeds": per_seed[:, 0].tolist(), "slope_vs_N_seeds": per_seed[:, 1].tolist(),
+            "slope_vs_N_over_logN_range": spread(per_seed[:, 0]), "slope_vs_N_range": spread(per_seed[:, 1]),
             "rss_vs_N_over_logN": rss(x), "rss_vs_N": rss(Ns)}
 
 
@@ -318,12 +326,13 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             ax.plot(*zip(*points), "o", color=COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
             Ns = np.array(fit["N"], float)
             if free:
-                s, (lo, hi) = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_ci"]
+                s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
                 ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=COLORS[setting],
                         label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
                 ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
                         label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
-                slopes.append(f"slope vs N / log N {s:.2f} [{lo:.2f}, {hi:.2f}] (paper: 1)")
+                slopes.append(f"slope vs N / log N {s:.2f}; each seed alone " + ", ".join(f"{v:.2f}" for v in seeds)
+                              + " (paper: 1)")
             else:
                 ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=COLORS[setting], label=f"{fit['prefactor']:.0f} N / log N")
                 slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")

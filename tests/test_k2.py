@@ -405,7 +405,8 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     saved = json.load(open(tmp_path / "dtau.json"))
     assert saved["median_ci"]["16"][0] is None  # beyond the run: null
     k2.dtau(argparse.Namespace(root=str(tmp_path / "dtau.json"), json=str(tmp_path / "again.json")))
-    assert json.load(open(tmp_path / "again.json")) == {**saved, "root": str(tmp_path / "dtau.json")}  # from its own rows
+    assert json.load(open(tmp_path / "again.json")) == saved  # from its own rows; root: where the runs were
+    assert saved["median_coverage"] == {"4": 0.0, "8": 0.5, "16": 0.5}  # 1 and 2 seeds: their range, 0 % and 50 %
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 90}))  # another protocol: refused
     with pytest.raises(ValueError, match="differ in iters"):
         k2.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
@@ -426,6 +427,7 @@ def test_the_line_through_the_medians_and_its_bootstrap_over_seeds():
     assert spread["slope"] == pytest.approx(0.1) and spread["slope_ci"] == pytest.approx([0.1, 0.1])
     assert spread["K_at_zero_ci"] == pytest.approx([-100 / 3, 100 / 3])
     assert estimators.line_through_medians([1, 2], [[3], [None]]) is None
+    assert line["seeds"] == [3, 3, 2, 3]  # the resampling says its n
 
 
 def k2_json(with_fit: bool) -> dict:
