@@ -100,6 +100,8 @@ def margins(rows: list[dict], phases: dict) -> dict:
     """For each traced phase: the divergence of its checkpoint to the phase's predictor and to the runner-up."""
     out = {}
     for ph, d in phases.items():
+        if d.get("step") is None:  # not traced: no checkpoint in the phase
+            continue
         row = next(r for r in rows[d["run"]] if r["step"] == d["step"])
         others = {p: row[f"kl_{p}"] for p in ("1gen", "2gen", "1mem", "2mem") if p != ph}
         runner = min(others, key=others.get)
@@ -108,12 +110,41 @@ def margins(rows: list[dict], phases: dict) -> dict:
     return out
 
 
+def circuit_phases(spec: dict, piece: dict) -> dict:
+    """The piece's traced phases under trace.py's rule, applied today to the ledger's rows: a phase with no checkpoint
+    in it is trace.no_checkpoint's entry, the ledger's trace of it kept apart ("ledger_trace", not drawn); a phase
+    traced at another checkpoint than the rule's keeps its trace, with the rule's checkpoint and a note saying so.
+    circuit: the figure's edges, chosen once (trace.circuit_edges)."""
+    named = {run: f"K{spec['Ks'][run]}" for run in piece["runs"]}
+    rows = {named[run]: piece["runs"][run]["rows"] for run in piece["runs"]}
+    phases = {}
+    for ph, d in piece["phases"].items():
+        traced = {**d, "run": named.get(d["run"], d["run"])}
+        if "importance" in d:
+            row = next(r for r in rows[traced["run"]] if r["step"] == d["step"])
+            ratio, margin = trace.closeness(row, ph)
+            traced.update(ratio=ratio, margin=margin, circuit=trace.circuit_edges(d["importance"]))
+        found = trace.phase_checkpoint(rows, ph)
+        if found is None:
+            phases[ph] = trace.no_checkpoint(rows, ph) | ({"ledger_trace": traced} if "importance" in d else {})
+            if "importance" in d:
+                phases[ph]["note"] = (f"the ledger's trace ({traced['run']} step {d['step']}, x{traced['ratio']:.2f}) "
+                                      "is in the JSON, not drawn")
+            continue
+        run, row = found
+        phases[ph] = traced
+        if (run, row["step"]) != (traced["run"], d["step"]):
+            ratio = trace.closeness(row, ph)[0]
+            traced["rule_checkpoint"] = {"run": run, "step": row["step"], "ratio": ratio}
+            traced["note"] = f"not the rule's checkpoint ({run} step {row['step']}, x{ratio:.2f}: not traced)"
+    return phases
+
+
 def circuits(spec: dict, pieces: list[dict], figures: str, name: str) -> dict:
     """The circuits (Figs. 3, A2, A3), each run's Fig. 2a and the task vectors (Figs. 4, A8) of the one piece."""
     piece = pieces[0]
     rows = {run: piece["runs"][run]["rows"] for run in piece["runs"]}
-    phases = {ph: {**d, "run": f"K{spec['Ks'][d['run']]}", "circuit": trace.circuit_edges(d["importance"])}
-              for ph, d in piece["phases"].items()}  # circuit: the figure's edges, chosen once (trace.circuit_edges)
+    phases = circuit_phases(spec, piece)
     trace.plot_circuits(phases, os.path.join(figures, f"{name}.png"))
     for run, cfg in piece["runs"].items():
         config = train.Config(**{**cfg["config"], "out": ""})

@@ -30,10 +30,13 @@ run it has to train first.
 
 Which checkpoint shows a phase: over every evaluation of the runs given, the one whose output is closest to
 the phase's predictor relative to the next-closest of the four, i.e. the largest ratio
-D(next predictor) / D(phase's predictor) (phase_checkpoint). The paper takes the checkpoint with the lowest
-divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; at the quick scale that rule picked a
-2-Mem checkpoint tied with 1-Mem and a "1-Gen" one closer to 1-Mem, so the ratio (stated with each phase, with
-the margin in nats) picks checkpoints that are unambiguously in their phase, from any of the runs.
+D(next predictor) / D(phase's predictor) (phase_checkpoint), provided it reaches the floor IN_PHASE = 1.2: the
+phase's predictor the closest of the four, the next 20 % farther. A phase no checkpoint reaches is reported as
+such (no_checkpoint: the closest checkpoint, its ratio and the predictor closest there) and not traced. The paper
+takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; at
+the quick scale that rule picked a 2-Mem checkpoint tied with 1-Mem and a "1-Gen" one closer to 1-Mem, so the
+ratio (stated with each phase, with the margin in nats) picks checkpoints that are unambiguously in their phase,
+from any of the runs.
 
 Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
 repository root; nothing here or in the tests needs the standard one.
@@ -228,20 +231,48 @@ def closeness(row: dict, phase: str) -> tuple[float, float]:
     return others / max(row[f"kl_{phase}"], 1e-12), others - row[f"kl_{phase}"]
 
 
-def phase_checkpoint(rows: dict[str, list[dict]], phase: str) -> tuple[str, dict]:
+IN_PHASE = 1.2  # the floor: a checkpoint is in a phase when the next-closest predictor is >= 1.2 times as far
+
+
+def closest_checkpoint(rows: dict[str, list[dict]], phase: str) -> tuple[str, dict]:
     """(run, evaluation row) of the checkpoint, among every run's full evaluations {run: rows}, that is closest to
-    the phase's predictor relative to the next-closest predictor (the largest closeness ratio)."""
+    the phase's predictor relative to the next-closest predictor (the largest closeness ratio), in the phase or not."""
     return max(((run, r) for run, rs in rows.items() for r in rs), key=lambda item: closeness(item[1], phase)[0])
+
+
+def phase_checkpoint(rows: dict[str, list[dict]], phase: str, floor: float = IN_PHASE) -> tuple[str, dict] | None:
+    """closest_checkpoint when it is in the phase (closeness ratio >= floor); None when no checkpoint is: a phase
+    the runs never reached is not traced at the least-bad checkpoint (no_checkpoint says why)."""
+    run, row = closest_checkpoint(rows, phase)
+    return (run, row) if closeness(row, phase)[0] >= floor else None
+
+
+def no_checkpoint(rows: dict[str, list[dict]], phase: str, floor: float = IN_PHASE) -> dict:
+    """What the JSON and the figure say of a phase no checkpoint is in: the closest checkpoint (run, step, its
+    ratio and margin, the predictor closest to it there) and why, in words. step None: nothing traced."""
+    run, row = closest_checkpoint(rows, phase)
+    ratio, margin = closeness(row, phase)
+    nearest = min(PREDICTORS, key=lambda q: row[f"kl_{q}"])
+    name, n = os.path.basename(os.path.normpath(run)), sum(len(rs) for rs in rows.values())
+    return {"run": run, "step": None, "in_phase": False, "floor": floor,
+            "closest": {"step": row["step"], "ratio": ratio, "margin": margin, "predictor": nearest},
+            "why": f"no checkpoint in {LABELS[phase]}: at none of the {n} evaluations is it the closest predictor by "
+                   f"x{floor:g} (at most x{ratio:.2f}, {name} step {row['step']}, closest there {LABELS[nearest]})"}
 
 
 def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0, phases: tuple[str, ...] = PREDICTORS) -> dict:
     """For each phase of `phases`: its checkpoint among the runs {name: run directory} (phase_checkpoint), with
     its divergence, closeness ratio and margin, and the importance of every edge on n_seqs held-out sequences
-    from that run's S."""
+    from that run's S; a phase with no checkpoint in it is not traced, and its entry is no_checkpoint's."""
     rows = {run: load_run(run)[1] for run in runs.values()}
     result = {}
     for phase in phases:
-        run, best = phase_checkpoint(rows, phase)
+        found = phase_checkpoint(rows, phase)
+        if found is None:
+            result[phase] = no_checkpoint(rows, phase)
+            print(f"{LABELS[phase]}: not traced, {result[phase]['why']}", flush=True)
+            continue
+        run, best = found
         ratio, margin = closeness(best, phase)
         cfg, _, model, tasks = load_run(run, best["step"])
         g = torch.Generator().manual_seed(seed)  # the same draws for every phase of a run
@@ -380,10 +411,24 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
 
 def plot_circuits(phases: dict, path: str):
     """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2), their edges on
-    one colour scale. Returns the figure (closed)."""
+    one colour scale; a phase with no checkpoint in it (no importance: no_checkpoint's entry) says so instead, and
+    a phase's "note" (e.g. that its trace is not at the rule's checkpoint) goes under its title. Returns the figure
+    (closed)."""
     fig, axes = plt.subplots(2, len(phases), figsize=(4.75 * len(phases), 10.5), gridspec_kw={"height_ratios": [1, 1.35]},
                              squeeze=False)
     for col, (phase, result) in enumerate(phases.items()):
+        if "importance" not in result:
+            for ax in axes[:, col]:
+                ax.axis("off")
+            closest = result["closest"]
+            axes[0, col].set_title(f"{LABELS[phase]}: no checkpoint in this phase", fontsize=10)
+            axes[0, col].text(0.5, 0.5, f"at no evaluation is {LABELS[phase]} the closest\npredictor by "
+                              f"x{result['floor']:g} or more: not traced\n\nclosest: "
+                              f"{os.path.basename(os.path.normpath(result['run']))}, step {closest['step']}, "
+                              f"x{closest['ratio']:.2f}\n(there {LABELS[closest['predictor']]} is the closest)"
+                              + (f"\n\n{result['note']}" if result.get("note") else ""),
+                              ha="center", va="center", fontsize=9, transform=axes[0, col].transAxes)
+            continue
         M = connectivity(result["importance"])
         ax = axes[0, col]
         im = ax.imshow(M, cmap="Greys", vmin=0, vmax=np.nanmax(M))
@@ -399,7 +444,8 @@ def plot_circuits(phases: dict, path: str):
         name = os.path.basename(os.path.normpath(result["run"]))
         ax.set_title(f"{LABELS[phase]}: {name}, step {result['step']}\n"
                      f"divergence to {LABELS[phase]} {result['divergence']:.3f}"
-                     + (f", next x{result['ratio']:.2f}" if "ratio" in result else ""), fontsize=10)
+                     + (f", next x{result['ratio']:.2f}" if "ratio" in result else "")
+                     + (f"\n{result['note']}" if result.get("note") else ""), fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
     fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats); graphs: the edges above "
                  f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey\n"
@@ -421,9 +467,11 @@ def replot(figures: str):
     """--replot: the figure again from FIGURES/circuits.json, or one line on what is missing or broken."""
     path = os.path.join(figures, "circuits.json")
     phases = cli.read_json(path, ("phases",), "trace.py circuits")["phases"]
-    keys = ("run", "step", "divergence", "importance")
+    keys = ("run", "step", "divergence", "importance")  # a phase with no checkpoint in it: no_checkpoint's keys
+    untraced = ("run", "in_phase", "floor", "closest", "why")
     if not isinstance(phases, dict) or set(phases) != set(PREDICTORS) or any(
-            not isinstance(p, dict) or set(keys) - set(p) for p in phases.values()):
+            not isinstance(p, dict) or set(untraced if p.get("in_phase") is False else keys) - set(p)
+            for p in phases.values()):
         raise ValueError(f"--replot: {path} lacks the four phases' {', '.join(keys)} (not written by trace.py circuits)")
     plot_circuits({phase: phases[phase] for phase in PREDICTORS}, os.path.join(figures, "circuits.png"))
     print(f"wrote {figures}/circuits.png from {path}")

@@ -46,3 +46,19 @@ def test_the_quoted_paper_scale_circuit_and_task_vector_numbers():
     assert round(tv["patching_2mem"]["S_A + phi_B"]["BA"], 3) == 0.154
     assert round(tv["information"]["128"]["30000"], 3) == 0.999
     assert round(tv["separability"]["30000"], 2) == 0.47
+
+
+def test_the_paper_scale_phases_under_the_rule():
+    """trace.phase_checkpoint on the ledger's rows (the issue's numbers): 1-Gen's checkpoint is K = 128 step 103
+    (x3.02) and 2-Gen's K = 1024 step 17917 (x22.2), not the ledger's traced 375 and 23184, which the figure keeps
+    and says so; 1-Mem's best is x1.03 (K = 1024 step 2) and 2-Mem's x0.69 (K = 128 step 0, the untrained model):
+    no checkpoint in either, not drawn, the ledger's traces of K = 128 steps 486 and 30000 kept apart."""
+    phases = committed("circuits_paper.json")["phases"]
+    assert {ph: (d["run"], d["step"], d["rule_checkpoint"]["run"], d["rule_checkpoint"]["step"])
+            for ph, d in phases.items() if "rule_checkpoint" in d} == {"1gen": ("K1024", 375, "K128", 103),
+                                                                       "2gen": ("K1024", 23184, "K1024", 17917)}
+    assert round(phases["1gen"]["rule_checkpoint"]["ratio"], 2) == 3.02 and round(phases["1gen"]["ratio"], 2) == 1.92
+    for ph, run, step, ratio, traced in (("1mem", "K1024", 2, 1.03, 486), ("2mem", "K128", 0, 0.69, 30000)):
+        d = phases[ph]
+        assert d["in_phase"] is False and "importance" not in d and d["ledger_trace"]["step"] == traced
+        assert (d["run"], d["closest"]["step"], round(d["closest"]["ratio"], 2)) == (run, step, ratio)

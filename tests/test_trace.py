@@ -169,7 +169,9 @@ def test_bad_arguments_are_value_errors():
 def test_phase_checkpoint_is_the_one_closest_to_its_predictor_relative_to_the_next():
     """Over every run's rows: the largest D(next-closest predictor) / D(phase's predictor). Run a's step 10 has
     the lowest 1-Gen divergence, but 1-Mem is nearly as close there (x1.1); run b's step 5 is x2 (the paper's
-    lowest-divergence rule would pick a's step 10)."""
+    lowest-divergence rule would pick a's step 10). Below the floor (x1.2) a phase has no checkpoint: 2-Mem's best
+    is x1.11 (found with a floor of 1.1), 1-Mem's x0.91 (a's step 10, where 1-Gen is the closest): None, and
+    no_checkpoint says where the closest was, by how much, and which predictor is closest there."""
     def row(step, g1, g2, m1, m2):
         return {"step": step, "kl_1gen": g1, "kl_2gen": g2, "kl_1mem": m1, "kl_2mem": m2}
 
@@ -177,7 +179,15 @@ def test_phase_checkpoint_is_the_one_closest_to_its_predictor_relative_to_the_ne
             "b": [row(5, 0.15, 0.3, 0.4, 0.5), row(15, 0.3, 0.2, 0.1, 0.09)]}
     assert trace.phase_checkpoint(rows, "1gen") == ("b", rows["b"][0])
     assert trace.phase_checkpoint(rows, "2gen") == ("a", rows["a"][2])  # x4
-    assert trace.phase_checkpoint(rows, "2mem") == ("b", rows["b"][1])  # x1.11, the only row where 2-Mem is closest
+    assert trace.phase_checkpoint(rows, "2mem") is None  # x1.11, the only row where 2-Mem is closest
+    assert trace.phase_checkpoint(rows, "2mem", floor=1.1) == ("b", rows["b"][1])
+    assert trace.phase_checkpoint(rows, "1mem") is None
+    miss = trace.no_checkpoint(rows, "1mem")
+    assert (miss["run"], miss["step"], miss["in_phase"], miss["floor"]) == ("a", None, False, trace.IN_PHASE)
+    assert miss["closest"] == {"step": 10, "ratio": pytest.approx(0.10 / 0.11), "margin": pytest.approx(-0.01),
+                               "predictor": "1gen"}
+    assert miss["why"] == ("no checkpoint in 1-Mem: at none of the 5 evaluations is it the closest predictor by x1.2 "
+                           "(at most x0.91, a step 10, closest there 1-Gen)")
     ratio, margin = trace.closeness(rows["a"][1], "1gen")
     assert ratio == pytest.approx(1.1) and margin == pytest.approx(0.01)
     assert trace.closeness(rows["a"][1], "1mem") == (pytest.approx(0.10 / 0.11), pytest.approx(-0.01))  # not in 1-Mem
@@ -238,8 +248,11 @@ def test_circuits_command_announces_its_runs_and_replots_from_its_json(tmp_path,
     trace.main()
     saved = json.load(open(tmp_path / "figs" / "circuits.json"))
     assert saved["preset"] == "quick" and set(saved["phases"]) == set(trace.PREDICTORS)
-    for ax, phase in zip(figures[0].axes[4:8:1], trace.PREDICTORS):  # the graphs follow the four matrices
-        assert ax.get_title() == f"{trace.LABELS[phase]} circuit"
+    titles = [ax.get_title() for ax in figures[0].axes]
+    for phase, d in saved["phases"].items():  # a graph for a traced phase; a phase the run never reached: said so
+        traced = "importance" in d
+        assert (f"{trace.LABELS[phase]} circuit" in titles) == traced
+        assert (f"{trace.LABELS[phase]}: no checkpoint in this phase" in titles) == (not traced)
 
 
 def test_an_edges_colour_is_read_off_the_figures_colour_bar(tmp_path, monkeypatch):
@@ -271,7 +284,9 @@ def committed_phases():
     phases = []
     for name in ("circuits.json", "circuits_paper.json"):
         with open(os.path.join(ROOT, "figures", name)) as f:
-            phases += [(f"{name}:{phase}", d["importance"]) for phase, d in json.load(f)["phases"].items()]
+            # a phase with no checkpoint in it: the ledger's trace of a checkpoint outside it, still a graph to draw
+            phases += [(f"{name}:{phase}", d["importance"] if "importance" in d else d["ledger_trace"]["importance"])
+                       for phase, d in json.load(f)["phases"].items()]
     return phases
 
 
@@ -306,7 +321,7 @@ def test_the_paper_scale_graphs_can_be_followed_from_the_input_to_the_output():
     strongest edge) and A2(MLP1) -> Linear (0.21); in 2-Mem, MLP1 reaches A2(MLP1) by Att2's value path."""
     with open(os.path.join(ROOT, "figures", "circuits_paper.json")) as f:
         phases = json.load(f)["phases"]
-    gen, mem = (trace.circuit_edges(phases[p]["importance"]) for p in ("2gen", "2mem"))
+    gen, mem = trace.circuit_edges(phases["2gen"]["importance"]), trace.circuit_edges(phases["2mem"]["ledger_trace"]["importance"])
     assert list(gen["path"]) == ["A2(MLP1)->Linear", "MLP2->Linear"] and ("MLP1", "A2(MLP1)") in gen["value"]
     assert mem["path"] == {} and ("MLP1", "A2(MLP1)") in mem["value"]
 
@@ -320,6 +335,11 @@ def test_the_graph_draws_circuit_edges_and_the_trace_lists_them(tmp_path, monkey
     monkeypatch.setattr(trace.plt, "close", figures.append)
     trace.plot_circuits(phases, str(tmp_path / "c.png"))
     for phase, d in phases.items():
+        titles = [ax.get_title() for ax in figures[0].axes]
+        if "importance" not in d:  # no checkpoint in the phase: said, and no graph
+            assert f"{trace.LABELS[phase]}: no checkpoint in this phase" in titles
+            assert f"{trace.LABELS[phase]} circuit" not in titles
+            continue
         graph = next(ax for ax in figures[0].axes if ax.get_title() == f"{trace.LABELS[phase]} circuit")
         arrows = [p for p in graph.patches if isinstance(p, FancyArrowPatch)]
         c = trace.circuit_edges(d["importance"])
@@ -327,6 +347,12 @@ def test_the_graph_draws_circuit_edges_and_the_trace_lists_them(tmp_path, monkey
         assert sum(p.get_linestyle() == "--" for p in arrows) == len(c["path"])
     run = tmp_path / "run"
     tiny_run(run)
+    results = trace.trace_phases({"r": str(run)}, n_seqs=4)  # 12 steps: no checkpoint is in any phase
+    out = capsys.readouterr().out
+    for phase, result in results.items():  # not traced, and said so
+        assert set(result) == {"run", "step", "in_phase", "floor", "closest", "why"} and result["step"] is None
+        assert f"{trace.LABELS[phase]}: not traced, {result['why']}" in out
+    monkeypatch.setattr(trace, "phase_checkpoint", trace.closest_checkpoint)  # the least-bad checkpoint, traced
     result = trace.trace_phases({"r": str(run)}, n_seqs=4, phases=("2gen",))["2gen"]
     assert result["circuit"] == trace.circuit_edges(result["importance"])
     assert trace.describe_circuit(result["importance"]) in capsys.readouterr().out
