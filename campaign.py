@@ -9,9 +9,11 @@ the ledger, so they can be redrawn on any machine.
 
     python campaign.py status k1_paper                  # what is done, what remains
     python campaign.py run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
+    python campaign.py call k1_paper tau_paper reweight_paper --budget-min 8 --out OUT   # one process, full ensembles
     python campaign.py report k1_paper                   # figures/k1_paper.png and .json from the ledger
 
-The sizes of the pieces come from the seconds the committed ledgers measured (SPECS says how); on a card that has
+What each campaign trains and keeps, and what a piece costs, is campaign_specs.py's; this file runs them. The sizes
+of the pieces come from the seconds the committed ledgers measured (SPECS says how); on a card that has
 measured pieces of the campaign, the spec's predictions are calibrated by them (calibration: a fixed cost per
 ensemble and a factor on the spec's seconds, fit by least squares, plus the fit's largest overrun).
 
@@ -41,159 +43,26 @@ import datetime
 import json
 import os
 import shutil
+import tarfile
 import time
 from typing import NamedTuple
-
-import torch
 
 import campaign_reports as reports
 import cli
 import grids
-import k1
 import probes
 import runs
 import task_vectors
 import thresholds
 import trace
 import train
+from campaign_specs import (DENSE_KEYS, LEDGERS, METRIC_KEYS, SPECS, calibration, card, compact,
+                            config_record, grid_config, grid_cost, grid_ensembles, grid_keys, grid_pending, grid_records,
+                            k1_configs, k1_ensembles, k1_pending, k1_piece_cost, k1_state, ledger_path, load_ledger,
+                            nominal_rate, piece_rate, save_ledger, stamp)
 from markov import check_int
 
-LEDGERS = "ledgers"
-
-# A campaign's spec is fixed once its first piece is in the ledger (the ledger keeps a copy and refuses another).
-# "train": train.Config values on top of the train preset "preset"; bf16: the K = 94 grid reproduced tau_2gen and
-# phi_beta within 0.006 in bf16 on an H100, at ~2x the fp32 rate.
-#
-# Sizing, from the seconds the committed ledgers measured on an NVIDIA H100 80GB HBM3 (2026-11-27):
-# - k1_paper's four pieces, each one ensemble of 10^4-step probes with phi_beta(2) every 100 steps on 4096
-#   sequences (8, 2, 6, 3 probes in 106.1, 51.4, 89.7, 68.3 s), fit by least squares as 38 s per ensemble
-#   (compilation, evaluation data) + 0.86 ms per model-step (residuals within 5 s): K1_RATE below;
-# - circuits_paper's training, one 2-model ensemble of 3 x 10^4 steps with 40 full evaluations in 104.4 s: less the
-#   38 s per ensemble, 1.11 ms per model-step with full evaluations (FULL_RATE), 3.48 ms per step of the ensemble;
-#   its analysis, 164 s: four phases traced in 12.5-13.6 s each (the call's log,
-#   bench/results/2026-11-27_h100_campaign_d.log) and task_vectors.experiments on the K = 128 run in 111 s.
-K1_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00086)
-FULL_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00111)
-K1_PROBE = dict(k1.PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
-SPECS = {
-    "circuits_paper": dict(kind="circuits", preset="paper", Ks={"gen": 1024, "mem": 128}, seed=0, iters=30_000,
-                           train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
-                           seconds_per_step=0.006),
-    "k1_paper": dict(kind="k1", preset="paper", probe=K1_PROBE, plan={"control": list(range(16)), "inject": list(range(4))},
-                     seconds_per_model_step=1 / 1500, seconds_per_probe=8),
-    # 1b: circuits_paper's K = 128 was in neither 1-Mem nor 2-Mem after 3 x 10^4 steps; alone and longer. A lone
-    # model's step is taken at the 2-model ensemble's 3.48 ms (an upper bound), the analysis (two phases traced,
-    # the task vectors) at 2 x 13 + 111 s: 10^5 steps predict 348 + 140 = 488 s, a call of its own.
-    "circuits_mem_paper": dict(kind="circuits", preset="paper", Ks={"mem": 128}, seed=0, iters=100_000,
-                               train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
-                               seconds_per_step=0.00348, seconds_analysis=140),
-    # 3, Fig. 7c: gradient reweighting at the paper's w = 1/10 on a fixed grid, 10^5 steps (x 1/w) against the
-    # control's 10^4 at the same K and seeds. The reweighting path's own rate is not measured yet: K1_RATE, corrected
-    # after its first pieces (calibration). Controls 38 + 52 s; each reweighted run 86 s.
-    "reweight_paper": dict(kind="grid", report="reweight", preset="paper", train=K1_PROBE,
-                           conditions=["control", "reweight"], Ks=[94, 128, 192], seeds=[0, 1], **K1_RATE),
-    # 4, Fig. 7b: tau_2gen at the paper's K1* ~ 94 over 64 seeds, 10^4 steps: 64 x 8.6 s + 38 s per ensemble,
-    # two calls
-    "tau_paper": dict(kind="grid", report="tau", preset="paper", train=K1_PROBE, conditions=["control"], Ks=[94],
-                      seeds=list(range(64)), **K1_RATE),
-    # 5, Figs. 2b, 2c: K = 2^3..2^10, 2 seeds, 3 x 10^4 steps with 40 full evaluations (circuits_paper's runs, whose
-    # K = 128 and 1024 of seed 0 these repeat): a seed's 8 runs predict 38 + 266 = 304 s, a piece per call
-    "sweep_paper": dict(kind="grid", report="sweep", preset="paper", train=dict(iters=30_000, evals=40, bf16=True),
-                        conditions=["control"], Ks=[2**i for i in range(3, 11)], seeds=[0, 1], **FULL_RATE),
-}
-
-
-# ----------------------------------------------------------------------------- the ledger
-
-
-def ledger_path(name: str, ledgers: str = LEDGERS) -> str:
-    return os.path.join(ledgers, f"{name}.json")
-
-
-def load_ledger(name: str, ledgers: str = LEDGERS) -> dict:
-    """The campaign's ledger (a new one if none is committed); refuses a ledger of another spec."""
-    if name not in SPECS:
-        raise ValueError(f"unknown campaign {name!r}; campaigns: {', '.join(SPECS)}")
-    spec = json.loads(json.dumps(SPECS[name]))  # as JSON stores it
-    path = ledger_path(name, ledgers)
-    if not os.path.exists(path):
-        return {"campaign": name, "spec": spec, "pieces": []}
-    with open(path) as f:
-        ledger = json.load(f)
-    if ledger.get("spec") != spec:
-        raise ValueError(f"{path} was written for another spec of {name}; move it away to start afresh")
-    return ledger
-
-
-def save_ledger(ledger: dict, ledgers: str = LEDGERS):
-    """Atomically: a call killed while writing keeps the previous ledger."""
-    os.makedirs(ledgers, exist_ok=True)
-    path = ledger_path(ledger["campaign"], ledgers)
-    with open(path + ".tmp", "w") as f:
-        json.dump(ledger, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
-def card(device: str) -> str:
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-
-
-def stamp(device: str, seconds: float, model_steps: int) -> dict:
-    return {"card": card(device), "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1),
-            "model_steps": model_steps}
-
-
-def compact(rows: list[dict], keys: tuple[str, ...], digits: int = 5) -> list[dict]:
-    """Rows with only `keys`, floats rounded: what the analysis reads, small enough to commit."""
-    return [{k: round(r[k], digits) if isinstance(r[k], float) else r[k] for k in keys if k in r} for r in rows]
-
-
-DENSE_KEYS = ("step", "phi_beta_2", "gen_loss", "train_loss")  # what the ledger keeps of the dense readouts
-METRIC_KEYS = ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "train_loss_1gen",
-               "train_loss_2gen", "train_loss_1mem", "train_loss_2mem", "gen_loss_1gen", "gen_loss_2gen",
-               "gen_loss_1mem", "gen_loss_2mem", "phi_delta_1", "phi_delta_2", "phi_beta_1", "phi_beta_2", "n_A_1",
-               "n_A_2")  # and of the full evaluations
-
-
-# ----------------------------------------------------------------------------- K1*: rounds of probes
-
-
-def k1_state(spec: dict, ledger: dict):
-    """The searches replayed from the ledger's probes: (searches, {(condition, K, seed): dense rows})."""
-    searches = probes.new_searches(spec["probe"], spec["plan"])
-    records = {(r["condition"], r["K"], r["seed"]): r for piece in ledger["pieces"] for r in piece["probes"]}
-    while True:  # record round by round, as the searches asked for them
-        todo = [key for key in probes.pending_probes(searches) if key in records]
-        if not todo:
-            return searches, {key: r["rows"] for key, r in records.items()}
-        for cond, K, seed in todo:
-            searches[cond, seed].record(K, probe_generalizes(records[cond, K, seed]))
-
-
-def probe_generalizes(record: dict) -> bool:
-    """The paper's rule on a probe of the ledger (tests replace it by a rule on K)."""
-    return thresholds.generalizes(record["rows"])
-
-
-def k1_piece_cost(spec: dict, keys: list) -> float:
-    """Predicted seconds of training these probes in one call: model-steps at the measured ensemble rate, and a
-    fixed cost per probe (its evaluation data, readouts and files)."""
-    iters = spec["probe"]["iters"]
-    return len(keys) * (iters * spec["seconds_per_model_step"] + spec["seconds_per_probe"])
-
-
-def k1_configs(spec: dict, keys: list, root: str = "", device: str = "cpu") -> list[train.Config]:
-    """The probes (condition, K, seed) `keys` as train.Configs under root."""
-    return [probes.probe_config(spec["preset"], spec["probe"], *key, root, device=device, **flag(spec)) for key in keys]
-
-
-def k1_ensembles(spec: dict, keys: list) -> int:
-    """How many ensembles these probes train as on CUDA (k1_train): each pays the fixed cost k1_piece_cost omits."""
-    return len(probes.ensemble_groups(k1_configs(spec, keys)))
-
-
-def k1_pending(spec: dict, ledger: dict) -> list:
-    return probes.pending_probes(k1_state(spec, ledger)[0])
+# ----------------------------------------------------------------------------- training a campaign's pieces
 
 
 def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
@@ -205,57 +74,15 @@ def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple
                         for (c, K, s), rows in zip(keys, outcome)]}, sum(cfg.iters for cfg in cfgs))
 
 
-def flag(spec: dict) -> dict:
-    """The probes' train.Config values beyond the experiment preset's own (bf16)."""
-    return {"bf16": True} if spec["probe"].get("bf16") else {}
-
-
-# ----------------------------------------------------------------------------- pieces that fit a budget
-
-
-class Calibration(NamedTuple):
-    """A piece of `ensembles` ensembles that the spec predicts at `predicted` seconds takes
-    a * ensembles + c * predicted + margin seconds on the card."""
-    a: float  # seconds per ensemble beyond the spec's prediction (compilation, evaluation data)
-    c: float  # measured seconds per predicted second
-    margin: float  # the most a measured piece took beyond a * ensembles + c * predicted
-
-    def seconds(self, ensembles: int, predicted: float) -> float:
-        return self.a * ensembles + self.c * predicted + self.margin
-
-
-def piece_keys(piece: dict) -> list:
-    """The runs (condition, K, seed) a k1 or grid piece of the ledger trained."""
-    return [(r["condition"], r["K"], r["seed"]) for r in piece["probes" if "probes" in piece else "members"]]
-
-
-def calibration(ledger: dict, card_name: str, ensembles) -> Calibration:
-    """The spec's predictions corrected by the pieces measured on this card: seconds ~ a * ensembles + c * predicted,
-    fit by least squares (ensembles(keys) counts the ensembles a piece trains as). A fixed cost per ensemble, since
-    each pays one (k1_paper's ~36 s of compilation and evaluation data) that k1_paper's cost model lacks, so that a
-    factor alone (the slowest piece's measured / predicted) put its 8-probe pieces at two to three times their ~99 s;
-    and a piece of several schedules (injected probes of several K) trains several ensembles. A piece that overruns
-    the deadline is killed and lost, hence the margin (the fit's largest overrun) and no negative fixed cost. While
-    the pieces cannot tell the two terms apart (all of one predicted seconds per ensemble), or if the fit says larger
-    pieces are faster, the slowest piece's factor; before any piece on this card, the spec's rate."""
-    measured = [(ensembles(piece_keys(p)), p["predicted"], p["seconds"])
-                for p in ledger["pieces"] if p["card"] == card_name]
-    if not measured:
-        return Calibration(0.0, 1.0, 0.0)
-    # the normal equations of the two-term fit
-    see = sum(e * e for e, x, y in measured)
-    sex = sum(e * x for e, x, y in measured)
-    sxx = sum(x * x for e, x, y in measured)
-    sey = sum(e * y for e, x, y in measured)
-    sxy = sum(x * y for e, x, y in measured)
-    det = see * sxx - sex ** 2  # 0 (to rounding) when the terms are proportional over the pieces
-    if det > 1e-9 * see * sxx:
-        a, c = (sxx * sey - sex * sxy) / det, (see * sxy - sex * sey) / det
-        if a < 0:  # the best fit without a fixed cost
-            a, c = 0.0, sxy / sxx
-        if c > 0:
-            return Calibration(a, c, max(y - a * e - c * x for e, x, y in measured))
-    return Calibration(0.0, max(y / x for e, x, y in measured), 0.0)
+def grid_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
+    """The runs `keys` trained (ensembles on CUDA, one-thread processes on a CPU): per run its config, dense
+    readouts and full evaluations as the ledger keeps them, and the model-steps."""
+    cfgs = [grid_config(spec, key, root, device) for key in keys]
+    probes.run_probes(cfgs, jobs, quiet=False)
+    members = [{"condition": c, "K": K, "seed": s, "config": config_record(cfg),
+                "dense": compact(runs.read_metrics(cfg.out, dense=True)[1], DENSE_KEYS),
+                "full": compact(runs.read_metrics(cfg.out)[1], METRIC_KEYS)} for (c, K, s), cfg in zip(keys, cfgs)]
+    return {"members": members}, sum(cfg.iters for cfg in cfgs)
 
 
 def run_pieces(ledger: dict, device: str, deadline: float, max_runs: int, max_pieces: int, ledgers: str, noun: str,
@@ -289,57 +116,6 @@ def run_pieces(ledger: dict, device: str, deadline: float, max_runs: int, max_pi
         print(f"piece done in {seconds:.0f} s (predicted {predicted(take):.0f})", flush=True)
     left = len(pending())
     return f"{max_pieces} pieces done; {left} {noun}s pending" if left else f"nothing left: every {noun} is done"
-
-
-# ----------------------------------------------------------------------------- grids: fixed lists of runs
-
-
-def config_record(cfg: train.Config) -> dict:
-    """A run's config as the ledger keeps it: everything but the scratch directory."""
-    return {k: v for k, v in vars(cfg).items() if k != "out"}
-
-
-def grid_keys(spec: dict) -> list:
-    """The grid's runs (condition, K, seed) in training order: condition, then seed, then K (so that a piece holds
-    runs of one schedule, one ensemble on CUDA)."""
-    return [(c, K, s) for c in spec["conditions"] for s in spec["seeds"] for K in spec["Ks"]]
-
-
-def grid_config(spec: dict, key: tuple, root: str, device: str) -> train.Config:
-    """One run of the grid: the condition's train.py run (reweighting multiplies the iterations by 1/w)."""
-    return probes.probe_config(spec["preset"], spec["train"], *key, root, device=device)
-
-
-def grid_records(ledger: dict) -> list[dict]:
-    return [m for piece in ledger["pieces"] for m in piece["members"]]
-
-
-def grid_pending(spec: dict, ledger: dict) -> list:
-    done = {(m["condition"], m["K"], m["seed"]) for m in grid_records(ledger)}
-    return [key for key in grid_keys(spec) if key not in done]
-
-
-def grid_ensembles(spec: dict, keys: list) -> int:
-    """How many ensembles these runs train as on CUDA (grid_train)."""
-    return len(probes.ensemble_groups([grid_config(spec, key, "", "cpu") for key in keys]))
-
-
-def grid_cost(spec: dict, keys: list) -> float:
-    """Predicted seconds of training these runs in one call: a fixed cost per ensemble (compilation, evaluation
-    data) and the model-steps at the measured rate."""
-    return (spec["seconds_per_ensemble"] * grid_ensembles(spec, keys)
-            + spec["seconds_per_model_step"] * sum(grid_config(spec, key, "", "cpu").iters for key in keys))
-
-
-def grid_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
-    """The runs `keys` trained (ensembles on CUDA, one-thread processes on a CPU): per run its config, dense
-    readouts and full evaluations as the ledger keeps them, and the model-steps."""
-    cfgs = [grid_config(spec, key, root, device) for key in keys]
-    probes.run_probes(cfgs, jobs, quiet=False)
-    members = [{"condition": c, "K": K, "seed": s, "config": config_record(cfg),
-                "dense": compact(runs.read_metrics(cfg.out, dense=True)[1], DENSE_KEYS),
-                "full": compact(runs.read_metrics(cfg.out)[1], METRIC_KEYS)} for (c, K, s), cfg in zip(keys, cfgs)]
-    return {"members": members}, sum(cfg.iters for cfg in cfgs)
 
 
 # ----------------------------------------------------------------------------- circuits and task vectors
@@ -377,6 +153,157 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
     ledger["pieces"].append({**piece, **stamp(device, time.time() - t0, spec["iters"] * len(cfgs))})
     save_ledger(ledger, ledgers)
     return f"trained and traced in {time.time() - t0:.0f} s; nothing left"
+
+
+# ----------------------------------------------------------------------------- a call: ensembles filled across campaigns
+
+
+class Slot(NamedTuple):
+    """One run of a call's piece: its campaign, its key (condition, K, seed) and its train.Config."""
+    campaign: str
+    key: tuple
+    cfg: train.Config
+
+
+def campaign_runs(name: str, ledger: dict, width: int = 1, root: str = "", device: str = "cpu",
+                  configs: dict | None = None) -> list[Slot]:
+    """The campaign's pending runs in its order: a k1 campaign's next round of probes (`width` a search), a grid's
+    runs not yet in its ledger. configs: a cache of the runs' train.Configs by (campaign, key)."""
+    spec, configs = SPECS[name], {} if configs is None else configs
+    if spec["kind"] == "k1":
+        keys = probes.pending_probes(k1_state(spec, ledger)[0], width)
+        make = lambda key: k1_configs(spec, [key], os.path.join(root, name), device)[0]  # noqa: E731
+    else:
+        keys = grid_pending(spec, ledger)
+        make = lambda key: grid_config(spec, key, os.path.join(root, name), device)  # noqa: E731
+    for key in keys:
+        if (name, key) not in configs:
+            configs[name, key] = make(key)
+    return [Slot(name, key, configs[name, key]) for key in keys]
+
+
+def fill(names: list[str], ledgers: dict, slots: int, root: str = "", device: str = "cpu") -> list[Slot]:
+    """The runs of the next piece: one ensemble of at most `slots` runs of one schedule (probes.schedule). The
+    schedule is the first pending run's, in the campaigns' order; the piece takes every pending run of that
+    schedule in that order (the K1* searches' next probes, a fixed grid's runs that train the same way), and where
+    slots remain, widens the open searches of that schedule (estimators.Search.pending(width): more K a search in
+    one round, the same K1* as the binary search's wherever the rule is monotone in K): the widest round that fits."""
+    configs = {}
+
+    def runs_at(width: int) -> list[Slot]:
+        return [slot for name in names for slot in campaign_runs(name, ledgers[name], width, root, device, configs)]
+
+    pending = runs_at(1)
+    if not pending:
+        return []
+    lead = probes.schedule(pending[0].cfg)
+    piece = [slot for slot in pending if probes.schedule(slot.cfg) == lead][:slots]
+    for width in range(2, slots + 1):  # spare slots: the searches of this schedule probe more K a round
+        if len(piece) == slots:
+            break
+        wider = [slot for slot in runs_at(width) if probes.schedule(slot.cfg) == lead]
+        if len(wider) > slots:
+            break
+        if len(wider) > len(piece):  # rounding can leave a width no wider than the one before
+            piece = wider
+    return piece
+
+
+def record_piece(slots: list[Slot], rows: list[list[dict]], ledgers: dict, device: str, seconds: float, piece_id: str,
+                 ledgers_dir: str):
+    """Each campaign's share of a call's piece appended to its own ledger, with the piece's whole seconds, model-steps
+    and ensembles under "shared" (the calibration's data); the ledgers saved."""
+    total = sum(slot.cfg.iters for slot in slots)
+    ensembles = len(probes.ensemble_groups([slot.cfg for slot in slots]))
+    for name in dict.fromkeys(slot.campaign for slot in slots):
+        mine = [(slot, r) for slot, r in zip(slots, rows) if slot.campaign == name]
+        spec, keys = SPECS[name], [slot.key for slot, _ in mine]
+        if spec["kind"] == "k1":
+            records = {"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(r, DENSE_KEYS)}
+                                  for (c, K, s), (_, r) in zip(keys, mine)]}
+            cost = k1_piece_cost(spec, keys)
+        else:
+            records = {"members": [{"condition": c, "K": K, "seed": s, "config": config_record(slot.cfg),
+                                    "dense": compact(runs.read_metrics(slot.cfg.out, dense=True)[1], DENSE_KEYS),
+                                    "full": compact(runs.read_metrics(slot.cfg.out)[1], METRIC_KEYS)}
+                                   for (c, K, s), (slot, _) in zip(keys, mine)]}
+            cost = grid_cost(spec, keys)
+        ledgers[name]["pieces"].append({**records, **stamp(device, seconds, sum(slot.cfg.iters for slot, _ in mine)),
+                                        "predicted": round(cost, 1),
+                                        "shared": {"id": piece_id, "ensembles": ensembles, "model_steps": total,
+                                                   "campaigns": sorted({slot.campaign for slot in slots})}})
+        save_ledger(ledgers[name], ledgers_dir)
+
+
+def pack(out: str, names: list[str], ledgers_dir: str, figures: str):
+    """out/campaign.tar.gz, written atomically: the campaigns' ledgers and figures as the repository keeps them
+    (ledgers/<name>.json, figures/<name>*), so that a call cut short returns every piece it finished."""
+    os.makedirs(out, exist_ok=True)
+    tmp = os.path.join(out, "campaign.tar.gz.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name in names:
+            path = ledger_path(name, ledgers_dir)
+            if os.path.exists(path):
+                tar.add(path, arcname=os.path.join("ledgers", os.path.basename(path)))
+            if os.path.isdir(figures):
+                for f in sorted(os.listdir(figures)):
+                    if f.startswith(name) or f.startswith(name.replace("circuits", "task_vectors")):
+                        tar.add(os.path.join(figures, f), arcname=os.path.join("figures", f))
+    os.replace(tmp, os.path.join(out, "campaign.tar.gz"))
+
+
+def check_fillable(names: list[str]):
+    for name in names:
+        if SPECS[name]["kind"] not in ("k1", "grid"):
+            raise ValueError(f"{name} is a {SPECS[name]['kind']} campaign: `campaign.py run {name}` trains it")
+
+
+def call(names: list[str], budget_min: float, device: str, root: str, jobs: int = 1, slots: int = 64,
+         max_pieces: int = 10**6, figures: str = "figures", ledgers_dir: str = LEDGERS, out: str | None = None,
+         report_seconds: float = 30) -> str:
+    """One call of several k1 and grid campaigns in one process: pieces of one filled ensemble each (fill), while the
+    next fits the time left before the budget's end less report_seconds (piece_rate on this card, else the lead
+    campaign's own rate), then the reports. After every piece the ledgers are saved and, with out, packed into
+    out/campaign.tar.gz; the reports are packed with them at the end."""
+    check_fillable(names)
+    ledgers = {name: load_ledger(name, ledgers_dir) for name in names}
+    deadline = time.time() + 60 * budget_min - report_seconds
+    if os.path.isdir(root):  # run directories of an earlier call are never reused: the ledgers are the record
+        shutil.rmtree(root)
+    if out:  # what the call starts from, should its first piece not end
+        pack(out, names, ledgers_dir, figures)
+    message, done = "", 0
+    for done in range(max_pieces):
+        piece = fill(names, ledgers, slots, root, device)
+        if not piece:
+            message = "nothing left: every run is done"
+            break
+        rate = piece_rate(ledgers, card(device)) or nominal_rate(piece[0].campaign)
+        while piece and rate.seconds(1, sum(slot.cfg.iters for slot in piece)) > deadline - time.time():
+            piece = piece[:-1]  # the runs the campaigns' order puts last wait for the next call
+        if not piece:
+            message = "the next piece does not fit the time left"
+            break
+        predicted = rate.seconds(1, sum(slot.cfg.iters for slot in piece))
+        counts = {name: sum(slot.campaign == name for slot in piece) for name in names}
+        print(f"piece {done + 1}: {len(piece)} runs ({', '.join(f'{n} {c}' for n, c in counts.items() if c)}), "
+              f"~{predicted:.0f} s predicted", flush=True)
+        t0 = time.time()
+        rows = probes.run_probes([slot.cfg for slot in piece], jobs, quiet=False)
+        seconds = time.time() - t0
+        record_piece(piece, rows, ledgers, device, seconds, f"{datetime.datetime.now().isoformat()}#{done}", ledgers_dir)
+        if out:
+            pack(out, names, ledgers_dir, figures)
+        print(f"piece {done + 1} done in {seconds:.0f} s (predicted {predicted:.0f}); "
+              f"{sum(slot.cfg.iters for slot in piece) / seconds:.0f} model-steps/s", flush=True)
+    else:
+        message = f"{max_pieces} pieces done"
+    for name in names:
+        if ledgers[name]["pieces"]:
+            report(name, figures, ledgers_dir)
+    if out:
+        pack(out, names, ledgers_dir, figures)
+    return message
 
 
 # ----------------------------------------------------------------------------- command line
@@ -455,35 +382,57 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     for command, text in (("status", "what is done and what remains"),
                           ("run", "run the next pieces that fit the budget, appending to the ledger"),
+                          ("call", "one process for several k1 and grid campaigns: pieces of one filled ensemble each"),
                           ("report", "draw the campaign's figures and JSON from its ledger")):
         p = sub.add_parser(command, help=text)
-        p.add_argument("campaign", choices=list(SPECS))
+        if command == "call":
+            p.add_argument("campaigns", nargs="+", choices=list(SPECS), metavar="campaign",
+                           help="k1 and grid campaigns, in the order their runs fill a piece")
+        else:
+            p.add_argument("campaign", choices=list(SPECS))
         p.add_argument("--ledgers", default=LEDGERS, help="where the ledgers are (default ledgers/)")
-        if command == "run":
+        if command in ("run", "call"):
             p.add_argument("--budget-min", type=float, required=True, help="minutes this call may spend, analysis included")
             p.add_argument("--root", default=None, help="scratch run directories (default runs/campaign_<name>; emptied)")
-            p.add_argument("--max-probes", type=int, default=10**6,
-                           help="k1 and grid campaigns: at most this many runs (probes, grid runs) a piece")
             p.add_argument("--max-pieces", type=int, default=10**6, help="k1 and grid campaigns: stop after this many pieces")
             cli.add_device(p)
             cli.add_jobs(p)
-        if command in ("run", "report"):
+        if command == "run":
+            p.add_argument("--max-probes", type=int, default=10**6,
+                           help="k1 and grid campaigns: at most this many runs (probes, grid runs) a piece")
+        if command == "call":
+            p.add_argument("--slots", type=int, default=64, help="models in a piece's ensemble (default 64)")
+            p.add_argument("--out", default=None, help="pack the ledgers and figures into OUT/campaign.tar.gz after "
+                           "every piece (a call cut short returns what it finished)")
+            p.add_argument("--report-seconds", type=float, default=30, help="seconds kept for the reports at the end")
+        if command in ("run", "call", "report"):
             cli.add_figures(p)
     args = parser.parse_args()
     if args.command == "status":
         print(status(args.campaign, args.ledgers))
-    elif args.command == "run":
+    elif args.command in ("run", "call"):
         if not args.budget_min > 0:
             raise ValueError(f"--budget-min must be > 0, got {args.budget_min}")
-        check_int("--max-probes", args.max_probes, 1)
         check_int("--max-pieces", args.max_pieces, 1)
         device = cli.device(args.device)
-        root = args.root or os.path.join("runs", f"campaign_{args.campaign}")
-        cli.announce(SPECS[args.campaign]["preset"], f"campaign {args.campaign}, {args.budget_min} min on {device}, "
-                     f"scratch runs in {root}", ledger_path(args.campaign, args.ledgers))
-        print(run(args.campaign, args.budget_min, device, root, args.jobs, args.max_probes, args.max_pieces, args.figures,
-                  args.ledgers))
-        print(status(args.campaign, args.ledgers))
+        names = args.campaigns if args.command == "call" else [args.campaign]
+        if args.command == "call":
+            check_fillable(names)
+        root = args.root or os.path.join("runs", f"campaign_{'_'.join(names)}")
+        cli.announce(SPECS[names[0]]["preset"], f"campaigns {', '.join(names)}, {args.budget_min} min on {device}, "
+                     f"scratch runs in {root}", ", ".join(ledger_path(name, args.ledgers) for name in names))
+        if args.command == "call":
+            check_int("--slots", args.slots, 1)
+            if not args.report_seconds >= 0:
+                raise ValueError(f"--report-seconds must be >= 0, got {args.report_seconds}")
+            print(call(names, args.budget_min, device, root, args.jobs, args.slots, args.max_pieces, args.figures,
+                       args.ledgers, args.out, args.report_seconds))
+        else:
+            check_int("--max-probes", args.max_probes, 1)
+            print(run(args.campaign, args.budget_min, device, root, args.jobs, args.max_probes, args.max_pieces,
+                      args.figures, args.ledgers))
+        for name in names:
+            print(status(name, args.ledgers))
     else:
         result = report(args.campaign, args.figures, args.ledgers)
         print(f"wrote {args.figures}/{args.campaign}.png and .json" if result else "the ledger has no piece yet")

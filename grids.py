@@ -78,7 +78,8 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
         trainer.load_member_states(members)
         for g, member in zip(gens, members):
             g.set_state(member["rng"].cpu())
-    records = [train.Record(cfg, t, start if resume else None, fastdata.predict if fast else bayes.predict)
+    shared = {}  # the held-out sets of members at one K, built once
+    records = [train.Record(cfg, t, start if resume else None, fastdata.predict if fast else bayes.predict, shared)
                for cfg, t in zip(cfgs, tasks)]
     if c0.eval_every:
         dense = [torch.stack(split) for split in zip(*(r.dense for r in records))]  # (E, n, N + 1) and chains (E, n)

@@ -61,12 +61,19 @@ def run_probe(cfg: train.Config) -> list[dict]:
     return runs.read_metrics(cfg.out, dense=True)[1]
 
 
+def schedule(cfg: train.Config) -> tuple:
+    """What the members of one ensemble share (grids.train_ensemble checks it): every setting but K, the seed, the
+    directory and the evaluation-set size that follows from K, and with task injection K too (the embedding table
+    is K x D, a shape of the batched step)."""
+    shared = tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name not in ("K", "seed", "out", "eval_train"))
+    return shared + ((("K", cfg.K),) if cfg.task_injection else ())
+
+
 def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:
-    """The probes that can train as one ensemble: one training schedule, and with task injection one K (the
-    embedding table is K x D, a shape of the batched step)."""
+    """The probes that can train as one ensemble: one schedule each, in the order of their first probe."""
     groups = {}
     for cfg in cfgs:
-        groups.setdefault((cfg.iters, cfg.prev_weight, cfg.task_injection, cfg.K if cfg.task_injection else 0), []).append(cfg)
+        groups.setdefault(schedule(cfg), []).append(cfg)
     return list(groups.values())
 
 
@@ -106,9 +113,9 @@ def new_searches(p: dict, plan: dict[str, list[int]]) -> dict[tuple[str, int], S
     return {(cond, seed): Search(p["lo"], p["hi"], p["ratio"]) for cond, seeds in plan.items() for seed in seeds}
 
 
-def pending_probes(searches: dict[tuple[str, int], Search]) -> list[Key]:
-    """The probes the searches ask for next (one round), condition-major."""
-    return [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending()]
+def pending_probes(searches: dict[tuple[str, int], Search], width: int = 1) -> list[Key]:
+    """The probes the searches ask for next (one round, `width` probes inside each open bracket), condition-major."""
+    return [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending(width)]
 
 
 def search_K1(preset: str, p: dict, root: str, jobs: int, plan: dict[str, list[int]],

@@ -231,21 +231,37 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
 class Record:
     """What one run evaluates, logs and writes, the same for the single run and every member of an ensemble
     (grids.py): its held-out data (evaluation.py), config.json, the rows of metrics.jsonl and per_chain.jsonl, and
-    model_<step>.pt. start: the step a resumed run continues from (rows logged after it are redone), None afresh."""
+    model_<step>.pt. start: the step a resumed run continues from (rows logged after it are redone), None afresh.
+    shared: a dict in which runs of one S (the same K, chains and sizes: an ensemble's seeds at one K) build their
+    held-out sets once; each set is drawn from its own seeded generator, so the shared sets are the runs' own."""
 
-    def __init__(self, cfg: Config, tasks, start: int | None, predict):
+    def __init__(self, cfg: Config, tasks, start: int | None, predict, shared: dict | None = None):
+        def once(key: tuple, make):
+            if shared is None:
+                return make()
+            if key not in shared:
+                shared[key] = make()
+            return shared[key]
+
         self.cfg = cfg
-        self.data = make_eval_data(cfg, tasks, predict=predict)  # predict: bayes.predict, or the engine's, faster
-        self.dense = make_dense_data(cfg, tasks) if cfg.eval_every else None
-        if cfg.eval_every:  # the 2-Gen predictor's loss on the same sequences, the level that defines tau_2mem (thresholds.py)
-            self.dense_2gen = nll(bayes.predict("2gen", self.dense[0], tasks.T)[:, :-1], self.dense[0]).mean().item()
-        self.scored = make_per_chain_data(cfg, tasks) if cfg.per_chain else None
+        S = (cfg.K, cfg.C, cfg.task_seed, cfg.N)
+        self.data = once(("eval", *S, cfg.eval_train, cfg.eval_gen, predict),  # predict: bayes.predict, or the engine's
+                         lambda: make_eval_data(cfg, tasks, predict=predict))
+        if cfg.eval_every:  # and the 2-Gen predictor's loss on its sequences, the level that defines tau_2mem (thresholds.py)
+            self.dense, self.dense_2gen = once(("dense", *S, cfg.eval_dense), lambda: self.dense_data(cfg, tasks))
+        self.scored = once(("per_chain", *S, cfg.per_chain, cfg.per_chain_tasks),
+                           lambda: make_per_chain_data(cfg, tasks)) if cfg.per_chain else None
         self.metrics_path, self.chain_path = (os.path.join(cfg.out, f) for f in ("metrics.jsonl", "per_chain.jsonl"))
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
             json.dump(asdict(cfg), f, indent=1)
         self.rows = rundir.rewrite_rows(self.metrics_path, -1 if start is None else start)
         if cfg.per_chain:
             rundir.rewrite_rows(self.chain_path, -1 if start is None else start)
+
+    @staticmethod
+    def dense_data(cfg: Config, tasks) -> tuple[tuple, float]:
+        dense = make_dense_data(cfg, tasks)
+        return dense, nll(bayes.predict("2gen", dense[0], tasks.T)[:, :-1], dense[0]).mean().item()
 
     def log(self, row: dict):
         self.rows.append(row)

@@ -26,6 +26,8 @@ TINY_SPECS = {
                           conditions=["control", "reweight"], Ks=[3, 6], seeds=[0, 1], **TINY_RATE),
     "tau_tiny": dict(kind="grid", report="tau", preset="quick", train=GRID_PROBE, conditions=["control"], Ks=[4],
                      seeds=[0, 1, 2], **TINY_RATE),
+    "tau_same_tiny": dict(kind="grid", report="tau", preset="quick", train=TINY_PROBE, conditions=["control"], Ks=[4],
+                          seeds=[0, 1, 2], **TINY_RATE),  # trains as k1_tiny's control probes do: one ensemble with them
     "sweep_tiny": dict(kind="grid", report="sweep", preset="quick",
                        train=dict(N=8, batch=4, iters=6, evals=2, eval_train=8, eval_gen=8, D=8),
                        conditions=["control"], Ks=[2, 4, 8], seeds=[0, 1], **TINY_RATE),

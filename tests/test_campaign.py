@@ -4,12 +4,14 @@ circuits campaigns' figures come from their ledgers alone; the grid reports comp
 a piece's cost is calibrated on the pieces measured on its card, and the pieces are sized by it."""
 import json
 import sys
+import tarfile
 import time
 
 import numpy as np
 import pytest
 
 import campaign
+import campaign_specs
 import cli
 import grids
 import k1
@@ -40,7 +42,7 @@ def _run_to_the_end(tmp_path, name: str, max_probes: int, max_pieces: int = 10**
 @pytest.fixture
 def rule_on_K(monkeypatch):
     """Searches with a known answer whatever the tiny runs learn: K1* = 4 + seed (several rounds each)."""
-    monkeypatch.setattr(campaign, "probe_generalizes", lambda record: record["K"] > 4 + record["seed"])
+    monkeypatch.setattr(campaign_specs, "probe_generalizes", lambda record: record["K"] > 4 + record["seed"])
 
 
 def test_an_interrupted_k1_campaign_equals_an_uninterrupted_one(tmp_path, rule_on_K):
@@ -264,7 +266,7 @@ def _piece(seconds: float, predicted: float, controls: int = 1, inject: tuple = 
     return {"probes": records, "card": card, "seconds": seconds, "predicted": predicted}
 
 
-def _calibration(pieces: list[dict], card: str = H100) -> campaign.Calibration:
+def _calibration(pieces: list[dict], card: str = H100) -> campaign_specs.Calibration:
     spec = campaign.SPECS["k1_paper"]
     return campaign.calibration({"pieces": pieces}, card, lambda keys: campaign.k1_ensembles(spec, keys))
 
@@ -350,3 +352,93 @@ def test_status_estimates_the_next_piece_calibrated_on_the_ledgers_card(tmp_path
     assert campaign.status("tau_tiny", ledgers).endswith("2/3 runs; next: 1 runs (~0.3 min on cpu)")
     before = campaign.status("tau_tiny", str(tmp_path / "none"))
     assert before.endswith("0/3 runs; next: 3 runs (~0.0 min at the spec's rate)")
+
+
+# ----------------------------------------------------------------------------- a call: ensembles filled across campaigns
+
+
+def _call_to_the_end(d, names: list[str], slots: int, max_pieces: int = 10**6) -> int:
+    """Calls of `campaign.py call` until one says nothing is left; returns their number."""
+    calls, message = 0, ""
+    while not message.startswith("nothing left"):
+        message = campaign.call(names, 5, "cpu", str(d / "runs"), slots=slots, max_pieces=max_pieces,
+                                figures=str(d / "figures"), ledgers_dir=str(d / "ledgers"), out=str(d / "out"),
+                                report_seconds=0)
+        calls += 1
+        assert calls < 50, message
+    return calls
+
+
+def test_a_piece_is_one_ensemble_filled_across_campaigns(tmp_path):
+    """The first pending run's schedule leads: k1_tiny's control probes (both ends of both searches), then the
+    grid that trains the same way; the injected probes (another schedule) wait; at most `slots` runs."""
+    names = ["k1_tiny", "tau_same_tiny"]
+    ledgers = {name: campaign.load_ledger(name, str(tmp_path)) for name in names}
+    piece = campaign.fill(names, ledgers, slots=64)
+    assert [(s.campaign, s.key) for s in piece] == [("k1_tiny", ("control", K, seed)) for seed in (0, 1) for K in (2, 9)] + [
+        ("tau_same_tiny", ("control", 4, seed)) for seed in (0, 1, 2)]
+    assert len({probes.schedule(s.cfg) for s in piece}) == 1
+    assert [s.key for s in campaign.fill(names, ledgers, slots=5)] == [s.key for s in piece[:5]]
+
+
+def test_spare_slots_widen_the_searches_and_the_answer_is_the_binary_searchs(tmp_path, rule_on_K):
+    """With the grid done and slots to spare, a piece probes every K the searches' brackets hold in one round:
+    the control searches end two pieces after their ends, at the lockstep binary search's K1* (4 + seed), and an
+    interrupted call (a piece a call) writes the same ledgers as one call."""
+    names = ["k1_tiny", "tau_same_tiny"]
+    one, many = tmp_path / "one", tmp_path / "many"
+    assert _call_to_the_end(one, names, slots=64) == 1
+    calls = _call_to_the_end(many, names, slots=64, max_pieces=1)
+    ledgers = {d: {n: json.load(open(d / "ledgers" / f"{n}.json")) for n in names} for d in (one, many)}
+    assert calls == len(ledgers[many]["k1_tiny"]["pieces"]) + 1
+    assert _stable(ledgers[one]["k1_tiny"]) == _stable(ledgers[many]["k1_tiny"])
+    assert ledgers[one]["tau_same_tiny"]["pieces"][0]["members"] == ledgers[many]["tau_same_tiny"]["pieces"][0]["members"]
+    pieces = ledgers[one]["k1_tiny"]["pieces"]
+    control = [p for p in pieces if any(r["condition"] == "control" for r in p["probes"])]
+    assert len(control) == 2 and len(control[1]["probes"]) == 2 * 6  # K = 3..8 of both seeds in one round
+    assert pieces[0]["shared"]["campaigns"] == names and pieces[0]["shared"]["ensembles"] == 1
+    searches, _ = campaign.k1_state(campaign.SPECS["k1_tiny"], ledgers[one]["k1_tiny"])
+    assert {k: s.result()["K1_star"] for k, s in searches.items()} == {("control", 0): 4, ("control", 1): 5, ("inject", 0): 4}
+    assert (one / "out" / "campaign.tar.gz").exists() and (one / "figures" / "k1_tiny.png").exists()
+
+
+def test_a_call_cut_short_returns_the_pieces_it_finished(tmp_path, monkeypatch):
+    """A call killed in its second piece: out/campaign.tar.gz holds the ledgers with the first."""
+    trained = probes.run_probes
+    count = [0]
+
+    def dying(*args, **kwargs):
+        count[0] += 1
+        if count[0] == 2:
+            raise KeyboardInterrupt
+        return trained(*args, **kwargs)
+
+    monkeypatch.setattr(probes, "run_probes", dying)
+    with pytest.raises(KeyboardInterrupt):
+        campaign.call(["k1_tiny"], 5, "cpu", str(tmp_path / "runs"), ledgers_dir=str(tmp_path / "ledgers"),
+                      figures=str(tmp_path / "figures"), out=str(tmp_path / "out"), report_seconds=0)
+    with tarfile.open(tmp_path / "out" / "campaign.tar.gz") as tar:
+        ledger = json.load(tar.extractfile("ledgers/k1_tiny.json"))
+    assert len(ledger["pieces"]) == 1 and len(ledger["pieces"][0]["probes"]) == 4
+
+
+@pytest.mark.parametrize("budget_min, report_seconds", [(1e-4, 0), (1, 60)])
+def test_no_piece_starts_unless_it_fits_with_the_reports(tmp_path, budget_min, report_seconds):
+    message = campaign.call(["k1_tiny"], budget_min, "cpu", str(tmp_path / "runs"), ledgers_dir=str(tmp_path / "ledgers"),
+                            figures=str(tmp_path / "figures"), report_seconds=report_seconds)
+    assert message == "the next piece does not fit the time left"
+    assert not (tmp_path / "ledgers" / "k1_tiny.json").exists()
+
+
+def test_the_piece_rate_counts_a_shared_piece_once():
+    shared = {"card": "card", "seconds": 80.0, "model_steps": 600, "predicted": 1.0, "probes": [],
+              "shared": {"id": "x", "ensembles": 1, "model_steps": 900, "campaigns": ["k1_tiny", "tau_tiny"]}}
+    own = {"card": "card", "seconds": 30.0, "model_steps": 12, "predicted": 1.0,
+           "probes": [{"condition": "control", "K": 3, "seed": 0}, {"condition": "inject", "K": 3, "seed": 0}]}
+    small = {"card": "card", "seconds": 60.0, "model_steps": 1000, "predicted": 1.0,
+             "probes": [{"condition": "control", "K": 5, "seed": 1}]}
+    other_card = {**own, "card": "other"}
+    ledgers = {"k1_tiny": {"pieces": [shared, own, small, other_card]}, "tau_tiny": {"pieces": [{**shared, "members": []}]}}
+    assert campaign.piece_rate(ledgers, "card") == campaign_specs.fit_seconds([(1, 900, 80.0), (2, 12, 30.0), (1, 1000, 60.0)])
+    assert campaign.piece_rate(ledgers, "none") is None
+

@@ -50,6 +50,18 @@ def ckpt(run_dir):
     return torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=True)
 
 
+def test_members_at_one_K_build_their_held_out_sets_once(tmp_path, monkeypatch):
+    """An ensemble's seeds at one K evaluate on one S with the same seeded sets: each set is built once per K (two
+    K here), not once per member (test_members_are_the_single_runs: still each member's single run)."""
+    built = []
+    for name in ("make_eval_data", "make_dense_data", "make_per_chain_data"):
+        real = getattr(train, name)
+        monkeypatch.setattr(train, name, lambda cfg, *a, _real=real, _name=name, **kw: built.append((_name, cfg.K)) or _real(cfg, *a, **kw))
+    grids.train_ensemble(grid(tmp_path, iters=4, eval_every=2, per_chain=2), str(tmp_path / "ckpt.pt"), quiet=True)
+    assert sorted(built) == sorted((name, K) for name in ("make_eval_data", "make_dense_data", "make_per_chain_data")
+                                   for K in (3, 5))
+
+
 def test_members_are_the_single_runs(tmp_path, same_numbers):
     cfgs = grid(tmp_path / "ens", iters=100, eval_every=25)
     rows = grids.train_ensemble(cfgs, str(tmp_path / "ens" / "ckpt_group0.pt"), quiet=True)

@@ -21,7 +21,9 @@ TRAIN_TOP = {"markov", "bayes", "transformer", "evaluation", "cli", "rundir"}
 TRAIN_ENGINE = {"train": {"ensemble"}, "main": {"grids"}}
 # the files past ~500 lines, and why a reader would accept it
 LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training, the K2_hat searches with their run-time "
-                          "estimate, and the three figures drawn from one JSON"}
+                          "estimate, and the three figures drawn from one JSON",
+        "trace.py": "Figs. 3, A2, A3 end to end: the explicit forward over Table I's edges, their importance, the phases' "
+                    "checkpoints, and the circuit graphs with the one rule that chooses their edges"}
 MAX_LINES = 500
 
 
