@@ -141,10 +141,12 @@ def train_grid(args: argparse.Namespace, cfgs: list):
     """On CUDA (or with --ensemble) the grid as ensembles of --group models, one after the other, each
     resumable from its own OUT/ckpt_group<i>.pt; otherwise as one-thread processes."""
     jobs, size = check_int("--jobs", args.jobs, 1), check_int("--group", args.group, 1)
-    for cfg in cfgs:  # one line now, not one failed process per run that exists
-        rundir.check_run_dir(cfg.out, args.resume, args.overwrite)
+    ensembles = args.ensemble or cfgs[0].device.startswith("cuda")
+    for i, cfg in enumerate(cfgs):  # one line now, not one failed process per run that exists
+        group = os.path.join(train.grid_dir(args), f"ckpt_group{i // size}.pt") if ensembles else None
+        rundir.check_run_dir(cfg.out, args.resume, args.overwrite, group)
     os.makedirs(train.grid_dir(args), exist_ok=True)
-    if not (args.ensemble or cfgs[0].device.startswith("cuda")):
+    if not ensembles:
         out = train.grid_dir(args)
         print(rundir.run_header(cfgs, f"{len(cfgs)} runs as one-thread processes, {jobs} at a time, writing {out}/K*_s*/ "
                                       f"(their output in {out}/K*_s*.log)", None), flush=True)

@@ -26,22 +26,30 @@ RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt")  # a directory holding a
 CKPT_KEYS = {"model", "optimizer", "rng", "step", "config"}  # of each model in a checkpoint
 
 
-def check_run_dir(out: str, resume: bool, overwrite: bool):
+def holds_run(out: str, ckpt: str | None = None) -> bool:
+    """Whether `out` holds a run that can be resumed: its files and a checkpoint (ckpt: the run's resumable state,
+    an ensemble's group file; out/ckpt.pt either way). A run stopped before its first checkpoint left nothing to
+    resume, and its directory is started afresh without a flag."""
+    checkpoints = [os.path.join(out, "ckpt.pt")] + ([ckpt] if ckpt else [])
+    return any(os.path.exists(c) for c in checkpoints) and any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES)
+
+
+def check_run_dir(out: str, resume: bool, overwrite: bool, ckpt: str | None = None):
     """A directory that holds a run is only written again on purpose: two runs with the same K and seed
     would otherwise truncate each other's metrics and checkpoints."""
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
-    if not (resume or overwrite) and any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES):
+    if not (resume or overwrite) and holds_run(out, ckpt):
         raise ValueError(f"{out} already holds a run: --resume continues it, --overwrite starts it afresh")
 
 
-def open_run_dir(out: str, resume: bool = False, overwrite: bool = False):
+def open_run_dir(out: str, resume: bool = False, overwrite: bool = False, ckpt: str | None = None):
     """Create `out` and lock it for this process; returns the open lock file, to be held while training.
     A one-line error now, rather than a traceback at the first evaluation, on a directory that cannot be
     written, that holds a run (unless resume or overwrite), or that another process is training in.
     flock belongs to the open file, so the OS releases it when the process dies, even by kill -9: a lock
     file left behind is no lock."""
-    check_run_dir(out, resume, overwrite)
+    check_run_dir(out, resume, overwrite, ckpt)
     try:
         os.makedirs(out, exist_ok=True)
         lock = open(os.path.join(out, ".lock"), "w")
@@ -52,7 +60,7 @@ def open_run_dir(out: str, resume: bool = False, overwrite: bool = False):
     except BlockingIOError:
         lock.close()
         raise ValueError(f"another process is training in {out} (it holds {out}/.lock)") from None
-    if overwrite:  # the old run's evaluation checkpoints would otherwise mix with the new run's
+    if overwrite or not resume:  # the old run's files (a run that never checkpointed) would otherwise mix with the new
         for name in os.listdir(out):
             if name in RUN_FILES or name == "fig2a.png" or re.fullmatch(r"model_\d+\.pt|ckpt\.pt\.tmp", name):
                 os.remove(os.path.join(out, name))
@@ -69,15 +77,17 @@ def load_data(path: str, device: str):
         if code:
             raise ValueError(f"{path} holds a pickled object ({code[1] or code[2]}), not only tensors and plain "
                              f"values: refused unread (checkpoints are loaded as data, never as code)") from None
-        what = str(e).strip().splitlines()[0][:200] if str(e).strip() else "no message"
-        raise ValueError(f"{path} is not a complete torch checkpoint ({type(e).__name__}: {what})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+        what = first.split(". ")[0].rstrip(".")  # torch's first sentence: its advice is about other files
+        raise ValueError(f"{path} is not a complete torch checkpoint, truncated or not one at all ({type(e).__name__}: "
+                         f"{what})") from None
 
 
 def load_checkpoint(path: str, cfgs: list) -> list[dict]:
     """The per-model entries of the checkpoint at `path` (a single run's, or an ensemble's list of
     them), after checking that they belong to the runs `cfgs` (train.Config)."""
     if not os.path.exists(path):
-        raise ValueError(f"--resume: no checkpoint at {path} (--overwrite starts the run afresh)")
+        raise ValueError(f"--resume: no checkpoint at {path}, nothing to resume (without --resume the run starts afresh)")
     try:
         ckpt = load_data(path, cfgs[0].device)
     except ValueError as e:
@@ -105,9 +115,9 @@ def open_runs(cfgs: list, ckpt_path: str, resume: bool, overwrite: bool) -> tupl
     """The start of a run or ensemble: (the checkpoint's member entries with resume, else None; the held
     locks of the run directories). Every check comes before anything is written."""
     for cfg in cfgs:  # before reading the checkpoint: --resume --overwrite is one error, not two
-        check_run_dir(cfg.out, resume, overwrite)
+        check_run_dir(cfg.out, resume, overwrite, ckpt_path)
     members = load_checkpoint(ckpt_path, cfgs) if resume else None
-    return members, [open_run_dir(cfg.out, resume, overwrite) for cfg in cfgs]
+    return members, [open_run_dir(cfg.out, resume, overwrite, ckpt_path) for cfg in cfgs]
 
 
 def complete(cfgs: list, members: list[dict] | None, ckpt_path: str, quiet: bool) -> bool:
@@ -162,7 +172,8 @@ def check_finite(cfg, step: int, ckpt_path: str, loss: float | None = None, weig
 def interrupted(step: int, saved: int | None, ckpt_path: str) -> KeyboardInterrupt:
     """Ctrl-C's one line (cli.run prints it, exit 130): checkpoints are written atomically, so the last one stands."""
     if saved is None:
-        return KeyboardInterrupt(f"interrupted at step {step}, before the first checkpoint; --overwrite starts afresh")
+        return KeyboardInterrupt(f"interrupted at step {step}, before the first checkpoint: nothing to resume; the same "
+                                 "command starts afresh")
     return KeyboardInterrupt(f"interrupted at step {step}; --resume continues from step {saved} ({ckpt_path})")
 
 

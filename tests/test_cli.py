@@ -216,6 +216,23 @@ def test_a_run_refuses_a_directory_holding_a_run_and_resume_or_overwrite_reuse_i
     assert same_numbers(rows, [json.loads(line) for line in metrics.splitlines()])  # the same seed, the same run
 
 
+def test_a_run_stopped_before_its_first_checkpoint_is_started_afresh_by_the_same_command(tmp_path, run):
+    """Such a directory has nothing to resume: every message says so, and the same command reuses it (its files
+    removed, not mixed in); --resume names the missing checkpoint."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 0, "left": "by a run killed in its set-up"}\n')
+    (out / "model_0000999.pt").write_text("left by that run")
+    assert_one_line_error(run("train.py", *TINY, "--out", out, "--resume"), "no checkpoint", "nothing to resume")
+    assert tiny_run(run, out).returncode == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert "left" not in rows[0] and rows[-1]["step"] == 3 and not (out / "model_0000999.pt").exists()
+    assert "before the first checkpoint: nothing to resume; the same command starts afresh" in str(
+        rundir.interrupted(0, None, str(out / "ckpt.pt")))
+    assert_one_line_error(run("train.py", *TINY, "--out", out), "already holds a run")  # now it has a checkpoint
+
+
 def test_a_grid_refuses_before_starting_any_process(tmp_path, run):
     tiny_run(run, tmp_path / "K5_s0")
     proc = run("train.py", *TINY[2:], "--K", "4,5", "--out", tmp_path)
@@ -304,15 +321,21 @@ def test_a_checkpoint_carrying_code_is_refused_unrun(tmp_path, run):
     assert not (tmp_path / "marker").exists()
 
 
-@pytest.mark.parametrize("content, words", [(b"garbage", ["not a complete torch checkpoint"]), (None, ["lacks", "model"])])
+@pytest.mark.parametrize("content, words", [("garbage", ["not a complete torch checkpoint", "Weights only load failed)"]),
+                                            ("truncated", ["truncated", "failed finding central directory)"]),
+                                            (None, ["lacks", "model"])])
 def test_resume_on_a_corrupt_checkpoint_says_what_is_wrong(tmp_path, content, words, run):
+    """One line, torch's message quoted to the end of its first sentence (not cut inside its advice)."""
     out = tmp_path / "run"
     tiny_run(run, out)
+    whole = (out / "ckpt.pt").read_bytes()
     if content is None:
         torch.save({"step": 3}, out / "ckpt.pt")
     else:
-        (out / "ckpt.pt").write_bytes(content)
-    assert_one_line_error(run("train.py", *TINY, "--out", out, "--resume"), str(out / "ckpt.pt"), *words)
+        (out / "ckpt.pt").write_bytes(b"garbage" if content == "garbage" else whole[: len(whole) // 2])
+    proc = run("train.py", *TINY, "--out", out, "--resume")
+    assert_one_line_error(proc, str(out / "ckpt.pt"), *words)
+    assert "internal miniz error" not in proc.stderr and "PyTorch 2.6" not in proc.stderr
 
 
 def tiny_config(out, **kw):
