@@ -54,6 +54,19 @@ def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 6
     return losses
 
 
+def asymptotic_levels(K: int, n_dists: int) -> dict:
+    """The N -> infinity losses of 1-Gen and 2-Gen over the chains of the n_dists task sets of K chains (seeds
+    0..n_dists - 1, the sets scaling_with_N draws from)."""
+    T = torch.cat([TaskSet.create(K, seed=d).T for d in range(n_dists)])
+    return {"1gen": asymptotic_loss_1gen(T).item(), "2gen": asymptotic_loss_2gen(T).item()}
+
+
+def summarize(per_dist: list[list[float]]) -> dict:
+    """The figure's points and error bars: the mean over task distributions and their (sample) standard deviation."""
+    x = torch.tensor(per_dist)
+    return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist() if len(per_dist) > 1 else [0.0] * x.shape[1]}
+
+
 def plot_scaling(result: dict, path: str):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, x, key, title in [
@@ -105,17 +118,12 @@ def main():
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
     vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device)
     print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
-    asymptotic_T = torch.cat([TaskSet.create(K_for_N, seed=d).T for d in range(args.dists)])
-
-    def summary(per_dist):
-        x = torch.tensor(per_dist)
-        return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist() if len(per_dist) > 1 else [0.0] * x.shape[1]}
 
     result = {
         "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": paper},
-        "K": Ks, "loss_vs_K": {name: summary(vs_K[name]) for name in PREDICTORS},
-        "N": Ns, "loss_vs_N": {name: summary(vs_N[name]) for name in PREDICTORS},
-        "asymptotic": {"1gen": asymptotic_loss_1gen(asymptotic_T).item(), "2gen": asymptotic_loss_2gen(asymptotic_T).item()},
+        "K": Ks, "loss_vs_K": {name: summarize(vs_K[name]) for name in PREDICTORS},
+        "N": Ns, "loss_vs_N": {name: summarize(vs_N[name]) for name in PREDICTORS},
+        "asymptotic": asymptotic_levels(K_for_N, args.dists),
         "seconds": round(time.time() - t0, 1),
     }
     with open(os.path.join(out, "predictor_scaling.json"), "w") as f:
