@@ -423,7 +423,7 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
         return slow
 
     monkeypatch.setattr(rundir, "time", SimpleNamespace(time=tick))
-    monkeypatch.setattr(train, "make_eval_data", costing(train.make_eval_data, 1000 / members))  # train.Record's
+    monkeypatch.setattr(train, "make_eval_data", costing(train.make_eval_data, 1000))  # once: the members share K = 3
     monkeypatch.setattr(train, "evaluate", costing(train.evaluate, 10))
     monkeypatch.setattr(train, "plot_run", costing(train.plot_run, 7))
     if members == 1:
