@@ -1,0 +1,178 @@
+"""The committed numbers recomputed by the current code: the cheap, deterministic parts of figures/*.json, each
+within seconds. A change of a constant that moves every number at once (how chains are drawn, a seed or its offset,
+an evaluation-set size, a grid, a bootstrap's draws) passes the tests of the parts and fails here.
+
+Exact where the computation is bit-for-bit the committed one (the same ops in the same order on one thread: the
+minimal model, the SA theory's Monte Carlo, the analyses of committed rows); within 1e-6 relative where the
+committed run summed in another order (torch on the 2-core VM with two threads against one here, or another BLAS
+inside scipy's fits): float32 reductions differ there by ~2e-7, a wrong seed or constant by 1e-3 or more.
+"""
+import argparse
+import json
+import math
+import os
+from dataclasses import asdict, replace
+
+import numpy as np
+import pytest
+import torch
+
+import evaluation
+import fastdata
+import k2
+import mem_minimal as mm
+import predictor_scaling
+import train
+from bayes import PREDICTORS
+from estimators import epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
+from markov import task_source
+from sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
+from thresholds import corrected, finite_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def committed(name: str) -> dict:
+    with open(os.path.join(ROOT, "figures", name)) as f:
+        return json.load(f)
+
+
+def as_json(value):
+    """A result as its JSON file holds it: None for an unbounded value, string keys."""
+    return json.loads(json.dumps(finite_json(value)))
+
+
+# ----------------------------------------------------------------------------- Fig. 2a: a run's first evaluations
+
+
+@pytest.mark.parametrize("K", [16, 64, 256, 1024])
+def test_fig2a_runs_are_the_command_lines_config(K):
+    """Each Fig. 2a JSON's config is what its command (`python train.py --K <K>` on a CPU) makes today: the quick
+    preset's sizes and the Config's defaults (an evaluation set, a learning rate, a seed) are the committed ones."""
+    d = committed(f"fig2a_K{K}.json")
+    assert d["command"] == f"python train.py --K {K}"
+    cfg = train.make_config(argparse.Namespace(K=K, seed=0, preset="quick", device="cpu"))  # a CPU's defaults
+    assert asdict(cfg) == d["config"]
+
+
+def test_fig2a_K256_first_steps_are_the_committed_run(tmp_path, same_numbers):
+    """`python train.py --K 256` (quick, CPU, the speed block's fastdata.predict) for one step: the evaluations at
+    steps 0 and 1 - the chains of S, both held-out sets and the four predictors' levels on them, the initial
+    weights, the first batch and AdamW's first update, and every loss, divergence and readout taken there - are the
+    committed run's first two rows. (AdamW's first update is lr times the gradient's sign: its betas and weight
+    decay move the second step's rows by less than the tolerance; the config test pins them.)"""
+    d = committed("fig2a_K256.json")
+    cfg = train.Config(**{**d["config"], "iters": 1, "evals": 1, "out": str(tmp_path / "run")})
+    rows = train.train(cfg, quiet=True)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert same_numbers(rows, d["rows"][:2])
+
+
+@pytest.mark.parametrize("K", [16, 64, 1024])
+def test_fig2a_step_0_at_every_K(K, same_numbers):
+    """The other Fig. 2a runs at step 0, built as train.py builds them (its Config, task_source, init_model,
+    evaluation.make_eval_data with the CPU's predictors), without training."""
+    d = committed(f"fig2a_K{K}.json")
+    cfg = train.Config(**d["config"])
+    tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed)
+    data = evaluation.make_eval_data(cfg, tasks, predict=fastdata.predict)
+    row = {"step": 0, **evaluation.evaluate(train.init_model(cfg, torch.device("cpu")), data)}
+    assert same_numbers(row, d["rows"][0])
+
+
+# ----------------------------------------------------------------------------- the appendix's predictor scaling
+
+
+def test_predictor_scaling_at_small_K_and_the_asymptotes():
+    """predictor_scaling.json's losses against K for K = 1..16 (S nested, the first 16 chains of each of the 8 task
+    sets; the draws of a K come after those of the smaller K, so a prefix of the K list draws the same sequences)
+    and the N -> infinity levels of 1-Gen and 2-Gen over the 8 task sets at K = 128."""
+    d = committed("predictor_scaling.json")
+    cfg = d["config"]
+    Ks = d["K"][:5]
+    assert Ks == [1, 2, 4, 8, 16]
+    losses = predictor_scaling.scaling_with_K(Ks, cfg["N_for_K"], cfg["dists"], cfg["seqs_per_K"], "cpu")
+    for name in PREDICTORS:
+        got, want = predictor_scaling.summarize(losses[name]), d["loss_vs_K"][name]
+        assert got["mean"] == pytest.approx(want["mean"][:5], rel=1e-6), name
+        assert got["std"] == pytest.approx(want["std"][:5], rel=1e-4), name  # a difference of near values
+    assert predictor_scaling.asymptotic_levels(cfg["K_for_N"], cfg["dists"]) == d["asymptotic"]
+
+
+# ----------------------------------------------------------------------------- the SA theory (Fig. 6a)
+
+
+def test_sa_theory_F_d_I_and_the_predicted_rates():
+    """F_d (d = 1..20) and I by Monte Carlo over the committed 200,000 chains (seed 0): the same draws, the same
+    numbers to float64 rounding (the chains' matrix powers sum in another order on one thread); F_1's closed form;
+    and the early rates at the paper's and the plateau's mixture weights."""
+    d = committed("sa_scaling.json")
+    assert F_d(20, 200_000) == pytest.approx(d["F_d"], rel=1e-12) and d["F1_mc"] == d["F_d"][0]
+    assert F1_exact() == d["F1_exact"] == 9 / 110  # (C - 1) / (C^2 + C), C = 10
+    I = I_coefficient(200_000)
+    assert I == pytest.approx(d["I"], rel=1e-12)
+    rates = d["rates"]["predicted"]
+    w = d["rates"]["w_plateau"]  # w_A..w_D
+    assert predicted_rates(64, I) == rates["paper (w_B = w_C = 1/3)"]
+    assert predicted_rates(64, I, w_B=w[1], w_C=w[2]) == rates["at w_plateau"]
+
+
+# ----------------------------------------------------------------------------- Fig. 8d-e: the minimal model
+
+
+def test_mem_minimal_heat_map_corner_is_the_committed_run():
+    """The heat map's cell D_phi = 2, K = 4 (1500 steps): the task set, the model's draws, the batches, AdamW, the
+    criterion's tail window and the held-out sets (their own generator) give the committed numbers bit for bit."""
+    d = committed("mem_minimal.json")
+    H = d["heatmap"]
+    assert (H["D_phi"][0], H["K"][0]) == (2, 4)
+    out = mm.train_mem(replace(mm.MemRun(**d["config"]), K=4, D_phi=2))
+    assert (out["train_minus_2gen"], out["gen_minus_2gen"], out["criterion"]) == (
+        H["train_minus_2gen"][0][0], H["gen_minus_2gen"][0][0], H["criterion"][0][0])
+
+
+# ----------------------------------------------------------------------------- Fig. 8a-b, A10: the K2* analyses
+
+
+K2_SWEEPS = ["k2.json", "k2_width32_3000.json", "k2_width32_5000.json", "k2_width256_4000.json"]
+
+
+@pytest.mark.parametrize("name", K2_SWEEPS)
+def test_k2_sweep_memorized_fractions_asymptotes_and_epsilon(name):
+    """From each k2 sweep's own per-run rows: the null-corrected fractions, their sigmoid asymptotes, Fig. 8b's
+    zero crossings through the seeds' means and medians, and epsilon from the K = inf models' scores (stored
+    rounded to 5 decimals: within 1e-6)."""
+    d = committed(name)
+    Ks, curves = d["K"], d["memorized_curves"]
+    A = {}
+    for K in Ks:
+        for c in curves[str(K)] if "fraction_raw" in curves[str(K)][0] else []:  # written before the null: no raw
+            assert corrected(c["fraction_raw"], c["false_positive"]) == pytest.approx(c["fraction"], rel=1e-12, abs=1e-15)
+        A[K] = [fit_sigmoid(c["step"], c["fraction"])["A"] for c in curves[str(K)]]
+        assert A[K] == pytest.approx(d["memorized_asymptote"][str(K)], rel=1e-6, abs=1e-9), K
+    for key, average in (("memorized_zero", np.mean), ("memorized_zero_median", np.median)):
+        assert extrapolate_zero(Ks, [float(average(A[K])) for K in Ks]) == pytest.approx(d[key], rel=1e-6), key
+    eps, n = d["epsilon"], d["epsilon"]["chains"]
+    scores = [eps["scores"][i * n:(i + 1) * n] for i in range(len(eps["per_model"]))]
+    assert epsilon_calibration(scores)["value"] == pytest.approx(eps["value"], abs=1e-6)
+
+
+def test_k2_quick_divergence_fit_and_medians(same_numbers):
+    """Fig. 8a of the quick sweep (README: K2* = 87, 95 % [37, open), gamma = 6.4) refitted from the committed
+    Delta tau and censoring bounds: the same grid, the same bootstrap draws, the same numbers; and each K's median
+    with its interval."""
+    d = committed("k2.json")
+    Ks = [K for K in d["K"] if d["delta_tau"][str(K)]]
+    fit, offset = k2.divergence_fits(Ks, [d["delta_tau"][str(K)] for K in Ks], [d["censored_after"][str(K)] for K in Ks])
+    for mine, theirs in ((fit, d["fit"]), (offset, d["fit_offset"])):
+        assert same_numbers({k: v for k, v in as_json(mine).items() if k in theirs}, theirs, rel=1e-9)
+    assert as_json({K: median_ci(d["delta_tau"][str(K)]) for K in Ks}) == {str(K): d["median"][str(K)] for K in Ks}
+
+
+@pytest.mark.parametrize("name", ["dtau_paper_h100.json", "k2_width8_6000_wall.json"])
+def test_dtau_tables_from_their_runs(name, tmp_path, capsys, same_numbers):
+    """`python k2.py dtau figures/<name> --json OUT`: the per-K medians, the divergence fits and the line through
+    the medians (its bootstrap included) redone from the JSON's own per-run rows equal the committed ones."""
+    out = tmp_path / name
+    k2.dtau(argparse.Namespace(root=os.path.join(ROOT, "figures", name), json=str(out)))
+    assert same_numbers(json.loads(out.read_text()), committed(name))
