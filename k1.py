@@ -15,6 +15,7 @@ previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injectio
 
     python k1.py search                    # quick preset on the CPU: figures/k1.png and .json
     python k1.py search --print-commands   # the paper preset's runs, one command line each
+    python k1.py search --replot           # redraw figures/k1.png from figures/k1.json
     python k1.py grid --K 45,64,96         # probes on a fixed (condition, K, seed) grid, no search
     python k1.py summary bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
 
@@ -88,10 +89,12 @@ def plot_k1(result: dict, path: str):
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
     colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
+    drawn = []  # the conditions with a seed whose K1* is known (the others have no K - K1* to draw against)
     for cond in result["K1_star"]:
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
             if K1[cond, seed] is None:
                 continue
+            drawn += [cond] * (cond not in drawn)
             rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
             x = [r["K"] - K1[cond, seed] for r in rs]
             style = dict(color=colors[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)
@@ -106,9 +109,10 @@ def plot_k1(result: dict, path: str):
         ax.set_ylabel(label)
     axes[0].set_title("Fig. 7a: the induction head appears above K1*")
     axes[1].set_title("Fig. A9: generalization loss drops above K1*")
-    for cond in result["K1_star"]:
+    for cond in drawn:
         axes[0].plot([], [], color=colors[cond], label=cond)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, title=" ".join(f"{c}: no K1* in range" for c in result["K1_star"] if c not in drawn) or None,
+                   title_fontsize=7)
     draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
     lo, hi = result["search"]["lo"], result["search"]["hi"]
     for i, cond in enumerate(result["K1_star"]):
@@ -133,7 +137,7 @@ def plot_k1(result: dict, path: str):
     axes[3].set_ylabel("K1* (largest K without 2-Gen)")
     axes[3].set_title("Fig. 7c: K1* per seed and condition (bar: median)")
     fig.suptitle(f"K1*: binary search per seed, rule max phi_beta(2) > {result['phi_star']} within {result['iters']} steps "
-                 f"(preset {result['preset']}, N = {result['N']})", fontsize=10)
+                 f"(preset {result['preset']}, N = {result['N']})", fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -159,6 +163,12 @@ def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
 
 
 def k1(args):
+    if getattr(args, "replot", False):  # Figs. 7a-c, A9 from the JSON a search wrote
+        path = os.path.join(args.figures, "k1.json")
+        result = cli.read_json(path, ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search")
+        plot_k1(result, os.path.join(args.figures, "k1.png"))
+        print(f"wrote {args.figures}/k1.png from {path}")
+        return
     preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
@@ -356,6 +366,7 @@ def main():
     cli.add_seeds(p, None, "seeds of each perturbation (default: quick 0-1, paper 0-3)", "--perturbed-seeds")
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
+    p.add_argument("--replot", action="store_true", help="only redraw FIGURES/k1.png from FIGURES/k1.json")
     p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
     cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
     p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")

@@ -1,4 +1,5 @@
 """thresholds.py and estimators.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
+import argparse
 import json
 import os
 
@@ -10,6 +11,8 @@ import thresholds
 from estimators import Search
 from stand_ins import search_threshold
 from thresholds import PHI_STAR, max_phi_beta, tau_2gen
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("true_K1", [16, 17, 40, 93, 94, 127])
@@ -218,3 +221,20 @@ def test_grid_brackets_of_K1_star_per_seed():
     assert k1.grid_brackets(table) == {0: [32, 64], 1: [None, 16], 2: [64, 32], 3: [128, None]}
     table[64] = {"seed": [1, 2, 3], "max_phi_beta": [0.7, 0.3, 0.3]}  # seed 0 not trained at K = 64 yet
     assert k1.grid_brackets(table)[0] == [32, 128]
+
+
+def test_k1_replot_draws_the_committed_json_with_a_legend_of_what_is_drawn(tmp_path, monkeypatch, capsys):
+    """k1.py search --replot redraws figures/k1.png from its JSON, which it leaves as it was; Fig. 7a's legend names
+    the conditions that have curves (injection's K1* is above the searched range for every seed: no curve) and says
+    which have none."""
+    committed = os.path.join(ROOT, "figures", "k1.json")
+    (tmp_path / "k1.json").write_bytes(open(committed, "rb").read())
+    figures = []
+    monkeypatch.setattr(k1.plt, "close", figures.append)
+    k1.k1(argparse.Namespace(replot=True, figures=str(tmp_path)))
+    assert (tmp_path / "k1.json").read_bytes() == open(committed, "rb").read() and (tmp_path / "k1.png").exists()
+    legend = figures[0].axes[0].get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "inject" not in labels and {"control", "reweight"} <= set(labels)
+    assert legend.get_title().get_text() == "inject: no K1* in range"
+    assert "wrote" in capsys.readouterr().out
