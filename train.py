@@ -9,6 +9,7 @@
     python train.py --K inf --per-chain 64      # K = infinity, with the per-chain memorization scores
     python train.py --K 64,80,94 --seeds 0-15 --out runs/k1   # a (K, seed) grid, one run directory per model
     python train.py --sweep                     # Fig. 2b/2c: the preset's K grid, then heat maps
+    python train.py --replot figures/fig2a_K256.json   # redraw a run's Fig. 2a from its rows
 
 This file is one run, top to bottom: the Config and its presets, the data, the model and its optimizer, the
 training step on the page (`train`), what a run evaluates and writes (`Record`) and the loop (`loop`), which the
@@ -351,12 +352,14 @@ def plot_run(rows: list[dict], cfg: Config, path: str):
         axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=COLORS[name], label=LABELS[name])
     axes[2].set_yscale("log")
     axes[2].set_title("divergence D(predictor, model)")
+    axes[2].set_ylabel("D (nats)")
     legend_below(axes[2])
     for key, label, style in (("phi_delta_1", "phi_delta (1)", "tab:purple"), ("phi_beta_2", "phi_beta (2)", "tab:blue"),
                               ("n_A_1", "n_A (1) / N", "tab:gray"), ("n_A_2", "n_A (2) / N", "k")):
         scale = cfg.N if key.startswith("n_A") else 1
         axes[3].plot(steps, [r[key] / scale for r in rows], color=style, label=label)
     axes[3].set_title("mechanistic readouts")
+    axes[3].set_ylabel("order parameter, n_A / N")
     legend_below(axes[3])
     for ax in axes:
         ax.set_xscale("symlog", linthresh=1, linscale=0.3)  # log-spaced steps, with step 0 at x = 0 (not on top of step 1)
@@ -448,7 +451,16 @@ def main():
                         help="Fig. 2b/2c: train the grid (default: the preset's Ks) in OUT (default runs/sweep), "
                              "then draw FIGURES/fig2bc.png")
     parser.add_argument("--plot-sweep", action="store_true", help="only draw the Fig. 2b/2c heat maps from the runs in OUT")
+    parser.add_argument("--replot", metavar="JSON", help="only redraw a run's Fig. 2a from a JSON of its config and "
+                        "full evaluation rows (figures/fig2a_K*.json), as a PNG beside it")
     args = parser.parse_args()
+    if args.replot:
+        saved = cli.read_json(args.replot, ("config", "rows"), "a run's metrics (see figures/fig2a_K256.json)")
+        cfg = Config(**{f.name: saved["config"][f.name] for f in fields(Config) if f.name in saved["config"]})
+        path = os.path.splitext(args.replot)[0] + ".png"
+        plot_run([r for r in saved["rows"] if not r.get("dense")], cfg, path)
+        print(f"wrote {path} from {args.replot}")
+        return
     cli.set_threads(args.threads)
     cfgs = make_configs(args)  # one per (K, seed) of --K and --seeds
     if len(cfgs) == 1 and not (args.sweep or args.plot_sweep or args.print_commands):

@@ -233,6 +233,15 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_afresh_by_the_same
     assert_one_line_error(run("train.py", *TINY, "--out", out), "already holds a run")  # now it has a checkpoint
 
 
+def test_replot_redraws_a_runs_fig2a_from_its_json(tmp_path, run):
+    (tmp_path / "fig2a_K16.json").write_bytes(open(os.path.join(ROOT, "figures", "fig2a_K16.json"), "rb").read())
+    proc = run("train.py", "--replot", tmp_path / "fig2a_K16.json")
+    assert proc.returncode == 0 and (tmp_path / "fig2a_K16.png").exists() and "wrote" in proc.stdout
+    (tmp_path / "bad.json").write_text('{"rows": []}')
+    assert_one_line_error(run("train.py", "--replot", tmp_path / "bad.json"), "lacks config")
+    assert not (tmp_path / "bad.png").exists()
+
+
 def test_a_grid_refuses_before_starting_any_process(tmp_path, run):
     tiny_run(run, tmp_path / "K5_s0")
     proc = run("train.py", *TINY[2:], "--K", "4,5", "--out", tmp_path)
