@@ -297,9 +297,11 @@ def sigmoid(t, A, log_t0, width):
     return A / (1 + np.exp(-(np.log(t) - log_t0) / width))
 
 
-def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
+def fit_sigmoid(steps: list[int], fraction: list[float], maxfev: int = 20_000) -> dict:
     """The asymptote A of `sigmoid` fitted to a memorized-fraction curve (steps > 0), A in [0, 1]; a curve that
-    never rises above 0 (a null-corrected fraction can sit just below it) has A = 0."""
+    never rises above 0 (a null-corrected fraction can sit just below it) has A = 0. A fit that has not converged
+    after maxfev evaluations (a curve that rises only in its last points can need thousands) has A = None and
+    says why: no asymptote, rather than scipy's last guess or an error that ends the analysis of every run."""
     t, f = np.asarray(steps, float), np.asarray(fraction, float)
     t, f = t[t > 0], f[t > 0]
     if f.max() <= 0:
@@ -307,8 +309,12 @@ def fit_sigmoid(steps: list[int], fraction: list[float]) -> dict:
     half = t[np.argmax(f >= f.max() / 2)]
     with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used
         warnings.simplefilter("ignore", OptimizeWarning)
-        params, _ = curve_fit(sigmoid, t, f, p0=[f.max(), math.log(half), 0.5],
-                              bounds=([0, math.log(t.min()) - 5, 0.01], [1, math.log(t.max()) + 10, 10]), maxfev=20_000)
+        try:
+            params, _ = curve_fit(sigmoid, t, f, p0=[f.max(), math.log(half), 0.5],
+                                  bounds=([0, math.log(t.min()) - 5, 0.01], [1, math.log(t.max()) + 10, 10]),
+                                  maxfev=maxfev)
+        except RuntimeError as e:  # scipy's "Optimal parameters not found: ..."
+            return {"A": None, "log_t0": None, "width": None, "why": f"the sigmoid fit did not converge: {e}"}
     return {"A": float(params[0]), "log_t0": float(params[1]), "width": float(params[2])}
 
 

@@ -107,13 +107,20 @@ def _null_job(job: tuple[str, int]) -> list[dict]:
     return null_scores(*job)
 
 
+def converged(asymptotes: list[float | None]) -> list[float]:
+    """The sigmoid asymptotes of the seeds whose fit converged (fit_sigmoid's A, None where it did not)."""
+    return [a for a in asymptotes if a is not None]
+
+
 def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dict:
     """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs, and the
     memorized fractions corrected by each model's fresh-chain null, with their sigmoid asymptotes (and beside them
     the raw fractions, the null's false-positive rates and the chain-specific advantage), from the runs' metrics.
     delta_tau[K] holds the seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps
     it spent there); a seed that never formed the induction head or memorized first is left out of it (its
-    status is in runs)."""
+    status is in runs). A memorized fraction whose sigmoid fit did not converge has no asymptote (None, its run's
+    "memorized_asymptote_why" says why; memorized_not_converged[K] lists such seeds), and the zero crossings go
+    through the seeds that have one."""
     finite = [c for c in cfgs if c.K != math.inf]
     eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
     nulls = cli.parallel_map(_null_job, [(c.out, null_chains) for c in finite], jobs, progress="fresh-chain scores")
@@ -131,9 +138,11 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
         fraction = corrected(raw, false)
         eps_null = null_epsilon(null)
         specific = corrected(memorized_fraction(chain_rows, eps_null)[1], [NULL_ALPHA] * len(steps))
-        A = fit_sigmoid(steps, fraction)["A"]
+        sigmoid = fit_sigmoid(steps, fraction)  # A None: the fit did not converge (its "why" goes to the run's row)
+        A = sigmoid["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
+                     **({"memorized_asymptote_why": sigmoid["why"]} if A is None else {}),
                      "memorized_final_raw": raw[-1], "false_positive_final": false[-1], "specific_final": specific[-1],
                      "epsilon_null_final": eps_null[-1],
                      # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
@@ -146,13 +155,16 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
     fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
 
-    def zero(values: dict, average) -> float | None:
-        return extrapolate_zero(Ks, [float(average(values[K])) for K in Ks])
+    def zero(values: dict, average) -> float | None:  # over the seeds whose sigmoid converged, at the K with any
+        fitted = [K for K in Ks if converged(values[K])]
+        return extrapolate_zero(fitted, [float(average(converged(values[K]))) for K in fitted])
 
     return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
             "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit,
             "fit_offset": fit_offset, "epsilon": eps, "null": {"alpha": NULL_ALPHA, "chains": null_chains},
             "memorized_asymptote": asymptote, "memorized_zero": zero(asymptote, np.mean),
+            "memorized_not_converged": {K: [r["seed"] for r in runs if r["K"] == K and r["memorized_asymptote"] is None]
+                                        for K in Ks},
             # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
             "memorized_zero_median": zero(asymptote, np.median),
             "memorized_curves": curves, "runs": runs}
@@ -242,18 +254,22 @@ def plot_k2(result: dict, path: str):
 
         eps = result["epsilon"]
         null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
-        means = [float(np.mean(asymptote[K])) for K in Ks]
-        ax8b.errorbar(Ks, means, yerr=[float(np.std(asymptote[K])) for K in Ks], fmt="ko-", capsize=3)
+        fitted = {K: converged(asymptote[K]) for K in Ks}  # the seeds whose sigmoid fit converged
+        shown = [K for K in Ks if fitted[K]]
+        means = [float(np.mean(fitted[K])) for K in shown]
+        ax8b.errorbar(shown, means, yerr=[float(np.std(fitted[K])) for K in shown], fmt="ko-", capsize=3)
         zero = result["memorized_zero"]
         if zero is not None:
             top = int(np.argmax(means))
-            ax8b.plot([Ks[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
+            ax8b.plot([shown[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
             ax8b.legend()
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
         ax8b.set_ylabel("memorized fraction at convergence\n(sigmoid asymptote)")
-        ax8b.set_title("Fig. 8b: fraction of chains memorized")
+        failed = sum(len(asymptote[K]) - len(fitted[K]) for K in Ks)
+        ax8b.set_title("Fig. 8b: fraction of chains memorized"
+                       + (f"\n{failed} seed(s) left out: the sigmoid fit did not converge" if failed else ""))
         for ax in (ax8a, ax8b):  # one tick per K: a log-2 axis alone labels only its powers of 2
             ax.set_xticks(Ks, [str(K) for K in Ks])
 
@@ -393,7 +409,9 @@ def k2(args):
     fit = result["fit"]
     for K in result["K"]:
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
-              f"{[round(a, 3) for a in result['memorized_asymptote'][K]]}")
+              f"{[a if a is None else round(a, 3) for a in result['memorized_asymptote'][K]]}"
+              + (f" (seeds {result['memorized_not_converged'][K]}: the sigmoid fit did not converge)"
+                 if result["memorized_not_converged"][K] else ""))
     for name, f in (("fit", fit), ("fit with the linear offset", result["fit_offset"])):
         print(f"{name}: K2* = {f['K2_star']} ({f['K2_star_ci']}), gamma = {f['gamma']} ({f['gamma_ci']}); nominal 95 % "
               f"bootstrap intervals over {f.get('seeds')} seeds per K"

@@ -112,6 +112,21 @@ def test_a_saturated_curve_has_asymptote_one_and_step_zero_is_left_out():
     assert with_zero["A"] == pytest.approx(1.0, abs=1e-6) and with_zero == pytest.approx(without, rel=1e-9)
 
 
+# a memorized fraction that rises only in its last point, with a trace of memorization just before: its sigmoid fit
+# takes scipy 4832 evaluations to converge (A = 0.669); with fewer allowed it gives up
+SLOW_STEPS = [0, 2, 3, 5, 8, 13, 22, 38, 63, 106, 178, 300, 503, 845, 1418, 2382, 4000]
+SLOW_CURVE = [0.0] * 14 + [2e-5, 7e-5, 0.28]
+
+
+def test_a_sigmoid_fit_that_does_not_converge_has_no_asymptote_and_says_why():
+    """scipy's curve fit raises when it runs out of evaluations; fit_sigmoid reports it (A None, and why) rather than
+    ending the analysis of every run, and converges on the same curve when allowed the evaluations it needs."""
+    gave_up = fit_sigmoid(SLOW_STEPS, SLOW_CURVE, maxfev=1000)
+    assert gave_up["A"] is None and gave_up["log_t0"] is None
+    assert gave_up["why"].startswith("the sigmoid fit did not converge") and "function evaluations" in gave_up["why"]
+    assert fit_sigmoid(SLOW_STEPS, SLOW_CURVE)["A"] == pytest.approx(0.669, abs=1e-3)  # the default 20,000 suffice
+
+
 # ----------------------------------------------------------------------------- medians and their intervals (Fig. 8a)
 
 
