@@ -19,15 +19,16 @@ import torch
 
 import evaluation
 import fastdata
+import k1
 import k2
 import mem_minimal as mm
 import predictor_scaling
 import train
 from bayes import PREDICTORS
-from estimators import epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
+from estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
 from markov import task_source
 from sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
-from thresholds import corrected, finite_json
+from thresholds import PHI_STAR, corrected, finite_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -131,6 +132,25 @@ def test_mem_minimal_heat_map_corner_is_the_committed_run():
         H["train_minus_2gen"][0][0], H["gen_minus_2gen"][0][0], H["criterion"][0][0])
 
 
+@pytest.mark.parametrize("name", ["mem_minimal.json", "mem_depths_6000.json"])
+def test_mem_minimal_K2_hat_searches_replayed_from_their_criteria(name):
+    """Fig. 8f: each K2_hat search replayed with its recorded criteria (the training it would do answered from its
+    history): the same Ks asked in the same order, the same interpolated zero crossing; and the table of K2_hat
+    per (l1, l2), D_phi and seed built from those searches (k2_searches, nothing left to train) is the committed
+    one (README: K2_hat 10.7-21.2 at 1500 steps)."""
+    d = committed(name)
+    base = mm.MemRun(**d["config"])
+    for search in d["searches"]:
+        criteria = dict(search["history"])
+        K2, history = mm.bisect_K(mm.MemRun(**search["run"]), *mm.PRESETS["quick"]["K_range"], lambda run: criteria[run.K])
+        assert (K2, [list(h) for h in history]) == (search["K2_hat"], search["history"])
+    seeds = sorted({s["run"]["seed"] for s in d["searches"]})
+    D_phis = sorted({s["run"]["D_phi"] for s in d["searches"]})
+    depths = [tuple(int(v) for v in key.split(",")) for key in d["K2_hat"]]
+    table = mm.k2_searches(base, depths, D_phis, seeds, mm.PRESETS["quick"]["K_range"], jobs=1, done=d["searches"])
+    assert table["K2_hat"] == d["K2_hat"]
+
+
 # ----------------------------------------------------------------------------- Fig. 8a-b, A10: the K2* analyses
 
 
@@ -176,3 +196,47 @@ def test_dtau_tables_from_their_runs(name, tmp_path, capsys, same_numbers):
     out = tmp_path / name
     k2.dtau(argparse.Namespace(root=os.path.join(ROOT, "figures", name), json=str(out)))
     assert same_numbers(json.loads(out.read_text()), committed(name))
+
+
+# ----------------------------------------------------------------------------- Figs. 7a-c, A9: K1*
+
+
+def test_k1_searches_replayed_from_their_probes():
+    """k1.json's K1* per condition and seed, replayed: each seed's binary search (the preset's lo, hi, ratio) asks
+    for its probes round by round, each answered by whether that probe's max phi_beta(2) exceeded phi_beta* =
+    0.45; where it stops, its K1*, bound and smallest generalizing K are the committed ones, and every probe it
+    asked for is one the JSON holds."""
+    d = committed("k1.json")
+    assert d["phi_star"] == PHI_STAR
+    up = {(r["condition"], r["seed"], r["K"]): r["max_phi_beta"] > PHI_STAR for r in d["runs"]}
+    asked = set()
+    for condition, seeds in d["seeds"].items():
+        for i, seed in enumerate(seeds):
+            search = Search(d["search"]["lo"], d["search"]["hi"], d["search"]["ratio"])
+            while todo := search.pending():
+                for K in todo:
+                    search.record(K, up[condition, seed, K])
+                    asked.add((condition, seed, K))
+            result = search.result()
+            assert (result["K1_star"], result["bound"], result["above"]) == (
+                d["K1_star"][condition][i], d["bounds"][condition][i], d["above"][condition][i]), (condition, seed)
+    assert asked == set(up)
+
+
+def test_k1_grid_h100_from_its_bench_summary(tmp_path, monkeypatch, capsys):
+    """`python k1.py grid bench/results/2026-11-26_h100_k1_grid_d.json --name k1_grid_h100`: the table of Fig. 7a
+    (max phi_beta(2), L_gen, the heads per K; README: the head in 0, 1, 4, 4, 4 of 4 seeds) is the committed one."""
+    d = committed("k1_grid_h100.json")
+    monkeypatch.chdir(ROOT)  # the command as run from the repository's root
+    k1.grid(argparse.Namespace(json=d["source"], figures=str(tmp_path), name="k1_grid_h100"))
+    assert json.loads((tmp_path / "k1_grid_h100.json").read_text()) == d
+    assert [row["heads"] for row in d["K"].values()] == [0, 1, 4, 4, 4]
+
+
+def test_k1_grid_w01_tables_and_brackets_from_its_runs():
+    """k1_grid_w0.1.json's per-K tables (min_t L_gen, heads) and each seed's K1* bracket, from its own runs."""
+    d = committed("k1_grid_w0.1.json")
+    for condition in d["table"]:
+        table = k1.grid_table([dict(r, gen_loss=r["min_gen_loss"]) for r in d["runs"] if r["condition"] == condition])
+        assert as_json(table) == d["table"][condition]
+        assert as_json(k1.grid_brackets(table)) == d["brackets"][condition]
