@@ -1,0 +1,761 @@
+"""Every number in the README's gallery and in RESULTS.md's result tables, recomputed from the committed file it
+comes from (figures/*.json, ledgers/, bench/results/), so that a quoted number and its file cannot drift apart.
+
+The numbers are read out of the text, not copied here: `numbers` takes every decimal number of a gallery row's
+"ours" part (after the " / ") or of a table row, once the names that carry digits are set aside (A1, MLP2's, K1*,
+2-Gen, phi_beta(2), 5-NN, dates). Each row's list must equal, in order, the list computed below from its file and
+formatted as the text quotes it (its digits, its sign), so a number changed by one unit in its last digit, a
+number added without its computation, or a file whose numbers move, fails. Where a table's header or first cell
+picks what is shown (which K, which steps), the spec reads that choice from the text and recomputes the rest.
+"""
+import json
+import math
+import os
+import re
+import statistics
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import sa_analysis
+import trace
+from bayes import PREDICTORS
+from estimators import censored_median, fit_sigmoid, median_ci, median_coverage, median_rank
+from thresholds import NULL_ALPHA, PHI_STAR
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+NOT_QUANTITIES = (
+    r"\d{4}-\d{2}-\d{2}",             # dates
+    r"\b[12]-(?:Gen|Mem)\b",          # the predictors
+    r"\b\d+-(?:NN|point)\b",          # 5-NN, 1-point statistics
+    r"\blag-\d+\b",
+    r"[A-Za-z_]+\d+[\w*']*",          # A1, MLP2's, Att2K, K1*, K2_hat, F_1, log2, H100
+    r"(?<=[A-Za-z_])\(\d\)",          # phi_beta(2), n_A(1)
+)
+NUMBER = re.compile(r"[+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[+−]?\d+(?:\.\d+)?")
+
+
+def numbers(text: str) -> list[str]:
+    """The quoted numbers of a piece of text, as written (sign and digits), in order."""
+    for pattern in NOT_QUANTITIES:
+        text = re.sub(pattern, " ", text)
+    return NUMBER.findall(text)
+
+
+def test_numbers_reads_quantities_and_not_names():
+    assert numbers("A2(MLP1)→MLP2 0.385; 2-Gen's phi_beta(2) −0.030 at step 1131, ×1.11–1.25, 12,000 steps, "
+                   "K1* = 32 (2026-11-27, H100), 5-NN 0.47, t<sup>0.85</sup>") == [
+        "0.385", "−0.030", "1131", "1.11", "1.25", "12,000", "32", "0.47", "0.85"]
+
+
+# ----------------------------------------------------------------------------- formats and files
+
+
+def f(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}".replace("-", "−")
+
+
+def signed(x: float, digits: int) -> str:
+    return f"{x:+.{digits}f}".replace("-", "−")
+
+
+def n(x) -> str:
+    return str(int(round(x)))
+
+
+def load(path: str) -> dict:
+    with open(os.path.join(ROOT, path if "/" in path else os.path.join("figures", path))) as fh:
+        return json.load(fh)
+
+
+def closest(row: dict) -> str:
+    return min(PREDICTORS, key=lambda q: row[f"kl_{q}"])
+
+
+def geomean(values) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+# ----------------------------------------------------------------------------- the gallery (README.md)
+
+
+def gallery_rows(column: str = "ours") -> dict:
+    """{figure: the "ours" part of its row} of README.md's gallery table; column "scale": its scale cell, without
+    the paper's settings in "(paper: ...)" and the dates."""
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        text = fh.read().split("## Gallery", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ["):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            figure = re.match(r"\[([^\]]+)\]", cells[0]).group(1)
+            if column == "scale":
+                rows[figure] = re.sub(r"\(paper: [^)]*\)|\d{4}-\d{2}-\d{2}(?: and \d{2})?", " ", cells[3])
+                continue
+            shows = cells[2].replace("N / log N", "N ÷ log N")  # the paper's law, not the separator
+            rows[figure] = shows.split(" / ", 1)[1].replace("N ÷ log N", "N / log N")
+    return rows
+
+
+def predictor_scaling():
+    d = load("predictor_scaling.json")
+    mem, gen = (np.array(d["loss_vs_K"][p]["mean"]) for p in ("1mem", "2gen"))
+    i = int(np.argmax(mem > gen)) - 1  # the last K where 1-Mem is below 2-Gen; the next is above
+    return [f(mem[i], 3), f(gen[i], 3), n(d["K"][i]), f(mem[i + 1], 3), f(gen[i + 1], 3), n(d["K"][i + 1])]
+
+
+def fig2a(K: int) -> tuple[list, dict]:
+    rows = load(f"fig2a_K{K}.json")["rows"]
+    return rows, rows[-1]
+
+
+def first_step(rows, rule) -> int:
+    return next(r["step"] for r in rows if rule(r))
+
+
+def fig2a_K256():
+    rows, last = fig2a(256)
+    return [f(PHI_STAR, 2), n(first_step(rows, lambda r: r["phi_beta_2"] > PHI_STAR)), f(last["gen_loss"], 3),
+            f(last["gen_loss_2gen"], 3)]
+
+
+def fig2a_K1024():
+    rows, last = fig2a(1024)
+    return [signed(last["train_loss"] - last["train_loss_2gen"], 3), signed(last["gen_loss"] - last["gen_loss_2gen"], 3),
+            f(max(r["phi_beta_2"] for r in rows), 2)]
+
+
+def fig2a_K16():
+    _, last = fig2a(16)
+    below, above = last["train_loss_2gen"] - last["train_loss"], last["gen_loss"] - last["gen_loss_2gen"]
+    assert below > 0 and above > 0
+    return [f(below, 3), f(above, 3)]
+
+
+def fig2a_K64():
+    rows, last = fig2a(64)
+    below = first_step(rows, lambda r: r["train_loss"] < r["train_loss_2gen"])
+    assert all(r["train_loss"] < r["train_loss_2gen"] for r in rows if r["step"] >= below)  # from then on
+    return [n(first_step(rows, lambda r: r["phi_beta_2"] > PHI_STAR)), f(max(r["phi_beta_2"] for r in rows), 2),
+            n(below), f(last["train_loss"] - last["train_loss_2gen"], 3), n(last["step"])]
+
+
+def sweep_phases() -> dict:
+    """fig2bc.json: {K: the closest predictor at each step}."""
+    d = load("fig2bc.json")
+    return d, {K: [min(PREDICTORS, key=lambda q: d[f"kl_{q}"][i][j]) for j in range(len(d["step"]))]
+               for i, K in enumerate(d["K"])}
+
+
+def fig2bc():
+    d, phases = sweep_phases()
+    g2 = [K for K in d["K"] if "2gen" in phases[K]]
+    assert phases[g2[0]][-1] == "2gen"  # at K = 64 2-Gen is still the closest; memorizing shows in L_train
+
+    def plateau_1mem(K):  # closer to 1-Mem than to 1-Gen at every evaluation before it enters 2-Gen
+        i, end = d["K"].index(K), phases[K].index("2gen") if "2gen" in phases[K] else len(d["step"])
+        return all(d["kl_1mem"][i][j] < d["kl_1gen"][i][j] for j in range(end))
+
+    mem_from = min(K for K in d["K"] if all(plateau_1mem(k) for k in d["K"] if k >= K))
+    return [n(min(d["K"])), n(max(d["K"])), n(g2[0]), n(mem_from)]
+
+
+def circuits():
+    phases = load("circuits.json")["phases"]
+    others = min(phases[p]["ratio"] for p in ("2gen", "1mem", "2mem"))
+    return [f(phases["1gen"]["ratio"], 2), f(math.floor(others * 10) / 10, 1)]
+
+
+def task_vectors():
+    p = load("task_vectors.json")["patching_2mem"]
+    return [f(p["S_B + phi_A"]["AB"], 2), f(p["S_B"]["BB"], 2)]
+
+
+def circuits_paper():
+    phases = load("circuits_paper.json")["phases"]
+    gen = phases["2gen"]["importance"]
+    assert max(gen, key=gen.get) == "A2(MLP1)->MLP2"
+    return [f(gen["A2(MLP1)->MLP2"], 3), n(phases["2gen"]["step"]), n(phases["2gen"]["rule_checkpoint"]["step"]),
+            f(phases["1mem"]["closest"]["ratio"], 2), f(phases["2mem"]["closest"]["ratio"], 2)]
+
+
+def task_vectors_paper():
+    d = load("task_vectors_paper.json")
+    p, last = d["patching_2mem"], str(d["checkpoints"]["2mem"]["step"])
+    (K,) = d["information"]
+    return [K, f(p["S_A"]["BB"], 3), f(p["S_A + phi_B"]["BB"], 3), f(p["S_A"]["BA"], 3), f(p["S_A + phi_B"]["BA"], 3),
+            f(d["information"][K][last], 3), f(d["separability"][last], 2)]
+
+
+def fig2a_paper():
+    ledger = load("ledgers/circuits_paper.json")
+    final, Ks, rows = load("circuits_paper.json")["final"], ledger["spec"]["Ks"], ledger["pieces"][0]["runs"]["mem"]["rows"]
+    return [n(Ks["gen"]), f(final["gen"]["kl_2gen"], 3), n(Ks["mem"]), n(first_step(rows, lambda r: closest(r) == "2gen")),
+            n(first_step(rows, lambda r: r["train_loss"] < r["train_loss_2gen"]))]
+
+
+def grid_brackets(K: dict) -> dict:
+    """{seed: (largest K without the head, smallest K with it)} of a fixed grid's per-K max phi_beta(2)."""
+    Ks = sorted(K, key=int)
+    seeds = K[Ks[0]]["seed"]
+    return {s: (max([int(k) for k in Ks if K[k]["max_phi_beta"][i] <= PHI_STAR], default=None),
+                min([int(k) for k in Ks if K[k]["max_phi_beta"][i] > PHI_STAR], default=None)) for i, s in enumerate(seeds)}
+
+
+def k1():
+    d, w01 = load("k1.json"), load("k1_grid_w0.1.json")
+    median = statistics.median(d["K1_star"]["control"])
+    assert d["bounds"]["inject"] == ["above"] * len(d["seeds"]["inject"])  # no seed forms the head at the top
+    half, tenth = Fraction(d["weight"]).limit_denominator(100), Fraction(w01["weight"]).limit_denominator(100)
+    brackets = list(grid_brackets(load("k1_grid_h100.json")["K"]).values())
+    common = max(set(brackets), key=brackets.count)
+    assert (brackets.count(common), len(brackets)) == (3, 4)  # "for three seeds of four"
+    return [n(median), n(d["search"]["hi"] / median), str(half.numerator), str(half.denominator), str(tenth.numerator),
+            str(tenth.denominator), n(common[0]), n(common[1])]
+
+
+def k1_grid_h100():
+    K = load("k1_grid_h100.json")["K"]
+    Ks = sorted(K, key=int)
+    return [n(K[k]["heads"]) for k in Ks] + [n(len(K[Ks[0]]["seed"]))] + Ks
+
+
+def k1_grid_w01():
+    d = load("k1_grid_w0.1.json")
+    t, b = d["table"], d["brackets"]
+    only_control = [K for K in d["K"] if t["control"][str(K)]["heads"] == len(d["seeds"]) and t["reweight"][str(K)]["heads"] == 0]
+    both = [K for K in d["K"] if t["control"][str(K)]["heads"] == t["reweight"][str(K)]["heads"] == len(d["seeds"])]
+    (lo, hi), = {tuple(v) for v in b["reweight"].values()}
+    (control_hi,) = {v[1] for v in b["control"].values()}
+    assert {v[0] for v in b["control"].values()} == {None}
+    iters = {r["iters"] for r in d["runs"] if r["condition"] == "reweight"}
+    return [n(only_control[0]), f"{iters.pop():,}", n(both[0]), n(lo), n(hi), n(control_hi)]
+
+
+def k1_paper():
+    d = load("k1_paper.json")
+    control = d["seeds"]["control"]
+    done = [s for s in control if s["done"]]
+    running = next(s for s in control if not s["done"])
+    return ([n(sum(s["probes"] for c in d["seeds"].values() for s in c))] + [n(s["seed"]) for s in done]
+            + [n(s["K1_star"]) for s in done] + [n(running["seed"]), n(running["bracket"][0]), n(running["bracket"][1])])
+
+
+def k2():
+    d = load("k2.json")
+    fp = max(np.mean([c["false_positive"][-1] for c in cs]) for cs in d["memorized_curves"].values())
+    return [n(d["fit"]["K2_star"]), n(d["fit"]["K2_star_ci"][0]), n(len(d["delta_tau"][str(d["K"][0])])),
+            f(d["fit"]["gamma"], 1), n(d["memorized_zero"]), f(100 * fp, 1)]
+
+
+def k2_no_fit(name: str):
+    d = load(name)
+    assert d["fit"]["K2_star"] is None  # no finite K2*
+    return d
+
+
+def k2_width32_3000():
+    return [n(round(k2_no_fit("k2_width32_3000.json")["memorized_zero"], -1))]
+
+
+def k2_width32_5000():
+    d = k2_no_fit("k2_width32_5000.json")
+    finite = [K for K in d["K"] if d["median"][str(K)][0] is not None]
+    return [n(finite[-1]), n(min(K for K in d["K"] if all(v is None for v in d["delta_tau"][str(K)])))]
+
+
+def k2_width256_4000():
+    d = k2_no_fit("k2_width256_4000.json")
+    assert sum(d["median"][str(K)][0] is not None for K in d["K"]) == 3  # three finite medians
+    return [n(round(d["memorized_zero"], -1))]
+
+
+def sa_dynamics():
+    w = load("sa_scaling.json")["w_final"]
+    return [f(w[0], 3), f(w[2], 2)]
+
+
+def sa_parameters():
+    run = load("sa_scaling.json")["runs"]["full_control"][0]
+    t = max(run["snapshots"], key=int)
+    return [f(sa_analysis.normalized_parameters(run["snapshots"][t])["P1"][1], 2), t]
+
+
+def sa_theory():
+    d = load("sa_scaling.json")
+    return [f(d["F1_mc"], 5), f(d["F1_exact"], 5)]
+
+
+def delta_at_beta(runs: list, beta: float = 1.0) -> float:
+    """delta of the seed-mean trajectory where its beta first reaches `beta` (linear between evaluations)."""
+    _, b = sa_analysis.seed_mean(runs, "beta")
+    _, d = sa_analysis.seed_mean(runs, "delta")
+    i = int(np.argmax(b >= beta))
+    return float(np.interp(beta, b[: i + 1], d[: i + 1]))
+
+
+def sa_trajectories():
+    runs = load("sa_scaling.json")["runs"]
+    return [f(delta_at_beta(runs["reduced_ablation"]), 2), f(delta_at_beta(runs["reduced_control"]), 2), "1"]
+
+
+def sa_scaling():
+    d = load("sa_scaling.json")
+    e, fits = d["exponents"], d["tau_fits"]
+    tr = fits["tau_transformer"]
+    means = {int(N): np.mean(v) for N, v in d["tau_transformer"].items()}
+    return [f(e["full_ablation"]["beta"]["0.05-0.5"], 1), f(e["full_ablation"]["delta"]["0.05-0.5"], 2),
+            f(e["full_control"]["beta"]["0.05-0.5"], 1), f(e["full_control"]["delta"]["0.05-0.5"], 2),
+            f(fits["tau"]["slope_vs_N_over_logN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_logN"], 2),
+            f(tr["slope_vs_N_over_logN"], 2), n(min(tr["N"])), n(max(tr["N"]))]\
+        + [f(s, 2) for s in tr["slope_vs_N_over_logN_seeds"]] + [n(min(means, key=means.get)), n(max(tr["N"]))]
+
+
+def mem_depth_ratios(name: str, min_D_phi: int = 0) -> dict:
+    g = {k: {int(D): geomean(v) for D, v in by.items()} for k, by in load(name)["K2_hat"].items()}
+    Ds = [D for D in g["1,1"] if D >= min_D_phi]
+    return g, {"MLP2": [g[f"{l1},2"][D] / g[f"{l1},1"][D] for l1 in (1, 2) for D in Ds],
+               "MLP1": [g[f"2,{l2}"][D] / g[f"1,{l2}"][D] for l2 in (1, 2) for D in Ds]}
+
+
+def mem_heatmaps():
+    g, r = mem_depth_ratios("mem_minimal.json")
+    every = [v for by in g.values() for v in by.values()]
+    return [f(min(every), 1), f(max(every), 1), f(min(r["MLP2"]), 2), f(max(r["MLP2"]), 2), f(min(r["MLP1"]), 2),
+            f(max(r["MLP1"]), 2)]
+
+
+def mem_depths_6000():
+    g, _ = mem_depth_ratios("mem_depths_6000.json")
+    _, r = mem_depth_ratios("mem_depths_6000.json", min_D_phi=8)
+    every = [v for by in g.values() for v in by.values()]
+    return [f(min(every), 1), f(max(every), 1), f(min(r["MLP2"]), 2), f(max(r["MLP2"]), 2), "8"]
+
+
+def mem_trend():
+    d = load("mem_trend.json")
+    return [n(d["K"]), n(d["D_phi"]), f(d["train_minus_2gen"][-1], 3), n(d["iters"][-1])]
+
+
+GALLERY = {
+    "predictor_scaling.png": predictor_scaling, "fig2a_K256.png": fig2a_K256, "fig2a_K1024.png": fig2a_K1024,
+    "fig2a_K16.png": fig2a_K16, "fig2a_K64.png": fig2a_K64, "fig2bc.png": fig2bc, "circuits.png": circuits,
+    "task_vectors.png": task_vectors, "circuits_paper.png": circuits_paper, "task_vectors_paper.png": task_vectors_paper,
+    "fig2a_paper_K1024.png": fig2a_paper, "k1.png": k1, "k1_grid_h100.png": k1_grid_h100,
+    "k1_grid_w0.1.png": k1_grid_w01, "k1_paper.png": k1_paper, "k2.png": k2, "k2_width32_3000.png": k2_width32_3000,
+    "k2_width32_5000.png": k2_width32_5000, "k2_width256_4000.png": k2_width256_4000, "sa_dynamics.png": sa_dynamics,
+    "sa_parameters.png": sa_parameters, "sa_theory.png": sa_theory, "sa_trajectories.png": sa_trajectories,
+    "sa_scaling.png": sa_scaling, "mem_heatmaps.png": mem_heatmaps, "mem_depths_6000.png": mem_depths_6000,
+    "mem_trend.png": mem_trend,
+}
+
+
+def power_of_ten(steps: int) -> list[str]:
+    """3 x 10<sup>4</sup> as the text writes it: ["3", "10", "4"] (["10", "4"] for 10<sup>4</sup>)."""
+    e = int(math.floor(math.log10(steps)))
+    mantissa = steps / 10**e
+    assert mantissa == int(mantissa), steps
+    return ([] if mantissa == 1 else [n(mantissa)]) + ["10", n(e)]
+
+
+def iters_of(command: str) -> int:
+    return int(re.search(r"--iters (\d+)", command).group(1))
+
+
+def scale_circuits():
+    Ks = [run_K(d["run"]) for d in load("circuits.json")["phases"].values()]
+    return list(dict.fromkeys(Ks))  # in the phases' order, each once
+
+
+def scale_circuits_paper():
+    spec = load("ledgers/circuits_paper.json")["spec"]
+    return [n(spec["Ks"]["gen"]), n(spec["Ks"]["mem"])] + power_of_ten(spec["iters"])
+
+
+def scale_task_vectors_paper():
+    spec = load("ledgers/circuits_paper.json")["spec"]
+    return [n(spec["Ks"]["mem"])] + power_of_ten(spec["iters"])
+
+
+def scale_k2(name: str, width: bool = True):
+    d = load(name)
+    return ([n(d["mlp_width"])] if width else []) + [n(d["iters"])]
+
+
+SCALE = {  # the scale column: the preset's sizes that the row's file records
+    "predictor_scaling.png": lambda: [n(load("predictor_scaling.json")["config"]["N_for_K"]),
+                                      n(load("predictor_scaling.json")["config"]["dists"])],
+    "fig2a_K256.png": lambda: [n(load("fig2a_K256.json")["config"]["N"]), n(load("fig2a_K256.json")["config"]["iters"])],
+    "fig2bc.png": lambda: [n(K) for K in load("fig2bc.json")["K"]] + [n(max(load("fig2bc.json")["step"]))],
+    "circuits.png": scale_circuits,
+    "task_vectors.png": lambda: [n(load("task_vectors.json")["config"]["K_geometry"])],
+    "circuits_paper.png": scale_circuits_paper,
+    "task_vectors_paper.png": scale_task_vectors_paper,
+    "k1.png": lambda: [n(load("k1.json")["N"]), n(load("k1.json")["iters"])],
+    "k1_grid_h100.png": lambda: power_of_ten(iters_of(load("k1_grid_h100.json")["command"])),
+    "k1_grid_w0.1.png": lambda: [n(K) for K in load("k1_grid_w0.1.json")["K"]] + [n(len(load("k1_grid_w0.1.json")["seeds"]))],
+    "k1_paper.png": lambda: [n(len(v)) for v in load("ledgers/k1_paper.json")["spec"]["plan"].values()],
+    "k2.png": lambda: scale_k2("k2.json"),
+    "k2_width32_3000.png": lambda: scale_k2("k2_width32_3000.json"),
+    "k2_width32_5000.png": lambda: scale_k2("k2_width32_5000.json"),
+    "k2_width256_4000.png": lambda: scale_k2("k2_width256_4000.json", width=False),
+    "sa_dynamics.png": lambda: [n(load("sa_scaling.json")["runs"]["full_control"][0]["run"]["N"])],
+    "sa_parameters.png": lambda: [n(load("sa_scaling.json")["runs"]["full_control"][0]["run"]["N"])],
+    "sa_scaling.png": lambda: [n(min(load("sa_scaling.json")["tau_fits"]["tau_transformer"]["N"])),
+                               n(max(load("sa_scaling.json")["tau_fits"]["tau_transformer"]["N"]))],
+    "mem_heatmaps.png": lambda: [n(load("mem_minimal.json")["iters"])],
+    "mem_depths_6000.png": lambda: [n(load("mem_depths_6000.json")["config"]["iters"])],
+    "mem_trend.png": lambda: [n(load("mem_trend.json")["iters"][0]), n(load("mem_trend.json")["iters"][-1])],
+}
+
+
+def test_every_gallery_row_has_its_computation():
+    assert sorted(gallery_rows()) == sorted(GALLERY)
+    assert set(SCALE) <= set(GALLERY)
+
+
+@pytest.mark.parametrize("figure", sorted(GALLERY))
+def test_a_gallery_rows_numbers_are_its_files(figure):
+    assert numbers(gallery_rows()[figure]) == GALLERY[figure](), figure
+    assert numbers(gallery_rows("scale")[figure]) == (SCALE[figure]() if figure in SCALE else []), figure
+
+
+# ----------------------------------------------------------------------------- RESULTS.md's tables
+
+
+def results_table(anchor: str, nth: int = 0) -> list[list[str]]:
+    """The rows (lists of cells; the |---| line left out) of the nth markdown table after the one place in
+    RESULTS.md where `anchor` occurs (whitespace and line breaks in it free)."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = fh.read()
+    found = [m.end() for m in re.finditer(r"\s+".join(map(re.escape, anchor.split())), text)]
+    assert len(found) == 1, (anchor, len(found))
+    tables, rows = [], None
+    for line in text[found[0]:].splitlines():
+        s = line.strip()
+        if s.startswith("|"):
+            rows = [] if rows is None else rows
+            if not set(s) <= set("|-: "):
+                rows.append([c.strip() for c in s.strip("|").split(" | ")])
+        elif rows is not None:
+            tables.append(rows)
+            rows = None
+            if len(tables) > nth:
+                return tables[nth]
+    raise AssertionError(f"no table {nth} after {anchor!r}")
+
+
+def row_numbers(row: list[str]) -> list[str]:
+    return [x for cell in row for x in numbers(cell)]
+
+
+def table_predictor_scaling(rows):
+    d = load("predictor_scaling.json")
+    Ks = [int(k) for k in numbers(" ".join(rows[0][1:]))]
+    idx = [d["K"].index(K) for K in Ks]
+    return [[n(K) for K in Ks]] + [[f(d["loss_vs_K"][p]["mean"][i], 3) for i in idx] for p in PREDICTORS]
+
+
+def table_fig2a_ends(rows):
+    out = [[]]
+    for row in rows[1:]:
+        K = int(numbers(row[0])[0])
+        rs, last = fig2a(K)
+        line = [n(K), signed(last["train_loss"] - last["train_loss_2gen"], 3),
+                signed(last["gen_loss"] - last["gen_loss_2gen"], 3), f(max(r["phi_beta_2"] for r in rs), 2)]
+        if closest(last) != "2gen":  # memorizing: L_train and the 2-Mem level
+            line += [f(last["train_loss"], 3), f(last["train_loss_2mem"], 3)]
+        out.append(line)
+    return out
+
+
+def table_fig2bc(rows):
+    d, phases = sweep_phases()
+    steps = d["step"]
+
+    def first(K, p, after=0):
+        return next(s for s, q in zip(steps, phases[K]) if q == p and s >= after)
+
+    out = [[]]
+    for i, K in enumerate(d["K"]):
+        try:
+            rs, last = fig2a(K)
+            losses = [signed(last["train_loss"] - last["train_loss_2gen"], 3), signed(last["gen_loss"] - last["gen_loss_2gen"], 3)]
+        except FileNotFoundError:  # K = 4: no metrics file committed; its losses are not quoted
+            losses = []
+        line = [n(K)] + losses + [f(max(d["phi_beta_2"][i]), 2), f(d["phi_delta_1"][i][-1], 2)]
+        if "2gen" not in phases[K]:  # memorizing: when 1-Mem, then 2-Mem, became the closest (unless tied at the end)
+            tied = abs(d["kl_1mem"][i][-1] - d["kl_2mem"][i][-1]) < 1e-4
+            line += [n(first(K, "1mem"))] + ([n(first(K, "2mem"))] if phases[K][-1] == "2mem" and not tied else [])
+        elif phases[K][0] != "1gen" and "1gen" in phases[K]:  # a 1-Gen stretch, then 1-Mem, then 2-Gen
+            gen = [s for s, q in zip(steps, phases[K]) if q == "1gen"]
+            line += [n(gen[0]), n(gen[-1]), n(first(K, "2gen"))]
+        else:
+            line += [n(first(K, "2gen"))]
+        out.append(line)
+    return out
+
+
+def run_K(run: str) -> str:
+    return re.search(r"K(\d+)", run).group(1)
+
+
+def edge_values(importance: dict) -> list[str]:
+    c = trace.circuit_edges(importance)
+    return [f(v, 3) for v in [*c["kept"].values(), *c["path"].values()]]
+
+
+def table_circuits(rows):
+    phases = load("circuits.json")["phases"]
+    return [[]] + [[run_K(d["run"]), n(d["step"]), f(d["divergence"], 3), f(d["ratio"], 2), signed(d["margin"], 3)]
+                   + [f(v, 3) for v in trace.circuit_edges(d["importance"])["kept"].values()] for d in phases.values()]
+
+
+def table_circuits_paper(rows):
+    d = load("circuits_paper.json")
+    out = [[]]
+    for p, ph in d["phases"].items():
+        m = d["margins"][p]
+        traced = ph.get("ledger_trace", ph)
+        head = [run_K(traced["run"]), n(traced["step"])]
+        if "rule_checkpoint" in ph:
+            rule = ph["rule_checkpoint"]
+            head += ([run_K(rule["run"])] if rule["run"] != ph["run"] else []) + [n(rule["step"])]
+        out.append(head + [f(m["divergence"], 3), f(m["runner_up_divergence"], 3), signed(m["margin"], 3)]
+                   + edge_values(traced["importance"]))
+    return out
+
+
+def table_patching(name: str, key: str):
+    def spec(rows):
+        d = load(name)
+        return [[n(d["checkpoints"][key]["step"])]] + [[f(v, 3) for v in r.values()] for r in d[f"patching_{key}"].values()]
+    return spec
+
+
+def table_separability(rows):
+    d = load("task_vectors.json")
+    steps = numbers(" ".join(rows[0][1:]))
+    return [steps, [], [f(d["separability"][s], 2) for s in steps], [f(d["silhouette"][s], 2) for s in steps]]
+
+
+def table_information(rows):
+    steps = numbers(" ".join(rows[0][1:]))
+    info = {**load("task_vectors.json")["information"], **load("task_vectors_K4.json")["information"]}
+    out = [steps]
+    for row in rows[1:]:
+        K = numbers(row[0])[0]
+        out.append([K] + [f(info[K][s], 3) for s in steps])
+    return out
+
+
+def table_k1(rows):
+    d = load("k1.json")
+    control = [[n(k), n(k), n(a)] for k, a in zip(d["K1_star"]["control"], d["above"]["control"])]
+    reweight = [[n(k), n(k), n(a)] for k, a in zip(d["K1_star"]["reweight"], d["above"]["reweight"])]
+    w = Fraction(d["weight"]).limit_denominator(100)
+    hi = d["search"]["hi"]
+    inject = max(r["max_phi_beta"] for r in d["runs"] if r["condition"] == "inject" and r["K"] == hi)
+    return [[], sum(control, []) + [n(statistics.median(d["K1_star"]["control"]))],
+            [str(w.numerator), str(w.denominator), n(d["iters"] / d["weight"])] + sum(reweight, [])
+            + [n(statistics.median(d["K1_star"]["reweight"]))],
+            [n(hi)] * len(d["seeds"]["inject"]) + [n(hi), f(inject, 2), n(hi)]]
+
+
+def table_k1_grid(rows):
+    d = load("bench/results/2026-11-26_h100_k1_grid_d.json")
+    by_K = {}
+    for m in d["members"].values():
+        by_K.setdefault(m["K"], []).append(m)
+    seeds = sorted(m["seed"] for m in next(iter(by_K.values())))
+    out = [[n(s) for s in seeds] + [f(d["phi_star"], 2)]]
+    for K in sorted(by_K):
+        ms = sorted(by_K[K], key=lambda m: m["seed"])
+        heads = [m for m in ms if m["max_phi_beta_2_dense"] > d["phi_star"]]
+        out.append([n(K)] + [f(m["max_phi_beta_2_dense"], 3) for m in ms] + [n(len(heads)), n(len(ms))]
+                   + [n(m["tau_2gen_dense"]) for m in heads])
+    return out
+
+
+def per_seed(values: list, bounds: list) -> list[str]:
+    """A "Delta tau per seed" cell: the values, a censored seed as "> its steps in 2-Gen"; two or more censored
+    as "> lowest (×count)" after the finite ones, or "> lowest–highest (×count)" when all are."""
+    censored = [b for v, b in zip(values, bounds) if v is None]
+    if len(censored) <= 1:
+        return [n(b if v is None else v) for v, b in zip(values, bounds)]
+    finite = [n(v) for v in values if v is not None]
+    spread = [n(min(censored))] + ([n(max(censored))] if not finite and max(censored) > min(censored) else [])
+    return finite + spread + [n(len(censored))]
+
+
+def median_cell(values: list, bounds: list, with_interval: bool = True) -> list[str]:
+    m, lo, hi = median_ci(values)
+    if not math.isfinite(m):
+        return [n(censored_median(values, bounds)[0])]
+    return [n(m)] + ([n(lo)] + ([n(hi)] if math.isfinite(hi) else []) if with_interval else [])
+
+
+def k2_rows(d: dict, bounds: dict, medians: str = "range") -> list:
+    """The rows every K2* table starts with: K, Delta tau per seed, and the median (with its exact interval and
+    that interval's coverage in the row's name, or alone)."""
+    Ks = [str(K) for K in d["K"]]
+    cover = {median_coverage(len(d["delta_tau"][K]), median_rank(len(d["delta_tau"][K]))) for K in Ks}
+    (cover,) = cover
+    return [Ks, sum((per_seed(d["delta_tau"][K], bounds[K]) for K in Ks), []),
+            ([f"{100 * cover:g}"] if medians == "range" else [])
+            + sum((median_cell(d["delta_tau"][K], bounds[K], medians == "range") for K in Ks), [])]
+
+
+def dtau_bounds(d: dict) -> dict:
+    """{K: the seeds' steps in 2-Gen where censored} from a k2.py dtau JSON's runs."""
+    out = {}
+    for r in sorted(d["runs"], key=lambda r: r["seed"]):
+        out.setdefault(str(r["K"]), []).append(r.get("censored_after"))
+    return out
+
+
+def memorized_rows(d: dict, name_numbers: list[list[str]], false_positives: bool = False, specific: bool = False):
+    Ks = [int(K) for K in d["K"]]
+    runs = {K: [r for r in d["runs"] if r["K"] == K] for K in Ks}
+    seeds = n(len(runs[Ks[0]]))
+    rows = [[n(d["iters"]), seeds] + [f(np.mean([r["memorized_final"] for r in runs[K]]), 2) for K in Ks]]
+    if false_positives:
+        rows.append([n(d["iters"]), seeds] + sum(([f(np.mean(fp), 3), f(max(fp), 3)] for fp in
+                                                  ([r["false_positive_final"] for r in runs[K]] for K in Ks)), []))
+    a = d["memorized_asymptote"]
+    rows.append(sum(([f(np.mean(a[str(K)]), 2), f(np.std(a[str(K)]), 2), f(np.median(a[str(K)]), 2)] for K in Ks), []))
+    if specific:
+        rows.append([n(100 * (1 - NULL_ALPHA)), n(d["iters"]), seeds]
+                    + [f(np.mean([r["specific_final"] for r in runs[K]]), 2) for K in Ks])
+    return rows
+
+
+def table_k2(rows):
+    d = load("k2.json")
+    return k2_rows(d, d["censored_after"]) + memorized_rows(d, rows, false_positives=True, specific=True)
+
+
+def table_k2_wall8(rows):
+    d = load("k2_width8_6000_wall.json")
+    steps = [int(s) for s in numbers(rows[3][0])[:-1]]
+    gaps = {s: [] for s in steps}
+    quick = load("k2.json")
+    gap_K = [K for K in d["K"] if str(K) in {str(k) for k in quick["K"]}]
+    for r in quick["runs"]:
+        if r["K"] in gap_K:
+            for s, g in r["gap_to_2gen"]:
+                if s in gaps:
+                    gaps[s].append(g)
+    return k2_rows(d, dtau_bounds(d)) + [[n(s) for s in steps] + [n(len(gaps[steps[0]]))]
+                                          + [signed(np.mean(gaps[s]), 4) for s in steps]]
+
+
+def table_k2_width32(rows):
+    d = load("k2_width32_3000.json")
+    return k2_rows(d, d["censored_after"]) + memorized_rows(d, rows)
+
+
+def table_k2_width32_5000(rows):
+    d = load("k2_width32_5000.json")
+    return k2_rows(d, d["censored_after"], medians="alone")
+
+
+def table_k2_wall32(rows):
+    d = load("k2_width32_6000_wall.json")
+    return k2_rows(d, dtau_bounds(d))
+
+
+def table_k2_width256(rows):
+    d = load("k2_width256_4000.json")
+    return k2_rows(d, d["censored_after"]) + memorized_rows(d, rows)
+
+
+def table_dtau_paper(rows):
+    d = load("dtau_paper_h100.json")
+    assert d["root"] == "bench/results/2026-11-26_h100_k2_paper_f.json"
+    return k2_rows(d, dtau_bounds(d))
+
+
+def table_sa_tau(rows):
+    d = load("sa_scaling.json")
+    Ns = list(d["tau"])
+    return [Ns] + [sum(([n(t) for t in d[key][N]] for N in Ns), []) for key in ("tau", "tau_ablation")]
+
+
+def table_exponents(rows):
+    e = load("sa_scaling.json")["exponents"]
+    windows = ("0.05-0.5", "0.02-0.3", "0.1-0.7")
+    return [[]] + [sum(([f(e[f"{model}_{setting}"][key][w], 2) for w in windows]
+                        for key in ("beta", "delta") for setting in ("control", "ablation")), [])
+                   for model in ("full", "reduced", "frozen")]
+
+
+def table_transformer_tau(rows):
+    d = load("sa_scaling.json")
+    Ns = list(d["tau_transformer"])
+    levels = d["transformer_levels"]
+    return [Ns, sum(([n(t) for t in d["tau_transformer"][N]] for N in Ns), []),
+            [f(levels[N]["loss_best_1gen"] - levels[N]["loss_2gen"], 3) for N in Ns]]
+
+
+def table_mem_heatmap(rows):
+    h = load("mem_minimal.json")["heatmap"]
+    Ks = [n(K) for K in h["K"]]
+    return [Ks + Ks] + [[n(D)] + [signed(v, 3) for v in h["train_minus_2gen"][i]] + [signed(v, 3) for v in h["gen_minus_2gen"][i]]
+                        for i, D in enumerate(h["D_phi"])]
+
+
+def table_K2_hat_D8(rows):
+    K = load("mem_minimal.json")["K2_hat"]
+    seeds = [0, 1]
+    return [[n(s) for s in seeds]] + [[*pair.split(","), *[f(K[pair]["8"][s], 1) for s in seeds], f(geomean(K[pair]["8"][:2]), 1)]
+                                       for pair in ("1,1", "1,2", "2,1", "2,2")]
+
+
+def table_fig8f(name: str):
+    def spec(rows):
+        K = load(name)["K2_hat"]
+        Ds = list(K["1,1"])
+        return [Ds] + [[*pair.split(",")] + sum(([f(geomean(K[pair][D]), 1)] + [f(v, 1) for v in K[pair][D]] for D in Ds), [])
+                       for pair in ("1,1", "1,2", "2,1", "2,2")]
+    return spec
+
+
+TABLES = {  # an anchor in RESULTS.md (and which table after it): how its numbers are computed
+    ("Losses against K at N = 256", 0): table_predictor_scaling,
+    ("End of the runs (the JSONs' last rows):", 0): table_fig2a_ends,
+    ("its losses, in no committed file, are not quoted):", 0): table_fig2bc,
+    ("and the JSON states it with the margin in nats:", 0): table_circuits,
+    ("listed in the table's last two rows, not as circuits of 1-Mem and 2-Mem.", 0): table_circuits_paper,
+    ("`patching_2mem`, `patching_1mem`):", 0): table_patching("task_vectors.json", "2mem"),
+    ("`patching_2mem`, `patching_1mem`):", 1): table_patching("task_vectors.json", "1mem"),
+    ("phase = the closest predictor):", 0): table_separability,
+    ("`figures/task_vectors_K4.json` for K = 1024):", 0): table_information,
+    ("K1* per seed (`figures/k1.json`):", 0): table_k1,
+    ("Max phi_beta(2) over the dense readouts per seed 0–3", 0): table_k1_grid,
+    ("Width 8, 4000 steps (`figures/k2.json`):", 0): table_k2,
+    ("the wall runs' metrics beyond step 4000 are not kept):", 0): table_k2_wall8,
+    ("which should bring a capacity-limited K2* within a CPU budget.", 0): table_k2_width32,
+    ("had made its log scale start at 0).", 0): table_k2_width32_5000,
+    ("--json figures/k2_width32_6000_wall.json`:", 0): table_k2_wall32,
+    ("![k2 at the paper's width](figures/k2_width256_4000.png)", 0): table_k2_width256,
+    ("`figures/dtau_paper_h100.json`, `median_ci`, `median_coverage`):", 0): table_dtau_paper,
+    ("**tau_2Gen(N), Fig. 6c top**", 0): table_sa_tau,
+    ("brackets: windows [0.02, 0.3] and [0.1, 0.7]):", 0): table_exponents,
+    ("every run stopped at 1.2 tau, at most 4400 of its 6000 steps, so none is censored):", 0): table_transformer_tau,
+    ("map is seed 0 (`figures/mem_minimal.json`, `heatmap`):", 0): table_mem_heatmap,
+    ("(`figures/mem_minimal.json`, `K2_hat`):", 0): table_K2_hat_D8,
+    ("seeds in brackets; `figures/mem_minimal.json`):", 0): table_fig8f("mem_minimal.json"),
+    ("![mem_depths_6000](figures/mem_depths_6000.png)", 0): table_fig8f("mem_depths_6000.json"),
+}
+
+
+@pytest.mark.parametrize("anchor, nth", sorted(TABLES))
+def test_a_results_tables_numbers_are_its_files(anchor, nth):
+    rows = results_table(anchor, nth)
+    expected = TABLES[anchor, nth](rows)
+    assert len(expected) == len(rows), anchor
+    for row, want in zip(rows, expected):
+        assert row_numbers(row) == want, (anchor, row[0])
