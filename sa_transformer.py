@@ -244,12 +244,19 @@ def train_sa_series(P: dict, jobs: int) -> tuple[dict, dict]:
     return dyn, {ablate: dict(sorted(runs.items())) for ablate, runs in by_N.items()}
 
 
-def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]:
-    """The reduced model with w_A..w_D held at the full control model's values at t = tau / 2,
-    over the plateau only. Returns ({ablate: runs}, w_plateau, the control's mean tau)."""
+def plateau_weights(control: list, N_dyn: int) -> tuple[tuple, float]:
+    """(w_plateau, tau_control): the full control model's mixture weights w_A..w_D at t = tau / 2 (the evaluation
+    at or after it), averaged over its seeds, tau its seeds' mean tau (half the step cap if none crossed)."""
     taus = [r["tau"] for r in control if np.isfinite(r["tau"])]
-    tau_control = float(np.mean(taus)) if taus else iters_cap(P["N_dyn"]) / 2.0
+    tau_control = float(np.mean(taus)) if taus else iters_cap(N_dyn) / 2.0
     w_plateau = tuple(np.mean([r["w"][int(np.searchsorted(r["t"], 0.5 * tau_control))] for r in control], 0).tolist())
+    return w_plateau, tau_control
+
+
+def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]:
+    """The reduced model with w_A..w_D held at the full control model's values at t = tau / 2 (plateau_weights),
+    over the plateau only. Returns ({ablate: runs}, w_plateau, the control's mean tau)."""
+    w_plateau, tau_control = plateau_weights(control, P["N_dyn"])
     runs = [Run(N=P["N_dyn"], seed=s, reduced=True, ablate=ablate, iters=int(0.75 * tau_control),
                 eval_batch=P["eval_batch"], freeze_weights=w_plateau) for ablate in (False, True) for s in range(P["seeds_reduced"])]
     out = cli.parallel_map(train_sa, runs, jobs)

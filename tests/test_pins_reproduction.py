@@ -23,6 +23,7 @@ import k1
 import k2
 import mem_minimal as mm
 import predictor_scaling
+import sa_transformer
 import train
 from bayes import PREDICTORS
 from estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
@@ -41,6 +42,18 @@ def committed(name: str) -> dict:
 def as_json(value):
     """A result as its JSON file holds it: None for an unbounded value, string keys."""
     return json.loads(json.dumps(finite_json(value)))
+
+
+def close(a, b, rel: float) -> bool:
+    """Nested dicts and lists equal, floats within `rel` of each other relative to their size (no absolute floor:
+    the SA rates are ~1e-4)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], rel) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=0) or (math.isnan(a) and math.isnan(b))
+    return a == b
 
 
 # ----------------------------------------------------------------------------- Fig. 2a: a run's first evaluations
@@ -116,6 +129,21 @@ def test_sa_theory_F_d_I_and_the_predicted_rates():
     w = d["rates"]["w_plateau"]  # w_A..w_D
     assert predicted_rates(64, I) == rates["paper (w_B = w_C = 1/3)"]
     assert predicted_rates(64, I, w_B=w[1], w_C=w[2]) == rates["at w_plateau"]
+
+
+def test_sa_dynamics_numbers_from_the_committed_trajectories():
+    """Fig. 5b, 6b and RESULTS.md's exponent table from sa_scaling.json's own trajectories (stored to 6
+    significant digits: within 1e-5): the plateau's mixture weights that freeze the reduced model, the power-law
+    exponents of beta and delta over the three windows, the measured and predicted early rates, tau of the
+    dynamics seeds and the final and early weights."""
+    d = committed("sa_scaling.json")
+    runs = d["runs"]
+    dyn = {key: runs[name] for name, key in sa_transformer.SETTINGS.items()}
+    frozen = {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
+    N_dyn = sa_transformer.PRESETS[d["preset"]]["N_dyn"]
+    w_plateau, tau_control = sa_transformer.plateau_weights(dyn[(False, False)], N_dyn)
+    out = sa_transformer.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
+    assert close(json.loads(json.dumps(out)), {k: d[k] for k in out}, rel=1e-5)
 
 
 # ----------------------------------------------------------------------------- Fig. 8d-e: the minimal model
