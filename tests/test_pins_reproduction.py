@@ -94,6 +94,25 @@ def test_fig2a_step_0_at_every_K(K, same_numbers):
     assert same_numbers(row, d["rows"][0])
 
 
+def test_fig2bc_grid_is_the_fig2a_runs_and_K4_at_step_0(same_numbers):
+    """Fig. 2b-c's grid (one seed per K, quick): its K = 16..1024 rows are the Fig. 2a runs' evaluations (n_A over
+    N), and its K = 4 row starts where the initial model on K = 4's data starts."""
+    d = committed("fig2bc.json")
+    keys = [k for k in d if k not in ("K", "step")]
+    for i, K in enumerate(d["K"]):
+        if K == 4:
+            cfg = train.make_config(argparse.Namespace(K=4, seed=0, preset="quick", device="cpu"))
+            data = evaluation.make_eval_data(cfg, task_source(cfg.K, cfg.C, seed=cfg.task_seed), predict=fastdata.predict)
+            row = evaluation.evaluate(train.init_model(cfg, torch.device("cpu")), data)
+            assert same_numbers({k: row[k] / (cfg.N if k.startswith("n_A") else 1) for k in keys},
+                                {k: d[k][i][0] for k in keys})
+            continue
+        rows = committed(f"fig2a_K{K}.json")["rows"]
+        assert [r["step"] for r in rows] == d["step"]
+        assert same_numbers({k: d[k][i] for k in keys},  # the sweep's own runs: the same to float32 rounding
+                            {k: [r[k] / (128 if k.startswith("n_A") else 1) for r in rows] for k in keys})
+
+
 # ----------------------------------------------------------------------------- the appendix's predictor scaling
 
 
