@@ -3,9 +3,11 @@ within seconds. A change of a constant that moves every number at once (how chai
 an evaluation-set size, a grid, a bootstrap's draws) passes the tests of the parts and fails here.
 
 Exact where the computation is bit-for-bit the committed one (the same ops in the same order on one thread: the
-minimal model, the SA theory's Monte Carlo, the analyses of committed rows); within 1e-6 relative where the
-committed run summed in another order (torch on the 2-core VM with two threads against one here, or another BLAS
-inside scipy's fits): float32 reductions differ there by ~2e-7, a wrong seed or constant by 1e-3 or more.
+minimal model, the searches and tables replayed from committed rows); to float64 rounding (1e-12) for the SA
+theory's Monte Carlo (its matrix powers sum in another order on one thread); within 1e-6 where the committed run
+summed float32 in another order (torch on the 2-core VM with two threads against one here, or another BLAS inside
+scipy's fits: ~2e-7 there), or read values stored rounded (epsilon's scores: 5 decimals); within 1e-5 for the SA
+trajectories stored to 6 significant digits. A wrong seed or constant moves these numbers by 1e-3 or more.
 """
 import argparse
 import json
