@@ -214,9 +214,11 @@ def draw_sweep(summary: dict, path: str):
     """Fig. 2b/2c: the divergence to each predictor and the readouts over (K, step), from sweep_summary's numbers."""
     fig, axes = plt.subplots(2, 4, figsize=(18, 7))
     for ax, (key, title) in zip(axes.flat, SWEEP_KEYS):
-        if key.startswith("kl"):  # darker = closer to the predictor
-            im = ax.pcolormesh(np.maximum(summary["step"], 1), summary["K"], summary[key], shading="nearest",
-                               cmap="Greys_r", norm=LogNorm(vmin=1e-3, vmax=1.0))
+        if key.startswith("kl"):  # darker = closer to the predictor; each panel's own range, on a log scale
+            values = np.asarray(summary[key], dtype=float)
+            low, high = max(np.nanmin(values), 1e-4), max(np.nanmax(values), 2e-4)
+            im = ax.pcolormesh(np.maximum(summary["step"], 1), summary["K"], values, shading="nearest",
+                               cmap="Greys_r", norm=LogNorm(vmin=low, vmax=max(high, 1.01 * low)))
         else:
             im = ax.pcolormesh(np.maximum(summary["step"], 1), summary["K"], summary[key], shading="nearest",
                                cmap="viridis", vmin=0, vmax=1)

@@ -3,6 +3,7 @@ means per (K, step), n_A as a fraction of N) on hand-written run directories, an
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
 sequences the predictors were given."""
 import json
+import os
 
 import pytest
 import torch
@@ -48,6 +49,20 @@ def spy(monkeypatch):
 
     monkeypatch.setattr(predictor_scaling, "predict", predict)
     return seen
+
+
+def test_each_divergence_panel_spans_its_own_values(monkeypatch):
+    """Fig. 2b: each divergence's log colour scale runs from its own smallest to largest value (a common 1e-3..1
+    scale left D(2-Mem), 0.06-0.7 in the quick sweep, one flat grey); the readouts keep 0..1."""
+    figures = []
+    monkeypatch.setattr(grids.plt, "close", figures.append)
+    summary = {"K": [4, 16], "step": [0, 10], "kl_1gen": [[0.5, 0.1], [0.4, 0.05]], "kl_2gen": [[0.6, 0.3], [0.5, 0.02]],
+               "kl_1mem": [[0.7, 0.2], [0.6, 0.3]], "kl_2mem": [[0.7, 0.4], [0.65, 0.06]],
+               **{key: [[0.1, 0.5], [0.2, 0.9]] for key in ("phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")}}
+    grids.draw_sweep(summary, os.devnull)
+    norms = [ax.collections[0].norm for ax in figures[0].axes[:8]]  # the panels (their colour bars follow)
+    assert [(n.vmin, n.vmax) for n in norms[:4]] == [(0.05, 0.5), (0.02, 0.6), (0.2, 0.7), (0.06, 0.7)]
+    assert all((n.vmin, n.vmax) == (0, 1) for n in norms[4:])
 
 
 def test_loss_vs_K_is_the_autoregressive_loss_on_its_sequences(spy):
