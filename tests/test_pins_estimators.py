@@ -80,6 +80,8 @@ def test_the_zero_crossing_of_two_points_and_of_a_rising_tail():
     # from the largest, 0.8 at K = 64, to 0.4 at 256: -0.4 per factor 4, zero at 64 * 4^2
     assert extrapolate_zero([16, 64, 256], [0.2, 0.8, 0.4]) == pytest.approx(1024, rel=1e-9)
     assert extrapolate_zero([16, 64, 256], [0.2, 0.4, 0.8]) is None  # the largest is the last point: no line
+    # the same where a line from an earlier high point would fall (slope -0.07 per doubling through all five)
+    assert extrapolate_zero([16, 32, 64, 128, 256], [0.9, 0.8, 0.0, 0.0, 0.95]) is None
     # from the largest on the points rise (least squares slope +0.275 per doubling): no zero ahead
     assert extrapolate_zero([16, 32, 64, 128], [0.9, 0.1, 0.8, 0.85]) is None
 

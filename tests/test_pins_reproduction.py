@@ -31,7 +31,7 @@ from bayes import PREDICTORS
 from estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
 from markov import task_source
 from sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
-from thresholds import PHI_STAR, corrected, finite_json
+from thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -224,6 +224,27 @@ def test_k2_sweep_memorized_fractions_asymptotes_and_epsilon(name):
     eps, n = d["epsilon"], d["epsilon"]["chains"]
     scores = [eps["scores"][i * n:(i + 1) * n] for i in range(len(eps["per_model"]))]
     assert epsilon_calibration(scores)["value"] == pytest.approx(eps["value"], abs=1e-6)
+
+
+def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
+    """k2.json's run K = 24, seed 0 at step 0, rebuilt from the quick preset (k2.k2_runs): the gap L_train -
+    L^2-Gen on the dense readouts' own held-out set (train.Record's), and the fresh-chain null of the memorized
+    fraction (k2.null_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6 decimals) - its 5 %
+    quantile, epsilon_null, and the rate at which it passes epsilon."""
+    d = committed("k2.json")
+    cfg = next(c for c in k2.k2_runs("quick", "runs/k2_quick", [0], device="cpu") if (c.K, c.seed) == (24, 0))
+    run = next(r for r in d["runs"] if (r["K"], r["seed"]) == (24, 0))
+    curve = d["memorized_curves"]["24"][[r["seed"] for r in d["runs"] if r["K"] == 24].index(0)]
+    tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed)
+    model = train.init_model(cfg, torch.device("cpu"))
+    dense, level = train.Record.dense_data(cfg, tasks)
+    with torch.no_grad():
+        gap = evaluation.readouts(model, *dense)["train_loss"].item() - level
+    assert run["gap_to_2gen"][0] == [0, round(gap, 5)]
+    fresh = evaluation.make_per_chain_data(replace(cfg, per_chain_tasks=d["null"]["chains"]), task_source(math.inf, cfg.C))
+    null = [round(v, 6) for v in evaluation.per_chain_scores(model, fresh).tolist()]
+    assert null_epsilon([{"step": 0, "delta": null}]) == [curve["epsilon_null"][0]]
+    assert memorized_fraction([{"step": 0, "delta": null}], d["epsilon"]["value"])[1] == [curve["false_positive"][0]]
 
 
 def test_k2_quick_divergence_fit_and_medians(same_numbers):

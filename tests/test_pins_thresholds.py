@@ -47,6 +47,17 @@ def test_the_rules_read_rows_in_step_order():
     assert thresholds.censored_after([censored[i] for i in (4, 2, 0, 3, 1)]) == 40 - 10
 
 
+def test_memorized_is_strictly_below_epsilon_and_the_nulls_quantile_interpolates():
+    """Delta^k < epsilon, not <=: a chain exactly at epsilon is not memorized (rows read in step order); and
+    epsilon_null is numpy's linear quantile at 5 %: 11 fresh-chain scores 0, 0.1, ..., 1 put it at position
+    0.05 * 10 = 0.5, halfway between the two smallest (the analysis test's 21 chains put it on a score)."""
+    rows = [{"step": 5, "delta": [-0.2, -0.1, 0.0, 0.3]}, {"step": 0, "delta": [0.1, 0.2, 0.3, -0.1]}]
+    assert thresholds.memorized_fraction(rows, -0.1) == ([0, 5], [0.0, 0.25])
+    assert thresholds.memorized_fraction(rows, [0.15, -0.1]) == ([0, 5], [0.5, 0.25])  # one epsilon per step
+    null = [{"step": 5, "delta": [i / 10 for i in range(11)]}, {"step": 0, "delta": [1 - i / 10 for i in range(11)]}]
+    assert thresholds.null_epsilon(null) == [pytest.approx(0.05, abs=1e-12)] * 2
+
+
 # ----------------------------------------------------------------------------- analyze_k2 on hand-written runs
 
 STEPS = [0, 10, 100, 1000]
