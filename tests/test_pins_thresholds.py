@@ -190,7 +190,14 @@ def test_a_sigmoid_fit_that_does_not_converge_is_reported_and_the_analysis_goes_
         top = int(np.argmax(per_K))
         slope, intercept = np.polyfit(np.log(Ks[top:]), per_K[top:], 1)
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
+    figures = []
+    monkeypatch.setattr(k2.plt, "close", figures.append)
     k2.plot_k2({"preset": "quick", "N": 8, "iters": 30, **result}, str(tmp_path / "k2.png"))
+    ax = next(ax for ax in figures[0].axes if ax.get_title().startswith("Fig. 8b"))
+    assert f"{len(failing)} seed(s) left out: the sigmoid fit did not converge" in ax.get_title()
+    points = ax.get_lines()[0]  # the seeds' means that have an asymptote, at their K
+    means = [np.mean([a for s, a in enumerate(A[K]) if K != 16 or s not in failing]) for K in Ks]
+    assert list(points.get_xdata()) == Ks and list(points.get_ydata()) == pytest.approx(means)
 
 
 # ----------------------------------------------------------------------------- k1: K1* per seed, Fig. 7b's K
