@@ -150,6 +150,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
 
     # geometry: per_chain sequences of the training length from every chain, task vectors at the last token
     seqs, chains = fed["chain_batch"]
+    assert torch.equal(seqs, tv.chain_batch(tasks, 8, cfg.N, gen(3))[0])  # --seed 3: the geometry's draws
     assert seqs.shape == (3 * 8, cfg.N) and torch.bincount(chains).tolist() == [8, 8, 8]
     for step in steps:
         model = runs.load_run(str(run), step)[2]
@@ -159,6 +160,7 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
 
     # patching: Att2 at the 2-Mem checkpoint against the 2-Mem predictors, Att1 at the 1-Mem one against 1-Mem's
     seqs_A, seqs_B = fed["patch_pair"]
+    assert all(map(torch.equal, (seqs_A, seqs_B), tv.patch_pair(tasks, 6, cfg.N + 1, gen(4))))  # a stream of their own: 3 + 1
     assert seqs_A.shape == seqs_B.shape == (6, cfg.N + 1)  # N predictions from N + 1 states
     batches = {"A": seqs_A, "B": seqs_B}
     for name, block, two_point in (("2mem", "A2", True), ("1mem", "A1", False)):
@@ -176,12 +178,12 @@ def test_task_vectors_json_values_on_a_tiny_run(tmp_path, monkeypatch):
                 want = mean_similarity(logp, logq)
                 assert result[f"patching_{name}"][condition][pair] == pytest.approx(want, rel=1e-4), (name, condition, pair)
 
-    # information: I(K; phi) / log2 K at every saved step, both estimators on the same draws (--seed)
+    # information: I(K; phi) / log2 K at every saved step, both estimators on the same 1000 draws (--seed)
     for step in steps:
         model = runs.load_run(str(run), step)[2]
         means, covs = gaussians(model, tasks)
         assert result["information_pc_dims"]["3"][str(step)] == means.shape[1]
         for key, paired in (("information", True), ("information_unpaired", False)):
-            info, err = tv.mutual_information(means, covs, generator=gen(3), paired=paired)
+            info, err = tv.mutual_information(means, covs, n_samples=1000, generator=gen(3), paired=paired)
             assert result[key]["3"][str(step)] == pytest.approx(info / math.log2(3), rel=1e-4, abs=1e-6), (key, step)
             assert result[key + "_stderr"]["3"][str(step)] == pytest.approx(err / math.log2(3), rel=1e-4)
