@@ -10,10 +10,13 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 
 import mem_minimal as mm
+import runs
 import sa_analysis
 import task_vectors as tv
+import trace
 import train
 from bayes import PREDICTORS
+from test_trace import tiny_run
 
 # ----------------------------------------------------------------------------- Fig. 4: k-NN separability
 
@@ -152,3 +155,22 @@ def test_the_criterion_averages_exactly_the_last_tail_batches(monkeypatch):
         window = levels[:-4]  # the 2-Gen losses of the window's batches; then the held-out sets' model and 2-Gen
         assert len(window) == tail
         assert out["criterion"] == pytest.approx(np.mean(np.subtract(losses[-tail:], window)), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- Fig. 3: the traced sequences
+
+
+def test_a_phase_is_traced_on_n_seqs_fresh_sequences_from_its_runs_S_drawn_from_the_seed(tmp_path, monkeypatch):
+    """trace_phases ablates every edge on n_seqs sequences of the checkpoint's run, drawn from its S by the
+    generator of `seed` (the same draws for every phase of a run), the model reading s_0..s_{N-1}."""
+    run = tmp_path / "run"
+    tiny_run(run)
+    fed = []
+    importance = trace.edge_importance
+    monkeypatch.setattr(trace, "edge_importance", lambda model, seqs: fed.append(seqs) or importance(model, seqs))
+    monkeypatch.setattr(trace, "phase_checkpoint", trace.closest_checkpoint)  # a tiny run reaches no phase's floor
+    result = trace.trace_phases({"r": str(run)}, n_seqs=5, seed=2, phases=("2gen", "1gen"))
+    cfg, _, model, tasks = runs.load_run(str(run), result["2gen"]["step"])
+    want = tasks.batch(5, cfg.N + 1, torch.Generator().manual_seed(2))[0][:, :-1]
+    assert len(fed) == 2 and all(torch.equal(seqs, want) for seqs in fed)
+    assert result["2gen"]["importance"] == importance(model, want)
