@@ -7,16 +7,19 @@ The model is in sa_model.py, the theory (F_d, F_1, I, early rates, landscape) in
 fits and figures in sa_analysis.py. Here:
 SGD on fresh chains (K = infinity) at the last position, tau_2Gen as the halfway crossing of the
 loss between the 1-Gen plateau and 2-Gen, the control and bias-ablation series of tau_2Gen(N) fitted
-against N / log N, and the non-autoregressive transformer without MLP1 (Fig. 6c bottom).
+against N / log N, and the runs of the non-autoregressive transformer without MLP1 (Fig. 6c bottom; its data,
+training and criterion in sa_transformer_tau.py).
 
     python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores; --transformer: ~2.5 h more)
-    python sa_transformer.py --transformer-only   # only the transformer's N missing from figures/sa_scaling.json
+    python sa_transformer.py --transformer-only   # only the transformer's (N, seed) missing from figures/sa_scaling.json
+    python sa_transformer.py --transformer-only --preset paper --device cuda   # 8 seeds of an N as one batched model
     python sa_transformer.py --preset paper  # the paper's sizes and seeds
     python sa_transformer.py --replot        # only redraw the five figures from figures/sa_scaling.json
 
 figures/sa_scaling.json holds every number the figures draw: the fits, the landscapes and the
 trajectories of the dynamics runs ("runs": t, masked loss, beta, delta, w; the first control run's
-parameter snapshots).
+parameter snapshots) and of the transformer runs ("transformer_runs": t, loss, phi; "transformer_tau" re-reads
+them).
 """
 import json
 import math
@@ -26,52 +29,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import cli
-from bayes import nll, one_gen, two_gen
-from markov import ablate_bias, check_int, sample_chains, sample_sequences, stationary
-from sa_analysis import (fit_rate, fit_tau, plot_dynamics, plot_parameters, plot_scaling, plot_theory,
-                         plot_trajectories, seed_mean, summarize_exponents)
-from sa_model import C, SATransformer, target_loss
+from markov import check_int
+from sa_analysis import (fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plot_parameters, plot_scaling,
+                         plot_theory, plot_trajectories, seed_mean, summarize_exponents)
+from sa_model import SATransformer, target_loss
 from sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
-from transformer import Transformer, layer_norm
-
-# ----------------------------------------------------------------------------- data and levels
-
-
-def fresh_batch(B: int, N: int, generator, ablate: bool = False):
-    """K = infinity: every sequence from its own chain of D_T. Returns (context (B, N), target (B,))."""
-    T = sample_chains(B, C, 1.0, generator)
-    seqs, _ = sample_sequences(T, B, N + 1, generator, chain_idx=torch.arange(B))
-    if ablate:
-        seqs = ablate_bias(seqs, stationary(T), generator)
-    return seqs[:, :N], seqs[:, N]
-
-
-ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-
-
-def predictor_levels(context: torch.Tensor, target: torch.Tensor) -> dict:
-    """Losses at the last position, over all samples and over those whose target occurs in the
-    context ("masked"), of the Bayes 1-Gen and 2-Gen predictors and of the two plateaus that tau is
-    measured from: the SA-transformer's 1-Gen solution (raw frequencies k_tau / N, which is what
-    its experts compute at beta = delta = 0) and the best smoothed frequencies (n_tau + alpha') /
-    (N + C alpha') over alpha' (the 1-point predictor a transformer can learn on its plateau)."""
-    seqs = torch.cat([context, target[:, None]], 1)
-    present = (context == target[:, None]).any(1)
-
-    def last(logp):
-        loss = nll(logp, seqs)[:, -1]
-        return loss.mean().item(), loss[present].mean().item()
-
-    out = {}
-    out["loss_1gen"], out["masked_loss_1gen"] = last(one_gen(seqs, C))
-    out["loss_2gen"], out["masked_loss_2gen"] = last(two_gen(seqs, C))
-    out["masked_loss_frequencies"] = last(one_gen(seqs, C, alpha=0.0))[1]
-    out["loss_best_1gen"] = min(last(one_gen(seqs, C, alpha=a))[0] for a in ALPHAS)
-    return out
-
+from sa_transformer_tau import compact, crossing, fresh_batch, predictor_levels, tau_2gen, train_one, train_seeds
 
 # ----------------------------------------------------------------------------- training
 
@@ -95,14 +60,6 @@ class Run:
     freeze_weights: tuple | None = None  # hold (w_A..w_D) fixed (reduced model during the plateau)
     snapshots: tuple = ()  # iterations at which to store P1, P2, M2
     stop_after: float = 0.0  # if > 0, stop at stop_after x tau once the loss has crossed (saves time)
-
-
-def crossing(t: list, y: list, level: float) -> float:
-    """First time y(t) falls below level, linearly interpolated between evaluations; nan if never."""
-    for i in range(1, len(t)):
-        if y[i] < level <= y[i - 1]:
-            return t[i - 1] + (y[i - 1] - level) / (y[i - 1] - y[i]) * (t[i] - t[i - 1])
-    return math.nan
 
 
 def train_sa(run: Run) -> dict:
@@ -144,71 +101,22 @@ def train_sa(run: Run) -> dict:
     return {"run": asdict(run), "levels": levels, "tau": crossing(traj["t"], traj["masked_loss"], threshold), **traj}
 
 
-def last_position_logits(model: Transformer, seqs: torch.Tensor) -> torch.Tensor:
-    """model(seqs)[:, -1] (B, C) for the transformer without MLP1 and with position biases, written
-    out block by block with layer 2's query, MLP2 and the unembedding at the last position only:
-    non-autoregressive training reads nothing else, and MLP2 on all N positions was half the cost."""
-    B, N = seqs.shape
-    x0 = model.W_E(seqs)  # (B, N, D)
-    x1 = x0 + model.att1(x0)[0]  # no MLP1
-    h = layer_norm(x1)
-    att = model.att2
-    q = att.W_Q(h[:, -1])  # (B, D): the last position's query
-    k, v = att.W_K(h), att.W_V(h)  # (B, N, D)
-    scores = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(model.D) + att.P[0, :N].flip(0)  # (B, N): + P[N - 1 - j]
-    y2 = x1[:, -1] + (torch.softmax(scores, -1).unsqueeze(1) @ v).squeeze(1)  # (B, D)
-    return model.W_U(y2 + model.mlp2(y2))
-
-
-def train_transformer_nonautoregressive(N: int, seed: int, iters: int, lr: float = 0.05, momentum: float = 0.9,
-                                        batch: int = 128, eval_every: int = 50, eval_batch: int = 1024,
-                                        stop_after: float = 0.0) -> dict:
-    """Fig. 6c bottom: the 2-layer transformer without MLP1 and with additive relative-position
-    biases, trained on the last position only by SGD with momentum. tau_2Gen: the first time its
-    eval loss falls halfway from the best smoothed 1-point predictor to the Bayes 2-Gen loss.
-
-    The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
-    batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
-    loss is still above the threshold after 4000 steps, while lr 0.05 reaches it at ~3750; batch 64
-    at lr 0.05 had not left the plateau by 3500, and at N = 16 lr 0.3 drifts upwards."""
-    g = torch.Generator().manual_seed(seed)
-    eval_context, eval_target = fresh_batch(eval_batch, N, torch.Generator().manual_seed(10**6 + N))
-    levels = predictor_levels(eval_context, eval_target)
-    threshold = 0.5 * (levels["loss_best_1gen"] + levels["loss_2gen"])
-    model = Transformer(C, 64, position="bias", mlp1=False, max_len=N)
-    model.reset_parameters(torch.Generator().manual_seed(seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    t_list, losses = [], []
-    for t in range(iters + 1):
-        if t % eval_every == 0 or t == iters:
-            with torch.no_grad():
-                losses.append(F.cross_entropy(last_position_logits(model, eval_context), eval_target).item())
-            t_list.append(t)
-            if stop_after > 0 and t >= stop_after * crossing(t_list, losses, threshold):
-                break
-        if t == iters:
-            break
-        context, target = fresh_batch(batch, N, g)
-        loss = F.cross_entropy(last_position_logits(model, context), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return {"N": N, "seed": seed, "t": t_list, "loss": losses, "levels": levels, "tau": crossing(t_list, losses, threshold)}
-
-
 # ----------------------------------------------------------------------------- experiments
 
 
 PRESETS = {
     # N_tau: lengths for tau_2Gen(N), control and bias ablation; N_dyn: length of the dynamics runs
     # (seeds_dyn for the full model, seeds_reduced for the reduced and frozen-weight ones); the
-    # transformer runs (Fig. 6c bottom) run in the quick preset only with --transformer
+    # transformer runs (Fig. 6c bottom) run in the quick preset only with --transformer, each to its drop's
+    # window's end (sa_transformer_tau.tau_2gen) or its step cap transformer_iters. The paper's cap, 20000: the
+    # first halfway crossings of the quick runs at N = 32..256 were 2600-4100 steps at these SGD settings and N-flat,
+    # the window ends at 1.25 tau, so 20000 leaves ~4x for the slowest of 8 seeds.
     "quick": dict(N_tau=[32, 64, 128, 256], seeds_tau=2, N_dyn=64, seeds_dyn=3, seeds_reduced=2, transformer=False,
                   N_transformer=[24, 32, 48, 64, 128, 256], seeds_transformer=2, transformer_iters=6000,
-                  eval_batch=1024, landscape_batch=4096, mc_chains=200_000, stop_after=1.2),
+                  transformer_eval_batch=1024, eval_batch=1024, landscape_batch=4096, mc_chains=200_000, stop_after=1.2),
     "paper": dict(N_tau=[32, 64, 128, 256, 512, 1024], seeds_tau=8, N_dyn=128, seeds_dyn=5, seeds_reduced=5, transformer=True,
-                  N_transformer=[32, 64, 128, 256, 512], seeds_transformer=8, transformer_iters=200_000,
-                  eval_batch=4096, landscape_batch=16384, mc_chains=1_000_000, stop_after=2.0),
+                  N_transformer=[32, 64, 128, 256], seeds_transformer=8, transformer_iters=20_000,
+                  transformer_eval_batch=2048, eval_batch=4096, landscape_batch=16384, mc_chains=1_000_000, stop_after=2.0),
 }
 
 
@@ -264,33 +172,77 @@ def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]
     return {False: out[:n], True: out[n:]}, w_plateau, tau_control
 
 
-def _train_transformer_job(args: tuple) -> dict:
-    N, seed, iters, stop_after = args
-    return train_transformer_nonautoregressive(N, seed, iters, stop_after=stop_after)
+def _train_one_job(args: tuple) -> dict:
+    return train_one(*args)
 
 
-def train_transformers(P: dict, jobs: int) -> dict:
-    """Fig. 6c bottom: {N: runs} of the non-autoregressive transformer without MLP1."""
-    t0 = time.time()
-    args = [(N, s, P["transformer_iters"], P["stop_after"]) for N in sorted(P["N_transformer"], reverse=True)
-            for s in range(P["seeds_transformer"])]
+def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | None = None, done=None) -> dict:
+    """Fig. 6c bottom: {N: [runs]} of the non-autoregressive transformer without MLP1 at the (N, seed) pairs of
+    `todo` (default: every N of P with its seeds_transformer seeds), one N after the other. On CUDA an N's seeds train
+    as one batched model (train_seeds), on the CPU as one-thread processes (train_one). done(N, runs), if given, is
+    called as each N finishes, so that a call cut short keeps what it finished."""
+    if todo is None:
+        todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"])]
     by_N = {}
-    for r in cli.parallel_map(_train_transformer_job, args, jobs):
-        by_N.setdefault(r["N"], []).append(r)
-    print(f"{len(args)} transformer runs done in {time.time() - t0:.0f} s", flush=True)
-    return dict(sorted(by_N.items()))
+    for N, s in todo:
+        by_N.setdefault(N, []).append(s)
+    out, t0 = {}, time.time()
+    for N, seeds in sorted(by_N.items()):
+        cap, eval_batch = P["transformer_iters"], P["transformer_eval_batch"]
+        if device == "cpu":
+            runs = cli.parallel_map(_train_one_job, [(N, s, cap, eval_batch) for s in seeds], jobs)
+        else:
+            runs = train_seeds(N, seeds, cap, eval_batch, device)
+        out[N] = [compact(r) for r in runs]
+        print(f"transformer N = {N}, seeds {seeds}: {[tau_2gen(r)['status'] for r in out[N]]} "
+              f"({time.time() - t0:.0f} s so far)", flush=True)
+        if done is not None:
+            done(N, out[N])
+    return out
 
 
-def add_transformer_runs(result: dict, P: dict, jobs: int):
-    """Train the transformer at the N of P["N_transformer"] that result (sa_scaling.json as loaded) does not hold
-    and merge their record into it (transformer_summary's keys)."""
-    todo = [N for N in P["N_transformer"] if str(N) not in result["tau_transformer"]]
-    print(f"transformer runs at N = {todo} ({P['seeds_transformer']} seeds, at most {P['transformer_iters']} steps); "
-          f"N = {sorted(map(int, result['tau_transformer']))} are in the record", flush=True)
-    new = transformer_summary(train_transformers(dict(P, N_transformer=todo), jobs) if todo else {})
-    for key, values in new.items():
-        merged = {**result.get(key, {}), **values}
-        result[key] = {N: merged[N] for N in sorted(merged, key=int)}
+def merge_transformer_runs(result: dict, runs: dict):
+    """Merge {N: [runs]} into result's "transformer_runs" {N: {seed: run}} and re-read the criterion from them all
+    (transformer_summary)."""
+    stored = result.setdefault("transformer_runs", {})
+    for N, group in runs.items():
+        stored.setdefault(str(N), {}).update({str(r["seed"]): r for r in group})
+    result["transformer_runs"] = {N: dict(sorted(stored[N].items(), key=lambda kv: int(kv[0])))
+                                  for N in sorted(stored, key=int)}
+    result["transformer_tau"] = transformer_summary(result["transformer_runs"])
+
+
+def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
+    """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
+    and merge them in; write(result), if given, after each N. The earlier record's runs that kept only tau (no
+    trajectory: "tau_transformer") are not runs here, and stay as they are."""
+    stored = result.get("transformer_runs", {})
+    todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"]) if str(s) not in stored.get(str(N), {})]
+    print(f"transformer runs (N, seed) = {todo} (at most {P['transformer_iters']} steps, {device}); "
+          f"{sum(map(len, stored.values()))} in the record", flush=True)
+
+    def done(N, runs):
+        merge_transformer_runs(result, {N: runs})
+        if write is not None:
+            write(result)
+
+    if todo:
+        train_transformers(P, jobs, device, todo, done)
+
+
+def transformer_summary(stored: dict) -> dict:
+    """Fig. 6c bottom re-read from the stored trajectories {N: {seed: run}}: per N, each seed's tau_2gen (status,
+    tau or None, the censoring bound, max phi, the first halfway crossing, the steps run), and the fits of the
+    sustained-drop tau (fit_tau_censored: medians over seeds, a run without a confirmed drop counted as longer than
+    its run) and, for comparison, of the first crossing."""
+    per_N = {N: [tau_2gen(r) for r in runs.values()] for N, runs in stored.items()}
+    out = {"N": {N: {key: [r[key] for r in rows] for key in rows[0]} | {"seeds": [int(s) for s in stored[N]]}
+                 for N, rows in per_N.items()}}
+    out["fit"] = fit_tau_censored({N: [r["tau"] if r["status"] == "tau" else None for r in rows]
+                                   for N, rows in per_N.items()})
+    out["fit_first_crossing"] = fit_tau_censored({N: [None if math.isnan(r["first_crossing"]) else r["first_crossing"]
+                                                      for r in rows] for N, rows in per_N.items()})
+    return out
 
 
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
@@ -319,27 +271,17 @@ def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: flo
     return out
 
 
-def scaling_summary(tau_runs: dict, transformer: dict) -> dict:
-    """tau_2Gen(N) of the SA-transformer (control, ablation) and of the transformer, with their fits
-    against N / log N, and the final losses at the largest N."""
+def scaling_summary(tau_runs: dict) -> dict:
+    """tau_2Gen(N) of the SA-transformer (control, ablation) with their fits against N / log N, and the final losses
+    at the largest N. "tau_transformer" (fitted alike) holds the first crossings of earlier records' transformer runs,
+    which kept no trajectory; a new record's transformer runs are in "transformer_runs" (merge_transformer_runs)."""
     out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[False].items()},
            "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[True].items()},
-           **transformer_summary(transformer)}
+           "tau_transformer": {}}
     out["tau_fits"] = {key: fit_tau(out[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
     largest = tau_runs[False][max(tau_runs[False])]
     for key, level in (("final_loss", None), ("loss_2gen", "masked_loss_2gen"), ("loss_1gen", "masked_loss_1gen")):
         out[key] = float(np.mean([r["masked_loss"][-1] if level is None else r["levels"][level] for r in largest]))
-    return out
-
-
-def transformer_summary(transformer: dict) -> dict:
-    """Fig. 6c bottom's record of {N: runs}: tau per seed (inf: never crossed within transformer_iters), the
-    predictor levels and each run's last loss."""
-    out = {"tau_transformer": {str(N): [r["tau"] for r in runs] for N, runs in transformer.items()}}
-    if transformer:
-        out["transformer_levels"] = {str(N): runs[0]["levels"] for N, runs in transformer.items()}
-        out["transformer_final_loss"] = {str(N): [r["loss"][-1] for r in runs] for N, runs in transformer.items()}
-        out["transformer_steps"] = {str(N): [r["t"][-1] for r in runs] for N, runs in transformer.items()}
     return out
 
 
@@ -426,24 +368,34 @@ def settle(new, old, rel: float = 1e-9):
     return new
 
 
+def write_record(result: dict, path: str):
+    """The JSON written whole or not at all (a temporary file renamed over it): a call cut short leaves the last
+    complete record."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def replot(figures: str, train: tuple | None = None):
-    """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted (cheap); train: (preset, jobs) for
-    --transformer-only, whose missing transformer runs are trained and merged in first. The JSON is rewritten only
-    when a number in it changed beyond float noise, and then with the others' last digits as they were (settle), so a
-    pure redraw leaves a clone's record as it was."""
+    """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted and the transformer's criterion
+    re-read from its stored trajectories (cheap; a record without them keeps its first crossings); train: (preset,
+    jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are trained and merged in first,
+    the JSON written after each N. The JSON is rewritten only when a number in it changed beyond float noise, and then
+    with the others' last digits as they were (settle), so a pure redraw leaves a clone's record as it was."""
     path = os.path.join(figures, "sa_scaling.json")
     result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
     before = json.loads(json.dumps(result))
     if train is not None:
-        add_transformer_runs(result, *train)
+        add_transformer_runs(result, *train, write=lambda r: write_record(r, path))
+    if "transformer_runs" in result:
+        result["transformer_tau"] = transformer_summary(result["transformer_runs"])
     result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
     result = settle(result, before)
     write_figures(result, figures)
     if result == before:
         print(f"wrote {figures}/sa_*.png from {path} (tau refitted: the same numbers, the JSON left as it was)")
         return
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    write_record(result, path)
     print(f"wrote {figures}/sa_*.png and {path} (tau refitted, new numbers)")
 
 
@@ -454,17 +406,20 @@ def main():
                                     "dynamics at N = 128, the transformer")
     parser.add_argument("--N", type=int, default=None, help="sequence length of the dynamics runs (default: quick 64, paper 128)")
     parser.add_argument("--transformer", action="store_true", help="quick preset: also time the transformer (Fig. 6c bottom)")
+    cli.add_device(parser)
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
     parser.add_argument("--replot", action="store_true", help="only redraw the figures from FIGURES/sa_scaling.json")
     parser.add_argument("--transformer-only", action="store_true",
-                        help="only the transformer runs (Fig. 6c bottom) at the preset's N that FIGURES/sa_scaling.json "
-                             "does not hold yet (a run is determined by N and its seed), merged into it; then --replot")
+                        help="only the transformer runs (Fig. 6c bottom) at the preset's (N, seed) whose trajectory "
+                             "FIGURES/sa_scaling.json does not hold yet, merged into it after each N; then --replot. "
+                             "On CUDA the seeds of an N train as one batched model")
     args = parser.parse_args()
+    device = cli.device(args.device)
     if args.replot or args.transformer_only:
         cli.writable_dir(args.figures, "--figures")
-        train = (PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1)) if args.transformer_only else None
+        train = (PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1), device) if args.transformer_only else None
         replot(args.figures, train)
         return
     preset = cli.preset(args.preset)
@@ -481,19 +436,19 @@ def main():
     result = {"preset": preset, **theory(P)}
     dyn, tau_runs = train_sa_series(P, jobs)
     frozen, w_plateau, tau_control = train_frozen(P, dyn[(False, False)], jobs)
-    transformer = train_transformers(P, jobs) if P["transformer"] else {}
     result.update(dynamics_summary(dyn, frozen, w_plateau, tau_control, result["I"], P["N_dyn"]))
-    result.update(scaling_summary(tau_runs, transformer))
+    result.update(scaling_summary(tau_runs))
+    if P["transformer"]:
+        merge_transformer_runs(result, train_transformers(P, jobs, device))
     result.update(landscapes(P))
     result["runs"] = run_records(dyn, frozen)
     result["seconds"] = round(time.time() - t0, 1)
-    text = json.dumps(result, indent=1)
-    with open(os.path.join(args.figures, "sa_scaling.json"), "w") as f:
-        f.write(text)
-    write_figures(json.loads(text), args.figures)  # from the JSON, as --replot draws them
+    write_record(result, os.path.join(args.figures, "sa_scaling.json"))
+    write_figures(json.loads(json.dumps(result)), args.figures)  # from the JSON, as --replot draws them
     print(json.dumps({k: result[k] for k in ("tau", "tau_ablation", "tau_transformer", "tau_fits", "beta_exponent_control",
                                              "delta_exponent_control", "beta_exponent_ablation", "delta_exponent_ablation",
-                                             "final_loss", "loss_2gen", "w_early", "w_final", "rates", "seconds")}, indent=1))
+                                             "final_loss", "loss_2gen", "w_early", "w_final", "rates", "seconds")}
+                      | {"transformer_fit": result.get("transformer_tau", {}).get("fit")}, indent=1))
     print(f"wrote {args.figures}/sa_*.png and sa_scaling.json in {result['seconds'] / 60:.1f} min")
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import sa_analysis
 import sa_model
 import sa_theory
 import sa_transformer as sa
+import sa_transformer_tau as st
 from markov import sample_chains, sample_sequences
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,7 +159,7 @@ def test_predictor_levels_by_hand():
     assert levels["masked_loss_1gen"] == pytest.approx(mean([r[1] for r in present]), rel=1e-5)
     assert levels["masked_loss_2gen"] == pytest.approx(mean([r[2] for r in present]), rel=1e-5)
     assert levels["masked_loss_frequencies"] == pytest.approx(mean([-math.log(r[0] / N) for r in present]), rel=1e-5)
-    best = min(mean([-math.log((r[0] + a) / (N + C * a)) for r in rows]) for a in sa.ALPHAS)
+    best = min(mean([-math.log((r[0] + a) / (N + C * a)) for r in rows]) for a in st.ALPHAS)
     assert levels["loss_best_1gen"] == pytest.approx(best, rel=1e-5)
 
 
@@ -414,18 +415,17 @@ def test_trajectory_overlay_draws_the_seed_means_of_the_runs_it_is_given(tmp_pat
 
 def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp_path):
     """Fig. 6c: the control and the ablation series of tau_2Gen(N), each fitted on its own runs (ablation
-    tau = 4 N / log N, control 2 N / log N), and the transformer's; panel 3 of the figure shows both."""
+    tau = 4 N / log N, control 2 N / log N); panel 3 of the figure shows both."""
     levels = {"masked_loss_2gen": 2.0, "masked_loss_1gen": 2.2}
 
     def runs(a, N, n=2):
         return [{"tau": a * N / math.log(N) * (1 + 0.01 * s), "masked_loss": [2.3, 2.01], "levels": levels} for s in range(n)]
 
     tau_runs = {False: {N: runs(2.0, N) for N in (32, 64, 128)}, True: {N: runs(4.0, N) for N in (32, 64, 128)}}
-    transformer = {N: [{**r, "loss": [2.3, 2.2], "t": [0, 50]} for r in runs(30.0, N)] for N in (16, 32)}
-    out = sa.scaling_summary(tau_runs, transformer)
+    out = sa.scaling_summary(tau_runs)
     assert out["tau_fits"]["tau"]["prefactor"] == pytest.approx(2.0 * 1.005)
     assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
-    assert out["tau_fits"]["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(1.0)
+    assert out["tau_transformer"] == {}  # the transformer's runs are kept elsewhere (transformer_runs)
     assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
     dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
     fig = sa_analysis.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
@@ -439,13 +439,13 @@ def test_last_position_logits_are_the_models_own_at_the_last_position():
     """The non-autoregressive forward evaluated at position N only equals the full forward's last row,
     on a random model with nonzero position biases in both layers."""
     g = torch.Generator().manual_seed(11)
-    model = sa.Transformer(10, 16, position="bias", mlp1=False, max_len=9)
+    model = st.Transformer(10, 16, position="bias", mlp1=False, max_len=9)
     model.reset_parameters(g)
     with torch.no_grad():
         model.att1.P.normal_(0, 2, generator=g)
         model.att2.P.normal_(0, 2, generator=g)
     seqs = batch(B=5, N=9, seed=12)
-    torch.testing.assert_close(sa.last_position_logits(model, seqs), model(seqs)[:, -1])
+    torch.testing.assert_close(st.last_position_logits(model, seqs), model(seqs)[:, -1])
 
 
 def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_law():
@@ -569,30 +569,191 @@ def test_run_records_keep_what_the_figures_draw(tmp_path):
     assert len(list(tmp_path.glob("sa_*.png"))) == 5
 
 
-def test_transformer_only_trains_the_missing_N_and_merges_them_in_order(monkeypatch):
-    """--transformer-only: the N already in the record are not trained again, the others are, with the
-    preset's seeds and budget, and every transformer key of the record gains them in increasing N."""
-    trained = []
+def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_N(monkeypatch):
+    """--transformer-only: an (N, seed) whose trajectory is in the record is not trained again, the missing ones are
+    (seed 1 at N = 32 beside a stored seed 0, and all of N = 128), with the preset's budget and device, each N's
+    seeds in one call; the record is written after each N, runs kept by (N, seed) in increasing order, the criterion
+    re-read from them all; the legacy first crossings stay as they were."""
+    calls = []
 
-    def fake(P, jobs):  # train_transformers' {N: runs}, from the preset's N, seeds and budget
-        trained.extend((N, s, P["transformer_iters"]) for N in P["N_transformer"] for s in range(P["seeds_transformer"]))
-        return {N: [{"N": N, "seed": s, "t": [0, P["transformer_iters"]], "loss": [2.3, 2.0 + N / 1000], "levels": {"N": N},
-                     "tau": 10.0 * N} for s in range(P["seeds_transformer"])] for N in P["N_transformer"]}
+    def fake(N, seeds, iters, eval_batch, device):  # train_seeds: the runs of one N
+        calls.append((N, tuple(seeds), iters, device))
+        return [synthetic_transformer_run(N, s, drop=1000.0 + N) for s in seeds]
 
-    monkeypatch.setattr(sa, "train_transformers", fake)
-    record = {"tau_transformer": {"24": [100.0, 120.0], "64": [90.0, 95.0]}, "transformer_levels": {"24": {}, "64": {}},
-              "transformer_final_loss": {"24": [2.1, 2.1], "64": [2.0, 2.0]}}
-    P = dict(sa.PRESETS["quick"], N_transformer=[24, 64, 128, 32], transformer_iters=50)
-    sa.add_transformer_runs(record, P, jobs=1)
-    assert sorted(trained) == [(32, 0, 50), (32, 1, 50), (128, 0, 50), (128, 1, 50)]
-    assert record["tau_transformer"] == {"24": [100.0, 120.0], "32": [320.0, 320.0], "64": [90.0, 95.0],
-                                         "128": [1280.0, 1280.0]}
-    assert list(record["transformer_final_loss"]) == ["24", "32", "64", "128"]
-    assert record["transformer_final_loss"]["128"] == [2.128, 2.128] and record["transformer_steps"] == {"32": [50, 50],
-                                                                                                           "128": [50, 50]}
-    trained.clear()
-    sa.add_transformer_runs(record, P, jobs=1)  # nothing missing: nothing trained
-    assert trained == []
+    monkeypatch.setattr(sa, "train_seeds", fake)
+    record = {"tau_transformer": {"24": [100.0, 120.0]}}
+    sa.merge_transformer_runs(record, {32: [sa.compact(synthetic_transformer_run(32, 0, drop=900.0))]})
+    written = []
+    P = dict(sa.PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
+    sa.add_transformer_runs(record, P, jobs=1, device="cuda", write=lambda r: written.append(json.loads(json.dumps(r))))
+    assert calls == [(32, (1,), 5000, "cuda"), (128, (0, 1), 5000, "cuda")]
+    assert [list(w["transformer_runs"]) for w in written] == [["32"], ["32", "128"]]  # the first write: N = 32 alone
+    assert {N: list(runs) for N, runs in record["transformer_runs"].items()} == {"32": ["0", "1"], "128": ["0", "1"]}
+    assert record["tau_transformer"] == {"24": [100.0, 120.0]}
+    taus = record["transformer_tau"]["N"]
+    assert taus["32"]["seeds"] == [0, 1] and taus["32"]["status"] == ["tau", "tau"]
+    assert taus["32"]["tau"][0] == pytest.approx(900.0) and taus["128"]["tau"][1] == pytest.approx(1128.0)
+    calls.clear()
+    sa.add_transformer_runs(record, P, jobs=1, device="cuda")  # nothing missing: nothing trained
+    assert calls == []
+
+
+def synthetic_transformer_run(N, seed, drop=None, cap=4000, phi_head=0.8, every=50):
+    """A stored transformer run: the loss on its plateau 2.30, falling through the halfway level 2.20 at `drop`
+    (None: never) with slope 0.1 per 50 steps to 2.10 (2-Gen), so that the interpolated crossing is `drop`; phi 0.15
+    on the plateau, phi_head after the drop; to the cap if no drop held, else a little past its window's end."""
+    t = list(range(0, cap + 1, every))
+    if drop is None:
+        loss = [2.30] * len(t)
+    else:
+        t = [s for s in t if s <= max(1.25 * drop, drop + 6 * every) + every]
+        loss = [min(2.30, max(2.10, 2.20 - 0.002 * (s - drop))) for s in t]
+    return {"N": N, "seed": seed, "cap": cap, "levels": {"loss_best_1gen": 2.30, "loss_2gen": 2.10}, "t": t,
+            "loss": loss, "phi": [phi_head if drop is not None and s > drop else 0.15 for s in t]}
+
+
+def test_a_dip_that_comes_back_is_no_tau_and_a_sustained_drop_is():
+    """sustained_drop on hand-written trajectories (evaluations every 100 steps, level 2.2): a dip below the level
+    at 1000 that is back above at 1100 is no tau, the later drop at 2050 that holds is (interpolated); one that
+    comes back at the window's last evaluation is not, one that comes back just after it is."""
+    t = list(range(0, 4001, 100))
+    level = 2.2
+
+    def curve(below):  # 2.3 above the level, 2.1 below; below(t) says where
+        return [2.1 if below(s) else 2.3 for s in t]
+
+    dip = curve(lambda s: s == 1000 or s >= 2100)
+    tau, end = st.sustained_drop(t, dip, level)
+    assert tau == pytest.approx(2050.0) and end == 2600  # (1 + 0.25) 2050 = 2562.5: the evaluation at 2600
+    assert st.crossing(t, dip, level) == pytest.approx(950.0)  # the old criterion fires on the dip
+    assert math.isnan(st.sustained_drop(t, curve(lambda s: s == 1000), level)[0])
+    # the window of the crossing at 2050 runs through 2600: back above at 2600 fails it, at 2700 does not
+    assert math.isnan(st.sustained_drop(t, curve(lambda s: 2100 <= s < 2600), level)[0])
+    assert st.sustained_drop(t, curve(lambda s: 2100 <= s < 2700), level) == (pytest.approx(2050.0), 2600)
+    # early crossings need WINDOW_EVALS evaluations below: at 150, 1.25 tau is 187.5 but the window is 5 evaluations
+    assert st.sustained_drop(t, curve(lambda s: 200 <= s < 700), level) == (pytest.approx(150.0), 600)
+    assert math.isnan(st.sustained_drop(t, curve(lambda s: 200 <= s < 600), level)[0])
+    # a window that runs past the last evaluation is not decided
+    assert math.isnan(st.sustained_drop(t[:25], curve(lambda s: s >= 2100)[:25], level)[0])
+
+
+def test_tau_2gen_reports_censored_runs_and_unconfirmed_drops():
+    """tau_2gen: a run with no held drop is censored with its cap as the bound (never a tau); a held drop with
+    max phi below PHI_FORMED is 'no head'; with phi above it, a tau; the first crossing is reported beside it."""
+    censored = st.tau_2gen(synthetic_transformer_run(32, 0, drop=None, cap=4000))
+    assert censored["status"] == "censored" and censored["tau"] is None and censored["bound"] == 4000
+    assert math.isnan(censored["first_crossing"])
+    held = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0))
+    assert held["status"] == "tau" and held["tau"] == pytest.approx(2000.0) and held["bound"] is None
+    assert held["phi_max"] == 0.8
+    no_head = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0, phi_head=st.PHI_FORMED - 0.01))
+    assert no_head["status"] == "no head"
+    late = synthetic_transformer_run(32, 0, drop=3900.0, cap=4000)  # drops at the cap: its window never ends
+    late["t"], late["loss"], late["phi"] = late["t"][:81], late["loss"][:81], late["phi"][:81]
+    assert st.tau_2gen(late)["status"] == "censored" and st.tau_2gen(late)["bound"] == 4000
+
+
+def test_the_induction_readout_against_a_loop():
+    """induction: for each sequence, the last position's layer-2 attention summed over the positions i >= 1 whose
+    previous state equals the last state, averaged; on the attention last_position returns of a random model."""
+    g = torch.Generator().manual_seed(13)
+    context = batch(B=7, N=11, seed=14)
+    A2 = st.last_position(dict(st.model_for(11, 3).named_parameters()), context)[1]
+    A2 = torch.softmax(A2.log() + torch.randn(A2.shape, generator=g), -1)  # not uniform
+    want = 0.0
+    for b in range(7):
+        s = context[b].tolist()
+        want += sum(A2[b, i].item() for i in range(1, 11) if s[i - 1] == s[10]) / 7
+    assert st.induction(A2, context).item() == pytest.approx(want, rel=1e-6)
+    assert torch.allclose(A2.sum(-1), torch.ones(7))
+
+
+def test_batched_seeds_equal_each_seed_trained_alone():
+    """train_seeds (vmap over stacked parameters, the seeds' batches drawn from their own generators and walked
+    together) gives every seed the trajectory train_one gives it alone, to float rounding; a seed whose drop held
+    stops its record there, as train_one stops. The batched draw is fresh_batch's for each generator, exactly."""
+    context, target = st.fresh_batches(6, 12, [torch.Generator().manual_seed(s) for s in (3, 4)])
+    for i, s in enumerate((3, 4)):
+        c, y = st.fresh_batch(6, 12, torch.Generator().manual_seed(s))
+        assert torch.equal(c, context[i]) and torch.equal(y, target[i])
+    together = st.train_seeds(8, [2, 0], 60, eval_batch=64)
+    for run in together:
+        alone = st.train_one(8, run["seed"], 60, eval_batch=64)
+        assert run["t"] == alone["t"] == [0, 50, 60]
+        np.testing.assert_allclose(run["loss"], alone["loss"], rtol=1e-5)
+        np.testing.assert_allclose(run["phi"], alone["phi"], rtol=1e-5)
+        assert run["levels"] == alone["levels"]
+    assert together[0]["loss"] != together[1]["loss"]  # the seeds are different runs
+
+
+def test_a_held_drop_ends_that_seeds_record_in_both_paths(monkeypatch):
+    """A seed whose drop held through its window stops its record: train_one stops, and train_seeds stops that
+    seed's record while the other seed trains on to the cap, its record still train_one's. The criterion is
+    replaced by one that holds at the second evaluation for seed 0 (told apart by its loss at t = 0) and never for
+    seed 1."""
+    first = {s: st.train_one(8, s, 0, eval_batch=64)["loss"][0] for s in (0, 1)}
+    stops = {first[0]: 2, first[1]: 10**9}
+    monkeypatch.setattr(st, "sustained_drop", lambda t, loss, level: (1.0, t[-1]) if len(t) >= stops[loss[0]]
+                        else (math.nan, math.nan))
+    together = st.train_seeds(8, [0, 1], 60, eval_batch=64)
+    alone = [st.train_one(8, s, 60, eval_batch=64) for s in (0, 1)]
+    assert together[0]["t"] == alone[0]["t"] == [0, 50] and together[1]["t"] == alone[1]["t"] == [0, 50, 60]
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
+
+
+def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monkeypatch):
+    """--replot on a record with transformer trajectories re-reads tau_2gen from them (a stored 'transformer_tau'
+    that disagrees is rewritten) and the panel draws the sustained-drop taus with the fit's interval and seeds; the
+    committed record, which has none, keeps its first crossings and says so."""
+    with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
+        result = json.load(f)
+    drops = {32: (1500.0, 1700.0, None), 64: (1900.0, 2100.0, 2300.0), 128: (2500.0, 2700.0, 2900.0)}
+    sa.merge_transformer_runs(result, {N: [sa.compact(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
+                                       for N, ds in drops.items()})
+    result["transformer_tau"]["N"]["32"]["status"] = ["tau"] * 3  # stale: the replot re-reads it
+    (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
+    monkeypatch.setattr(sa, "write_figures", lambda result, out: None)  # the panel is drawn below
+    sa.replot(str(tmp_path))
+    again = json.loads((tmp_path / "sa_scaling.json").read_text())
+    assert again["transformer_tau"]["N"]["32"]["status"] == ["tau", "tau", "censored"]
+    fit = again["transformer_tau"]["fit"]
+    assert fit["N"]["32"]["no_tau"] == 1 and fit["vs_N_over_logN"]["seeds"] == [3, 3, 3]
+    assert fit["N"]["64"]["median"] == pytest.approx(2100.0)
+    assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
+    fig = sa_analysis.plot_scaling(*committed_dynamics(again), again, os.devnull)
+    assert "seeds per N [3, 3, 3]" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
+    committed = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
+    committed["tau_fits"] = {key: sa_analysis.fit_tau(committed[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
+    title = sa_analysis.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3].get_title()
+    assert "first halfway crossings (no trajectories stored, not re-read)" in title
+
+
+def committed_dynamics(result):
+    dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
+    return dyn, {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
+
+
+def test_fit_tau_censored_counts_runs_without_tau_and_states_its_seeds():
+    """fit_tau_censored on tau = 40 (N / log N)^0.7 times seed factors: the slope 0.7 against N / log N; a censored
+    run (None) counts as longer than the others in the median, never as a value; an N whose median is censored is
+    left out of the slope and listed; the median's interval is the order-statistic one with its coverage."""
+    factors = [0.8, 0.9, 1.0, 1.1, 1.25, 0.95, 1.05, 1.0]
+    taus = {str(N): [40 * (N / math.log(N)) ** 0.7 * f for f in factors] for N in (32, 64, 128, 256)}
+    fit = sa_analysis.fit_tau_censored(taus, resamples=500)
+    assert fit["vs_N_over_logN"]["slope"] == pytest.approx(0.7) and fit["vs_N_over_logN"]["seeds"] == [8] * 4
+    lo, hi = fit["vs_N_over_logN"]["slope_ci"]
+    assert lo < 0.7 < hi
+    x = sorted(taus["64"])
+    assert fit["N"]["64"]["interval"] == [x[0], x[7]] and fit["N"]["64"]["coverage"] == pytest.approx(1 - 2 / 256)
+    assert sa_analysis.fit_tau_censored(taus, level=0.9, resamples=50)["N"]["64"]["interval"] == [x[1], x[6]]  # 93 %
+    taus["64"][4] = None  # the largest value censored: the median of 8 is unchanged
+    assert sa_analysis.fit_tau_censored(taus, resamples=50)["N"]["64"]["median"] == pytest.approx(np.median(x))
+    assert sa_analysis.fit_tau_censored(taus, resamples=50)["N"]["64"]["no_tau"] == 1
+    taus["256"] = [None] * 5 + taus["256"][:3]
+    censored = sa_analysis.fit_tau_censored(taus, resamples=50)
+    assert censored["left_out"] == [256] and censored["vs_N_over_logN"]["seeds"] == [8, 8, 8]
+    assert math.isinf(censored["N"]["256"]["median"])
 
 
 def test_the_dynamics_legend_names_the_model_curves(tmp_path):

@@ -1,0 +1,278 @@
+"""tau_2Gen(N) of the transformer (Fig. 6c bottom; Sec. "The transition from G1 to G2", Appendix "Testing
+predictions": the transformer's tau_2Gen against N / log N), and the data it and the SA-transformer
+(sa_transformer.py) train on: fresh chains (K = infinity) scored at the last position against the Bayes predictors.
+
+The model: the 2-layer transformer of transformer.py without MLP1 and with additive relative-position biases,
+trained non-autoregressively at the last position by SGD with momentum. Its layer-2 attention at the last position
+gives the induction readout phi_beta(2) of eq. (iha) at n = N (`induction`).
+
+tau_2Gen (`tau_2gen`): the loss's sustained drop below the halfway level between the 1-point plateau and 2-Gen, the
+readout confirming that the induction head formed; a run that does not drop for good within its step cap is
+censored (the cap a lower bound), never a value. The first halfway crossing (`crossing`) is kept beside it.
+
+On CUDA the seeds of one N train as one batched model (`train_seeds`: torch.func.vmap over stacked parameters, each
+seed's data drawn from its own generator), each seed equal to float rounding to itself trained alone (`train_one`).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import fastdata
+from bayes import nll, one_gen, two_gen
+from kernels import markov_walk
+from markov import ablate_bias, sample_chains, sample_sequences, stationary, uniforms
+from sa_model import C
+from transformer import Transformer, attention_scores, layer_norm
+
+# ----------------------------------------------------------------------------- data and levels
+
+
+def fresh_batch(B: int, N: int, generator, ablate: bool = False):
+    """K = infinity: every sequence from its own chain of D_T. Returns (context (B, N), target (B,))."""
+    T = sample_chains(B, C, 1.0, generator)
+    seqs, _ = sample_sequences(T, B, N + 1, generator, chain_idx=torch.arange(B, device=T.device))
+    if ablate:
+        seqs = ablate_bias(seqs, stationary(T), generator)
+    return seqs[:, :N], seqs[:, N]
+
+
+def fresh_batches(B: int, N: int, generators: list):
+    """fresh_batch(B, N, g) for every g, stacked: (context (S, B, N), target (S, B)). Each seed's random numbers come
+    from its own generator in fresh_batch's order (the chains' gamma draws, then the walk's uniforms), so its stream
+    is its own; the walk runs once over all S B sequences (fastdata._states, bit for bit markov's; on CUDA one
+    Triton launch), since S separate walks cost more than the step."""
+    T, u0, u = [], [], []
+    for g in generators:
+        T.append(sample_chains(B, C, 1.0, g))
+        first, later = uniforms(B, N + 1, g, T[-1].dtype, T[-1].device)
+        u0.append(first)
+        u.append(later)
+    T = torch.cat(T)
+    kernel = T.device.type == "cuda" and fastdata.WALK_KERNEL and markov_walk.triton is not None
+    seqs = fastdata._states(T, stationary(T), torch.cat(u0), torch.cat(u, 2), N + 1, kernel)
+    seqs = seqs.view(len(generators), B, N + 1)
+    return seqs[..., :N], seqs[..., N]
+
+
+ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+def predictor_levels(context: torch.Tensor, target: torch.Tensor) -> dict:
+    """Losses at the last position, over all samples and over those whose target occurs in the
+    context ("masked"), of the Bayes 1-Gen and 2-Gen predictors and of the two plateaus that tau is
+    measured from: the SA-transformer's 1-Gen solution (raw frequencies k_tau / N, which is what
+    its experts compute at beta = delta = 0) and the best smoothed frequencies (n_tau + alpha') /
+    (N + C alpha') over alpha' (the 1-point predictor a transformer can learn on its plateau)."""
+    seqs = torch.cat([context, target[:, None]], 1)
+    present = (context == target[:, None]).any(1)
+
+    def last(logp):
+        loss = nll(logp, seqs)[:, -1]
+        return loss.mean().item(), loss[present].mean().item()
+
+    out = {}
+    out["loss_1gen"], out["masked_loss_1gen"] = last(one_gen(seqs, C))
+    out["loss_2gen"], out["masked_loss_2gen"] = last(two_gen(seqs, C))
+    out["masked_loss_frequencies"] = last(one_gen(seqs, C, alpha=0.0))[1]
+    out["loss_best_1gen"] = min(last(one_gen(seqs, C, alpha=a))[0] for a in ALPHAS)
+    return out
+
+
+# ----------------------------------------------------------------------------- the criterion
+
+
+def crossing(t: list, y: list, level: float) -> float:
+    """First time y(t) falls below level, linearly interpolated between evaluations; nan if never."""
+    for i in range(1, len(t)):
+        if y[i] < level <= y[i - 1]:
+            return t[i - 1] + (y[i - 1] - level) / (y[i - 1] - y[i]) * (t[i] - t[i - 1])
+    return math.nan
+
+
+# The window a drop must hold for: every evaluation from the crossing through (1 + WINDOW_FRACTION) tau, and at least
+# WINDOW_EVALS of them. A fraction of the elapsed steps, because tau itself spans 2000 to 6000+ steps over N and the
+# plateau's excursions last longer the longer the plateau (the momentum's memory, ~1 / (1 - 0.9) steps, is short next
+# to them); 0.25 covers the 1.2 tau at which 4 of 12 quick runs were back above the level, with margin. The minimum
+# count keeps a drop from passing on one or two evaluations when tau is small.
+WINDOW_FRACTION = 0.25
+WINDOW_EVALS = 5
+# phi_beta(2) at the last position, the layer-2 attention on the positions that followed earlier occurrences of s_N:
+# at uniform attention it is the fraction of such positions, sum_mu p_mu^2 ~ 0.1-0.2 for chains of D_T; an
+# induction head puts most of the attention there. The drop counts only if max phi over the run up to the window's end
+# reaches PHI_FORMED (Sec. "K1* is determined by a kinetic competition" reads max_t phi_beta(2) the same way).
+PHI_FORMED = 0.5
+
+
+def halfway(levels: dict) -> float:
+    """The level tau is measured at: halfway from the best smoothed 1-point predictor (the transformer's plateau) to
+    the Bayes 2-Gen loss, both at the last position over all samples."""
+    return 0.5 * (levels["loss_best_1gen"] + levels["loss_2gen"])
+
+
+def sustained_drop(t: list, loss: list, level: float, fraction: float = WINDOW_FRACTION,
+                   evals: int = WINDOW_EVALS) -> tuple[float, float]:
+    """(tau, end): the first downward crossing of `level` (interpolated between evaluations) after which the loss
+    stays below it at every evaluation through t >= (1 + fraction) tau, and at least `evals` evaluations from the
+    crossing on; end is the window's last evaluation. A crossing the loss comes back from is no tau; one whose window
+    runs past the last evaluation is not decided yet. (nan, nan) when none held."""
+    for i in range(1, len(t)):
+        if not loss[i] < level <= loss[i - 1]:
+            continue
+        tau = t[i - 1] + (loss[i - 1] - level) / (loss[i - 1] - loss[i]) * (t[i] - t[i - 1])
+        k = i + evals - 1
+        while k < len(t) and t[k] < (1 + fraction) * tau:
+            k += 1
+        if k >= len(t):
+            return math.nan, math.nan
+        if all(y < level for y in loss[i:k + 1]):
+            return tau, t[k]
+    return math.nan, math.nan
+
+
+def tau_2gen(run: dict) -> dict:
+    """tau_2Gen of one transformer run (Fig. 6c bottom) read from its trajectory ("t", "loss", "phi", "levels"):
+    status "tau" with tau the sustained drop's time (sustained_drop at the halfway level) when max phi up to the
+    window's end reached PHI_FORMED; "no head" when the loss dropped for good without it; "censored" when no drop
+    held within the run, its last step ("bound", the cap) a lower bound on tau. "first_crossing": the first halfway
+    crossing, the criterion this replaces (nan if none)."""
+    level = halfway(run["levels"])
+    tau, end = sustained_drop(run["t"], run["loss"], level)
+    out = {"first_crossing": crossing(run["t"], run["loss"], level), "steps": run["t"][-1]}
+    if math.isnan(tau):
+        return {**out, "status": "censored", "tau": None, "bound": run["t"][-1], "phi_max": max(run["phi"])}
+    phi_max = max(phi for s, phi in zip(run["t"], run["phi"]) if s <= end)
+    return {**out, "status": "tau" if phi_max >= PHI_FORMED else "no head", "tau": tau, "bound": None, "phi_max": phi_max}
+
+
+# ----------------------------------------------------------------------------- the model at the last position
+
+
+def last_position(params: dict, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (B, C), A (B, N)): model(seqs)[:, -1] of the transformer without MLP1 and with position biases, and
+    its layer-2 attention at the last position, from its parameters by name (dict(model.named_parameters()), or
+    stacked ones under vmap). Layer 2's query, MLP2 and the unembedding run at the last position only:
+    non-autoregressive training reads nothing else, and MLP2 on all N positions was half the cost."""
+    B, N = seqs.shape
+    x0 = F.embedding(seqs, params["W_E.weight"])  # (B, N, D)
+    h = layer_norm(x0)
+    q, k, v = (F.linear(h, params[f"att1.{W}.weight"]) for W in ("W_Q", "W_K", "W_V"))
+    A1 = torch.softmax(attention_scores(q[:, None], k[:, None], params["att1.P"][:, :N]), -1)[:, 0]  # (B, N, N)
+    x1 = x0 + A1 @ v  # no MLP1
+    h = layer_norm(x1)
+    q = F.linear(h[:, -1], params["att2.W_Q.weight"])  # (B, D): the last position's query
+    k, v = F.linear(h, params["att2.W_K.weight"]), F.linear(h, params["att2.W_V.weight"])
+    scores = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1]) + params["att2.P"][0, :N].flip(0)  # + P[N-1-j]
+    A2 = torch.softmax(scores, -1)  # (B, N)
+    y2 = x1[:, -1] + (A2.unsqueeze(1) @ v).squeeze(1)  # (B, D)
+    mlp2 = F.linear(F.gelu(F.linear(layer_norm(y2), params["mlp2.W_in.weight"])), params["mlp2.W_out.weight"])
+    return F.linear(y2 + mlp2, params["W_U.weight"]), A2
+
+
+def last_position_logits(model: Transformer, seqs: torch.Tensor) -> torch.Tensor:
+    """model(seqs)[:, -1] (B, C) at the last position only (last_position)."""
+    return last_position(dict(model.named_parameters()), seqs)[0]
+
+
+def induction(A2: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    """phi_beta(2) at the last position (eq. iha at n = N): the layer-2 attention A2 (B, N) of the last position on
+    the positions i >= 1 whose previous state s_{i-1} is its own state s_N, summed over i, averaged over the batch."""
+    match = context[:, :-1] == context[:, -1:]  # (B, N - 1): entry i - 1 says s_{i-1} = s_N
+    return (A2[:, 1:] * match).sum(-1).mean()
+
+
+# ----------------------------------------------------------------------------- training
+
+TRAINING = dict(lr=0.05, momentum=0.9, batch=128, eval_every=50)  # Fig. 6c bottom's SGD (why: train_one)
+
+
+def model_for(N: int, seed: int) -> Transformer:
+    model = Transformer(C, 64, position="bias", mlp1=False, max_len=N)
+    model.reset_parameters(torch.Generator().manual_seed(seed))
+    return model
+
+
+def start(N: int, seed: int, iters: int, eval_batch: int, device) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """(the run's record, the eval context and target on `device`): one eval set per N, from its own seed, so every
+    seed and device is measured on the same sequences."""
+    context, target = fresh_batch(eval_batch, N, torch.Generator().manual_seed(10**6 + N))
+    run = {"N": N, "seed": seed, "cap": iters, "device": torch.device(device).type, **TRAINING, "eval_batch": eval_batch,
+           "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
+    return run, context.to(device), target.to(device)
+
+
+def record(run: dict, t: int, logits, A2, context, target) -> bool:
+    """Append an evaluation; True once the run is finished: its drop has held through its window."""
+    run["t"].append(t)
+    run["loss"].append(F.cross_entropy(logits, target).item())
+    run["phi"].append(induction(A2, context).item())
+    return not math.isnan(sustained_drop(run["t"], run["loss"], halfway(run["levels"]))[0])
+
+
+def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024) -> dict:
+    """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
+    run until its drop has held through its window or for `iters` steps (the cap). The record: TRAINING, the levels,
+    and the trajectory t, loss (last position, all eval samples) and phi (induction).
+
+    The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
+    batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
+    loss is still above the threshold after 4000 steps, while lr 0.05 reaches it at ~3750; batch 64
+    at lr 0.05 had not left the plateau by 3500, and at N = 16 lr 0.3 drifts upwards."""
+    g = torch.Generator().manual_seed(seed)
+    run, eval_context, eval_target = start(N, seed, iters, eval_batch, "cpu")
+    model = model_for(N, seed)
+    params = dict(model.named_parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=TRAINING["lr"], momentum=TRAINING["momentum"])
+    for t in range(iters + 1):
+        if t % TRAINING["eval_every"] == 0 or t == iters:
+            with torch.no_grad():
+                done = record(run, t, *last_position(params, eval_context), eval_context, eval_target)
+            if done:
+                break
+        if t == iters:
+            break
+        context, target = fresh_batch(TRAINING["batch"], N, g)
+        loss = F.cross_entropy(last_position(params, context)[0], target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return run
+
+
+def train_seeds(N: int, seeds: list, iters: int, eval_batch: int = 1024, device="cpu") -> list[dict]:
+    """train_one for every seed at once: the S models' parameters stacked on a leading axis and the forward vmapped
+    over it, one SGD over the stacked tensors (elementwise, so each seed's update is its own), each seed's batches
+    from its own generator on `device` (fresh_batches). A seed's record stops where train_one's would (its drop
+    held through its window); the batch trains on until every seed has, or to the cap. On the CPU each seed equals
+    train_one's to float rounding; on CUDA its generator's stream differs from the CPU's of the same seed."""
+    generators = [torch.Generator(device).manual_seed(s) for s in seeds]
+    runs, eval_context, eval_target = zip(*(start(N, s, iters, eval_batch, device) for s in seeds))
+    eval_context, eval_target = eval_context[0], eval_target[0]
+    models = [dict(model_for(N, s).named_parameters()) for s in seeds]
+    params = {name: torch.stack([m[name].detach() for m in models]).to(device).requires_grad_() for name in models[0]}
+    opt = torch.optim.SGD(params.values(), lr=TRAINING["lr"], momentum=TRAINING["momentum"])
+    forward, evaluate = torch.func.vmap(last_position), torch.func.vmap(last_position, in_dims=(0, None))
+    done = [False] * len(seeds)
+    for t in range(iters + 1):
+        if t % TRAINING["eval_every"] == 0 or t == iters:
+            with torch.no_grad():
+                logits, A2 = evaluate(params, eval_context)
+                for i, run in enumerate(runs):
+                    done[i] = done[i] or record(run, t, logits[i], A2[i], eval_context, eval_target)
+            if all(done):
+                break
+        if t == iters:
+            break
+        context, target = fresh_batches(TRAINING["batch"], N, generators)
+        logits = forward(params, context)[0]  # (S, B, C)
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(len(seeds), -1).mean(1)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()  # seed i's parameters get the gradient of its own loss alone
+        opt.step()
+    return list(runs)
+
+
+def compact(run: dict) -> dict:
+    """The run's record as stored in the JSON: the trajectory rounded (loss to 1e-5 nats, phi to 1e-4), enough to
+    re-read the criterion, whose level gaps are 0.03 nats and more."""
+    return {**run, "loss": [round(y, 5) for y in run["loss"]], "phi": [round(p, 4) for p in run["phi"]]}
