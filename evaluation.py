@@ -89,16 +89,20 @@ def readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task
     return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
 
 
-def make_per_chain_data(cfg, tasks: TaskSet | FreshChains) -> dict:
+def make_per_chain_data(cfg, tasks: TaskSet | FreshChains, draw: int = 0) -> dict:
     """The fixed sequences of the memorization scores: cfg.per_chain from each chain of S in chain order (with
-    K = inf, from per_chain_tasks fixed chains of D_T), and the 2-Gen predictor's loss on each sequence."""
-    g = torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + 13)
+    K = inf, from per_chain_tasks fixed chains of D_T), and the 2-Gen predictor's loss on each sequence. draw > 0:
+    another set of sequences from the same chains, independent of draw 0's (the scores' own noise: k2.py)."""
+    seed = 1_000_003 * (cfg.task_seed + 1) + 13
+    g = torch.Generator(tasks.T.device).manual_seed(seed)
     T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g, device=tasks.T.device)
+    if draw:
+        g = torch.Generator(tasks.T.device).manual_seed(seed + 7_919 * draw)
     chain = torch.arange(T.shape[0], device=T.device).repeat_interleave(cfg.per_chain)  # (n_chains * per_chain,)
     seqs, _ = sample_sequences(T, chain.numel(), cfg.N + 1, g, chain_idx=chain)
     loss_2gen = nll(bayes.predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence
     return {"seqs": seqs, "chain": chain if isinstance(tasks, TaskSet) else None, "loss_2gen": loss_2gen,
-            "chains": T.shape[0]}
+            "chains": T.shape[0], "T": T}
 
 
 @torch.no_grad()

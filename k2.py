@@ -28,7 +28,7 @@ from markov import task_source
 from probes import finished, probe_command, run_config, run_probes
 from runs import load_run, read_metrics, read_per_chain
 from thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau, finite_json,
-                        memorized_fraction, null_epsilon, tau_2gen, tau_2mem)
+                        memorized_fraction, null_epsilon, score_noise, tau_2gen, tau_2mem)
 
 # For K1* < K < K2* a run first enters 2-Gen and later memorizes; the time it spends in 2-Gen,
 #
@@ -81,21 +81,26 @@ def divergence_fits(Ks: list, dtau: list, bounds: list) -> tuple[dict, dict]:
     return fits[0], fits[1]
 
 
-def null_scores(run_dir: str, chains: int) -> list[dict]:
-    """The null of the memorized fraction: rows {"step", "delta"} of the run's model at every full evaluation
-    scored like its chains of S (evaluation.per_chain_scores, the run's per_chain sequences per chain) on `chains`
-    fixed fresh chains of D_T, which it never trained on. Cached in run_dir/per_chain_null.jsonl, redone when
-    the run's evaluation steps or the number of chains differ."""
-    path = os.path.join(run_dir, "per_chain_null.jsonl")
-    steps = [r["step"] for r in read_per_chain(run_dir)]
+def saved_model_scores(run_dir: str, chains: int | None = None, draw: int = 0) -> list[dict]:
+    """Rows {"step", "delta"}: the run's model at every full evaluation scored like its chains of S
+    (evaluation.per_chain_scores, the run's per_chain sequences per chain), on the chains of S (chains None) or on
+    `chains` fixed fresh chains of D_T, which it never trained on (the null), with the sequences of draw 0 (those
+    of training's per_chain.jsonl) or of draw 1, independent of them (the scores' own noise). Cached in
+    run_dir/per_chain[_null][_b].jsonl (draw 0 on S is training's own file), redone when the run's evaluation
+    steps or the number of chains differ."""
+    name = "per_chain" + ("_null" if chains else "") + ("_b" if draw else "")
+    path = os.path.join(run_dir, f"{name}.jsonl")
+    trained = read_per_chain(run_dir)
+    steps, n = [r["step"] for r in trained], chains or len(trained[0]["delta"])
     if os.path.exists(path):
         with open(path) as f:
             rows = [json.loads(line) for line in f]
-        if [r["step"] for r in rows] == steps and all(len(r["delta"]) == chains for r in rows):
+        if [r["step"] for r in rows] == steps and all(len(r["delta"]) == n for r in rows):
             return rows
     cfg = load_run(run_dir, steps[0])[0]
-    fresh = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains), task_source(math.inf, cfg.C))
-    rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], fresh).tolist()]}
+    tasks = task_source(math.inf, cfg.C) if chains else task_source(cfg.K, cfg.C, seed=cfg.task_seed)
+    data = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains) if chains else cfg, tasks, draw)
+    rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], data).tolist()]}
             for step in steps]
     with open(path + ".tmp", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -103,8 +108,8 @@ def null_scores(run_dir: str, chains: int) -> list[dict]:
     return rows
 
 
-def _null_job(job: tuple[str, int]) -> list[dict]:
-    return null_scores(*job)
+def _scores_job(job: tuple[str, int | None, int]) -> list[dict]:
+    return saved_model_scores(*job)
 
 
 def converged(asymptotes: list[float | None]) -> list[float]:
@@ -120,13 +125,17 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
     it spent there); a seed that never formed the induction head or memorized first is left out of it (its
     status is in runs). A memorized fraction whose sigmoid fit did not converge has no asymptote (None, its run's
     "memorized_asymptote_why" says why; memorized_not_converged[K] lists such seeds), and the zero crossings go
-    through the seeds that have one."""
+    through the seeds that have one. Every chain of S and of the null is scored on a second set of sequences too
+    (saved_model_scores, draw 1): the two-set rule's fractions, asymptotes and zero crossings (*_two_sets) and the
+    noise they state (thresholds.score_noise: disagree, sigma, signal_share)."""
     finite = [c for c in cfgs if c.K != math.inf]
     eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
-    nulls = cli.parallel_map(_null_job, [(c.out, null_chains) for c in finite], jobs, progress="fresh-chain scores")
+    wanted = [(c.out, chains, draw) for c in finite for chains, draw in ((null_chains, 0), (null_chains, 1), (None, 1))]
+    scored = cli.parallel_map(_scores_job, wanted, jobs, progress="fresh-chain scores and second sets")
+    scored = [scored[3 * i: 3 * i + 3] for i in range(len(finite))]  # per run: the null's two sets, S's second set
     Ks = sorted({c.K for c in finite})
-    runs, dtau, bound, asymptote, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}
-    for c, null in zip(finite, nulls):
+    runs, dtau, bound, asymptote, asymptote_two, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}, {}
+    for c, (null, null_b, chain_b) in zip(finite, scored):
         dense = read_metrics(c.out, dense=True)[1]
         value, status = delta_tau(dense)
         if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
@@ -140,17 +149,29 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
         specific = corrected(memorized_fraction(chain_rows, eps_null)[1], [NULL_ALPHA] * len(steps))
         sigmoid = fit_sigmoid(steps, fraction)  # A None: the fit did not converge (its "why" goes to the run's row)
         A = sigmoid["A"]
+        noise, noise_null = score_noise(chain_rows, chain_b, eps["value"]), score_noise(null, null_b, eps["value"])
+        two_sets = corrected(noise["fraction"], noise_null["fraction"])
+        sigmoid_two = fit_sigmoid(steps, two_sets)
+        A_two = sigmoid_two["A"]
         runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
                      "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
                      **({"memorized_asymptote_why": sigmoid["why"]} if A is None else {}),
                      "memorized_final_raw": raw[-1], "false_positive_final": false[-1], "specific_final": specific[-1],
-                     "epsilon_null_final": eps_null[-1],
+                     "epsilon_null_final": eps_null[-1], "memorized_two_sets_final": two_sets[-1],
+                     "memorized_two_sets_asymptote": A_two,
+                     **({"memorized_two_sets_asymptote_why": sigmoid_two["why"]} if A_two is None else {}),
+                     "disagree_final": noise["disagree"][-1], "sigma_final": noise["sigma"][-1],
+                     "signal_share_final": noise["signal_share"][-1],
                      # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
                      "gap_to_2gen": [[r["step"], round(r["train_loss"] - r["train_loss_2gen"], 5)] for r in dense
                                      if r["step"] % max(c.iters // 8, 1) == 0]})
         asymptote.setdefault(c.K, []).append(A)
+        asymptote_two.setdefault(c.K, []).append(A_two)
         curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_raw": raw,
-                                           "false_positive": false, "specific": specific, "epsilon_null": eps_null})
+                                           "false_positive": false, "specific": specific, "epsilon_null": eps_null,
+                                           "two_sets": two_sets, "two_sets_raw": noise["fraction"],
+                                           "two_sets_false_positive": noise_null["fraction"],
+                                           **{key: noise[key] for key in ("disagree", "sigma", "signal_share")}})
     measured = [K for K in Ks if dtau[K]]
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
     fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
@@ -167,6 +188,11 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
                                         for K in Ks},
             # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
             "memorized_zero_median": zero(asymptote, np.median),
+            # the two-set rule (thresholds.score_noise): its asymptotes and zero crossings
+            "memorized_asymptote_two_sets": asymptote_two, "memorized_zero_two_sets": zero(asymptote_two, np.mean),
+            "memorized_zero_median_two_sets": zero(asymptote_two, np.median),
+            "memorized_two_sets_not_converged": {K: [r["seed"] for r in runs if r["K"] == K
+                                                     and r["memorized_two_sets_asymptote"] is None] for K in Ks},
             "memorized_curves": curves, "runs": runs}
 
 
@@ -183,7 +209,7 @@ def plot_k2(result: dict, path: str):
     dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
-    asymptote, curves_by_K = per_K(result["memorized_asymptote"]), per_K(result["memorized_curves"])
+    curves_by_K = per_K(result["memorized_curves"])
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
@@ -254,20 +280,28 @@ def plot_k2(result: dict, path: str):
 
         eps = result["epsilon"]
         null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
-        fitted = {K: converged(asymptote[K]) for K in Ks}  # the seeds whose sigmoid fit converged
-        shown = [K for K in Ks if fitted[K]]
-        means = [float(np.mean(fitted[K])) for K in shown]
-        ax8b.errorbar(shown, means, yerr=[float(np.std(fitted[K])) for K in shown], fmt="ko-", capsize=3)
-        zero = result["memorized_zero"]
-        if zero is not None:
-            top = int(np.argmax(means))
-            ax8b.plot([shown[top], zero], [means[top], 0], "k--", lw=1, label=f"linear in log K: 0 at K = {zero:.0f}")
+        two = "memorized_asymptote_two_sets" in result  # JSONs written before the second sets have one rule
+        rules = [("_two_sets", "k", "two sets (the rule)"), ("", "tab:gray", "one set")] if two else [("", "k", None)]
+        failed = 0
+        for suffix, colour, label in rules:
+            values = per_K(result["memorized_asymptote" + suffix])
+            fitted = {K: converged(values[K]) for K in Ks}  # the seeds whose sigmoid fit converged
+            shown = [K for K in Ks if fitted[K]]
+            means = [float(np.mean(fitted[K])) for K in shown]
+            ax8b.errorbar(shown, means, yerr=[float(np.std(fitted[K])) for K in shown], fmt="o-", color=colour, capsize=3,
+                          label=label)
+            zero = result["memorized_zero" + suffix]
+            if zero is not None:
+                top = int(np.argmax(means))
+                ax8b.plot([shown[top], zero], [means[top], 0], "--", color=colour, lw=1,
+                          label=f"linear in log K: 0 at K = {zero:.0f}")
+            failed = max(failed, sum(len(values[K]) - len(fitted[K]) for K in Ks))
+        if ax8b.get_legend_handles_labels()[0]:
             ax8b.legend()
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
         ax8b.set_ylabel("memorized fraction at convergence\n(sigmoid asymptote)")
-        failed = sum(len(asymptote[K]) - len(fitted[K]) for K in Ks)
         ax8b.set_title("Fig. 8b: fraction of chains memorized"
                        + (f"\n{failed} seed(s) left out: the sigmoid fit did not converge" if failed else ""))
         for ax in (ax8a, ax8b):  # one tick per K: a log-2 axis alone labels only its powers of 2
@@ -275,13 +309,15 @@ def plot_k2(result: dict, path: str):
 
         for K in Ks:
             curves = curves_by_K[K]
+            key = "two_sets" if two else "fraction"
             for c in curves:
-                ax10.plot(np.maximum(c["step"], 1), c["fraction"], color=color[K], lw=0.5, alpha=0.6)
-            ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c["fraction"] for c in curves], 0), color=color[K], lw=2,
+                ax10.plot(np.maximum(c["step"], 1), c[key], color=color[K], lw=0.5, alpha=0.6)
+            ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c[key] for c in curves], 0), color=color[K], lw=2,
                       label=f"K = {K}")
         ax10.set_xscale("log")
         ax10.set_xlabel("step")
-        ax10.set_ylabel(f"fraction with Delta^k < epsilon = {eps['value']:.2g}" + ("\n(corrected by the fresh-chain null)" if null else ""))
+        ax10.set_ylabel("memorized: the two-set rule\n(corrected by the fresh-chain null)" if two else
+                        f"fraction with Delta^k < epsilon = {eps['value']:.2g}" + ("\n(corrected by the fresh-chain null)" if null else ""))
         ax10.set_title("Fig. A10: memorized fraction over training")
         ax10.legend(ncol=2)
         if null:  # at the end of the runs: the rule on S and on fresh chains, and the chain-specific advantage
@@ -292,6 +328,11 @@ def plot_k2(result: dict, path: str):
             axeps.plot(Ks, at_end("false_positive"), "x--", color="tab:red", label="fresh chains: Delta^k < epsilon")
             axeps.plot(Ks, at_end("specific"), "s:", color="tab:blue",
                        label=f"S: below the fresh chains'\n{NULL_ALPHA:.0%} quantile (corrected)")
+            if two:  # the scores' own noise: S's chains on two sets of sequences
+                axeps.plot(Ks, at_end("disagree"), "^-", color="tab:orange", label="S: passes on one set only")
+                axeps.plot(Ks, at_end("signal_share"), "v-.", color="tab:green",
+                           label="S: share of the chains' spread\nthat is not noise")
+                axeps.plot(Ks, at_end("two_sets_raw"), "D-", color="tab:purple", label="S: the two-set rule")
             axeps.set_xscale("log", base=2)
             axeps.set_xticks(Ks, [str(K) for K in Ks])
             axeps.set_ylim(-0.05, 1.05)
@@ -408,7 +449,8 @@ def k2(args):
         json.dump(finite_json(result), f, indent=1)
     fit = result["fit"]
     for K in result["K"]:
-        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote "
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote (two sets; one set) "
+              f"{[a if a is None else round(a, 3) for a in result['memorized_asymptote_two_sets'][K]]}; "
               f"{[a if a is None else round(a, 3) for a in result['memorized_asymptote'][K]]}"
               + (f" (seeds {result['memorized_not_converged'][K]}: the sigmoid fit did not converge)"
                  if result["memorized_not_converged"][K] else ""))
@@ -416,7 +458,8 @@ def k2(args):
         print(f"{name}: K2* = {f['K2_star']} ({f['K2_star_ci']}), gamma = {f['gamma']} ({f['gamma_ci']}); nominal 95 % "
               f"bootstrap intervals over {f.get('seeds')} seeds per K"
               + ("" if f["K2_star"] else f"; {f.get('why', '')}"))
-    print(f"memorized fraction reaches 0 at K = {result['memorized_zero']}; epsilon {result['epsilon']['value']:.4g}")
+    print(f"memorized fraction reaches 0 at K = {result['memorized_zero_two_sets']} (the two-set rule), "
+          f"{result['memorized_zero']} (one set); epsilon {result['epsilon']['value']:.4g}")
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
 

@@ -7,7 +7,8 @@ analyses that reread their ledgers.
          (generalizes: max_t phi_beta(2) > phi_beta*; tau_2gen: the first step it does)
     K2*: a run memorizes once it beats 2-Gen on held-out sequences of S (tau_2mem); Delta tau_K = tau_2mem -
          tau_2gen; a chain k counts as memorized when its score Delta^k < epsilon (memorized_fraction), corrected
-         for the rate at which chains nobody memorized pass the rule (corrected, null_epsilon)
+         for the rate at which chains nobody memorized pass the rule (corrected, null_epsilon); scored on two
+         independent sets of sequences, the rule states its own noise (score_noise)
 
 Also the small pieces both experiments' command lines share (common_args, add_run_flags, finite_json).
 """
@@ -29,7 +30,7 @@ PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 #
 # The null: a chain's score averages a few dozen sequences, so a model that memorizes nothing could still beat
 # 2-Gen on some chains by chance. The same model scored the same way on fresh chains of D_T, which it cannot have
-# memorized (null_scores), measures that rate: f0, the fraction of its fresh-chain scores below epsilon. If a
+# memorized (k2.saved_model_scores), measures that rate: f0, the fraction of its fresh-chain scores below epsilon. If a
 # fraction m of S is memorized (always passing) and the rest pass at the rate f0, the fraction of S that passes is
 # f = m + (1 - m) f0, so the memorized fraction is m = (f - f0) / (1 - f0) (corrected).
 #
@@ -39,6 +40,20 @@ PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 # fraction of S with a chain-specific advantage.
 
 NULL_ALPHA = 0.05  # the false-positive rate of the chain-specific-advantage rule
+
+# The scores' own noise. The null sees chance passes among chains the model never saw; it cannot see them among the
+# chains of S, which the model treats a little better than unseen ones: when most of S sits just above epsilon, a
+# chain crosses it by the noise of its own few dozen sequences. So every chain of S is scored twice, on two
+# independent sets of sequences (a, b; k2.saved_model_scores), and
+#   - the noise of one set's score is sigma = std(a - b) / sqrt(2) over the chains (the two sets differ only by it),
+#     and the share of the chains' spread that is real is 1 - sigma^2 / var(a) (signal_share; 0: the chains differ
+#     only by noise);
+#   - a chain passes on one set and not the other at the rate `disagree`;
+#   - the two-set rule: a chain counts as memorized when its mean score over both sets, (a + b) / 2, whose noise is
+#     sigma / sqrt(2), lies below epsilon by Z_ONE_SIDED of it. A chain whose true score is epsilon passes with
+#     probability 5 %; the fresh chains, scored twice the same way, give that rule's f0 for the correction above.
+
+Z_ONE_SIDED = 1.6448536269514722  # the standard normal's 95 % quantile: a one-sided test at 5 %
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -89,6 +104,27 @@ def memorized_fraction(chain_rows: list[dict], epsilon: float | list[float]) -> 
     rows = sorted(chain_rows, key=lambda r: r["step"])
     eps = epsilon if isinstance(epsilon, list) else [epsilon] * len(rows)
     return [r["step"] for r in rows], [float(np.mean(np.array(r["delta"]) < e)) for r, e in zip(rows, eps)]
+
+
+def score_noise(a_rows: list[dict], b_rows: list[dict], epsilon: float, z: float = Z_ONE_SIDED) -> dict:
+    """The two-set rule and the noise it states, per evaluation step (in step order), from the rows {"step", "delta"}
+    of one set of chains scored on two independent sets of sequences: {"step", "fraction" (the two-set rule's
+    passing fraction), "disagree" (the fraction passing Delta^k < epsilon on exactly one set), "sigma" (one set's
+    noise), "signal_share"}."""
+    a_rows, b_rows = (sorted(rows, key=lambda r: r["step"]) for rows in (a_rows, b_rows))
+    if [r["step"] for r in a_rows] != [r["step"] for r in b_rows]:
+        raise ValueError("the two sets of scores are not of the same steps")
+    out = {"step": [], "fraction": [], "disagree": [], "sigma": [], "signal_share": []}
+    for ra, rb in zip(a_rows, b_rows):
+        a, b = np.asarray(ra["delta"], float), np.asarray(rb["delta"], float)
+        sigma = float(np.std(a - b, ddof=1) / math.sqrt(2)) if len(a) > 1 else math.nan
+        var = float(np.var(a, ddof=1)) if len(a) > 1 else math.nan
+        out["step"].append(ra["step"])
+        out["fraction"].append(float(np.mean((a + b) / 2 < epsilon - z * sigma / math.sqrt(2))))
+        out["disagree"].append(float(np.mean((a < epsilon) != (b < epsilon))))
+        out["sigma"].append(sigma)
+        out["signal_share"].append(max(0.0, 1 - sigma**2 / var) if var > 0 else 0.0)
+    return out
 
 
 def null_epsilon(null_rows: list[dict], alpha: float = NULL_ALPHA) -> list[float]:

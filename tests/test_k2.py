@@ -112,12 +112,12 @@ def test_per_chain_scores_equal_a_direct_computation_per_chain(tmp_path):
 
 
 def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_path):
-    """null_scores against a direct computation: for every full evaluation, the saved model's mean loss minus
-    2-Gen's over per_chain sequences of each of `chains` fresh chains, one sequence at a time; the chains are
-    none of S's; the cache is reused, and redone for another number of chains."""
+    """saved_model_scores on fresh chains (the null) against a direct computation: for every full evaluation, the
+    saved model's mean loss minus 2-Gen's over per_chain sequences of each of `chains` fresh chains, one sequence
+    at a time; the chains are none of S's; the cache is reused, and redone for another number of chains."""
     cfg = tiny(tmp_path / "run", K=4, per_chain=3)
     train.train(cfg, quiet=True)
-    rows = k2.null_scores(cfg.out, 6)
+    rows = k2.saved_model_scores(cfg.out, 6)
     steps = [r["step"] for r in runs.read_per_chain(cfg.out)]
     assert [r["step"] for r in rows] == steps and all(len(r["delta"]) == 6 for r in rows)
     fresh = evaluation.make_per_chain_data(train.Config(**{**vars(cfg), "per_chain_tasks": 6}), FreshChains())
@@ -135,9 +135,37 @@ def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_pa
     own = evaluation.make_per_chain_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))["seqs"]
     assert not any(torch.equal(a, b) for a in fresh["seqs"] for b in own)
     stamp = os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl"))
-    assert k2.null_scores(cfg.out, 6) == rows  # from the cache
+    assert k2.saved_model_scores(cfg.out, 6) == rows  # from the cache
     assert os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl")) == stamp
-    assert [len(r["delta"]) for r in k2.null_scores(cfg.out, 4)] == [4] * len(steps)  # redone
+    assert [len(r["delta"]) for r in k2.saved_model_scores(cfg.out, 4)] == [4] * len(steps)  # redone
+
+
+def test_a_second_set_scores_the_same_chains_on_sequences_of_their_own(tmp_path):
+    """draw 1: the same chains (S's, or the null's fresh ones) on new sequences, none of draw 0's. On S, training's
+    per_chain.jsonl is the scoring of draw 0 and saved_model_scores(draw 1) the same scoring of the second set, a
+    different number; each set is cached in its own file."""
+    cfg = tiny(tmp_path / "run", K=4, per_chain=3)
+    train.train(cfg, quiet=True)
+    S = TaskSet.create(cfg.K, seed=cfg.task_seed)
+    fresh_cfg = train.Config(**{**vars(cfg), "per_chain_tasks": 6})
+    for c, tasks in ((cfg, S), (fresh_cfg, FreshChains())):
+        a, b = (evaluation.make_per_chain_data(c, tasks, draw) for draw in (0, 1))
+        assert torch.equal(a["T"], b["T"]) and torch.equal(a["chain"] if a["chain"] is not None else torch.zeros(1),
+                                                              b["chain"] if b["chain"] is not None else torch.zeros(1))
+        assert not any(torch.equal(x, y) for x in a["seqs"] for y in b["seqs"])
+    assert torch.equal(evaluation.make_per_chain_data(cfg, S)["T"], S.T)
+    trained = runs.read_per_chain(cfg.out)
+    second = k2.saved_model_scores(cfg.out, None, 1)
+    data = evaluation.make_per_chain_data(cfg, S, 1)
+    for row, first in zip(second, trained):
+        model = runs.load_run(cfg.out, row["step"])[2]
+        assert row["delta"] == pytest.approx(evaluation.per_chain_scores(model, data).tolist(), abs=1e-6)
+        redone = evaluation.per_chain_scores(model, evaluation.make_per_chain_data(cfg, S)).tolist()
+        assert first["delta"] == pytest.approx(redone, abs=2e-6) and row["delta"] != first["delta"]
+    null, null_b = k2.saved_model_scores(cfg.out, 6, 0), k2.saved_model_scores(cfg.out, 6, 1)
+    assert all(x["delta"] != y["delta"] for x, y in zip(null, null_b))
+    assert {f for f in os.listdir(cfg.out) if f.startswith("per_chain")} == {
+        "per_chain.jsonl", "per_chain_b.jsonl", "per_chain_null.jsonl", "per_chain_null_b.jsonl"}
 
 
 def test_dense_rows_carry_the_2gen_level_of_their_sequences(tmp_path):

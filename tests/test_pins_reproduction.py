@@ -229,7 +229,7 @@ def test_k2_sweep_memorized_fractions_asymptotes_and_epsilon(name):
 def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
     """k2.json's run K = 24, seed 0 at step 0, rebuilt from the quick preset (k2.k2_runs): the gap L_train -
     L^2-Gen on the dense readouts' own held-out set (train.Record's), and the fresh-chain null of the memorized
-    fraction (k2.null_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6 decimals) - its 5 %
+    fraction (k2.saved_model_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6 decimals) - its 5 %
     quantile, epsilon_null, and the rate at which it passes epsilon."""
     d = committed("k2.json")
     cfg = next(c for c in k2.k2_runs("quick", "runs/k2_quick", [0], device="cpu") if (c.K, c.seed) == (24, 0))

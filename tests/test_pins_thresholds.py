@@ -58,6 +58,42 @@ def test_memorized_is_strictly_below_epsilon_and_the_nulls_quantile_interpolates
     assert thresholds.null_epsilon(null) == [pytest.approx(0.05, abs=1e-12)] * 2
 
 
+def test_score_noise_by_loops_and_the_two_set_rules_false_positive_rate():
+    """score_noise against loops over the chains on random scores; then on 200,000 simulated chains scored on two
+    sets with noise 0.01 each: chains whose true score is epsilon pass the two-set rule 5 % of the time (the
+    one-sided test's level), chains 5 noise units below always, 5 above never; with a true spread of 0.02 among
+    the chains, the share of one set's spread that is not noise is 0.02^2 / (0.02^2 + 0.01^2) = 0.8."""
+    g = np.random.default_rng(0)
+    a = [{"step": s, "delta": list(g.normal(0, 0.02, 30))} for s in (10, 0)]  # out of step order
+    b = [{"step": s, "delta": list(np.array(r["delta"]) + g.normal(0, 0.01, 30))} for s, r in zip((10, 0), a)]
+    eps = -0.005
+    out = thresholds.score_noise(a, b, eps)
+    assert out["step"] == [0, 10]
+    for i, (ra, rb) in enumerate(zip(a[::-1], b[::-1])):
+        x, y = ra["delta"], rb["delta"]
+        n = len(x)
+        d = [u - v for u, v in zip(x, y)]
+        sigma = math.sqrt(sum((v - sum(d) / n) ** 2 for v in d) / (n - 1) / 2)
+        var = sum((v - sum(x) / n) ** 2 for v in x) / (n - 1)
+        cut = eps - 1.6448536269514722 * sigma / math.sqrt(2)
+        assert out["sigma"][i] == pytest.approx(sigma, rel=1e-12)
+        assert out["fraction"][i] == sum((u + v) / 2 < cut for u, v in zip(x, y)) / n
+        assert out["disagree"][i] == sum((u < eps) != (v < eps) for u, v in zip(x, y)) / n
+        assert out["signal_share"][i] == pytest.approx(1 - sigma**2 / var, rel=1e-12)
+    n, sigma = 200_000, 0.01
+    for true, rate in ((eps, 0.05), (eps - 5 * sigma, 1.0), (eps + 5 * sigma, 0.0)):
+        x, y = true + g.normal(0, sigma, n), true + g.normal(0, sigma, n)
+        got = thresholds.score_noise([{"step": 0, "delta": list(x)}], [{"step": 0, "delta": list(y)}], eps)
+        assert got["fraction"][0] == pytest.approx(rate, abs=0.003)  # 4.5 binomial standard errors at 5 %
+        assert got["sigma"][0] == pytest.approx(sigma, rel=0.01)
+    true = g.normal(0, 0.02, n)
+    got = thresholds.score_noise([{"step": 0, "delta": list(true + g.normal(0, sigma, n))}],
+                                 [{"step": 0, "delta": list(true + g.normal(0, sigma, n))}], eps)
+    assert got["signal_share"][0] == pytest.approx(0.8, abs=0.01)
+    with pytest.raises(ValueError, match="not of the same steps"):
+        thresholds.score_noise(a, b[:1], eps)
+
+
 # ----------------------------------------------------------------------------- analyze_k2 on hand-written runs
 
 STEPS = [0, 10, 100, 1000]
@@ -89,21 +125,25 @@ RUNS = {  # (K, seed): (phi_beta_2 and train loss per dense row every 10 steps; 
 NULL = [-0.05, -0.035] + [0.01] * 19
 
 
-def write_run(path, K, seed, dense, per_chain, null=None):
+def write_run(path, K, seed, dense, per_chain, null=None, second=None, null_second=None):
+    """A run directory; the second sets of scores (per_chain_b, per_chain_null_b) equal the first unless given."""
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"K": K, "seed": seed, "iters": 30}))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dense))
-    for name, scores in (("per_chain", per_chain), ("per_chain_null", null)):
+    for name, scores in (("per_chain", per_chain), ("per_chain_null", null), ("per_chain_b", second or per_chain),
+                         ("per_chain_null_b", null_second or null)):
         if scores is not None:
             rows = [{"step": s, "delta": d} for s, d in zip(STEPS, scores)]
             (path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def hand_written_runs(tmp_path) -> list:
-    """The runs above (and the K = inf models) written to tmp_path; their configs."""
+def hand_written_runs(tmp_path, second=lambda scores: None, null_second=None) -> list:
+    """The runs above (and the K = inf models) written to tmp_path; their configs. second(scores): a run's second
+    set of scores (None: the first again); null_second: the null's second set (None: the first again)."""
     cfgs = []
     for (K, seed), (phis, losses, scores) in RUNS.items():
-        write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores, [NULL] * len(STEPS))
+        write_run(tmp_path / f"K{K}_s{seed}", K, seed, dense_rows(phis, losses), scores, [NULL] * len(STEPS),
+                  second(scores), null_second and [null_second] * len(STEPS))
         cfgs.append(train.Config(K=K, seed=seed, iters=30, out=str(tmp_path / f"K{K}_s{seed}")))
     for seed, (first, last) in EPS_SCORES.items():
         write_run(tmp_path / f"Kinf_s{seed}", math.inf, seed, dense_rows([0.1] * 4, [2.3] * 4),
@@ -157,8 +197,46 @@ def test_analyze_k2_on_hand_written_runs(tmp_path):
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
     assert result["memorized_zero"] != pytest.approx(result["memorized_zero_median"], rel=0.01)
     assert result["null"] == {"alpha": 0.05, "chains": 21}
+    # the second sets are the first: no noise (sigma 0), no disagreement, and the two-set rule is the one-set rule
+    for r in curves:
+        assert r["sigma"] == [0.0] * 4 and r["disagree"] == [0.0] * 4 and r["two_sets"] == pytest.approx(r["fraction"])
+    assert result["memorized_asymptote_two_sets"] == result["memorized_asymptote"]
+    assert result["memorized_zero_two_sets"] == result["memorized_zero"]
     # the gap to 2-Gen at every eighth of the run (30 // 8 = 3 steps: the readouts at steps 0 and 30)
     assert result["runs"][0]["gap_to_2gen"] == [[0, pytest.approx(0.3)], [30, pytest.approx(-0.1)]]
+
+
+def test_the_two_set_rule_on_hand_written_runs(tmp_path):
+    """Second sets that differ: S's 4 chains alternate -+0.01 around their first scores (a - b = +-0.01: sigma =
+    0.01 sqrt(4/3) / sqrt(2) = 0.0082, the two sets' means are a -+ 0.005, and the rule's cut is epsilon - 1.645
+    sigma / sqrt(2) = -0.0269: a chain at -0.03 passes when its mean is -0.035, not at -0.025); the null's second
+    set is its first reversed
+    (its two low chains meet 0.01: means -0.02 and -0.0125, sigma 0.0168, cut -0.0369: none passes, f0 = 0).
+    The two-set fraction of each run is score_noise's on its own two sets, corrected by score_noise's on its null's
+    two sets; the run rows carry the last step's values."""
+    def second(scores):
+        return [[v + (0.01 if i % 2 else -0.01) for i, v in enumerate(row)] for row in scores]
+
+    result = k2.analyze_k2(hand_written_runs(tmp_path, second, NULL[::-1]), null_chains=len(NULL))
+    eps = result["epsilon"]["value"]
+    f0 = thresholds.score_noise([{"step": s, "delta": NULL} for s in STEPS],
+                                [{"step": s, "delta": NULL[::-1]} for s in STEPS], eps)["fraction"]
+    assert f0 == [0.0] * 4
+    curves = [c for K in (8, 16, 32) for c in result["memorized_curves"][K]]
+    for c, (_, _, scores) in zip(curves, RUNS.values()):
+        rows = [{"step": s, "delta": d} for s, d in zip(STEPS, scores)]
+        noise = thresholds.score_noise(rows, [{"step": s, "delta": d} for s, d in zip(STEPS, second(scores))], eps)
+        assert c["two_sets"] == pytest.approx([(f - g) / (1 - g) for f, g in zip(noise["fraction"], f0)])
+        assert c["two_sets_raw"] == noise["fraction"] and c["two_sets_false_positive"] == f0
+        assert c["sigma"] == pytest.approx([0.01 * math.sqrt(4 / 3) / math.sqrt(2)] * 4)
+        cut = eps - 1.6448536269514722 * 0.01 * math.sqrt(4 / 3) / 2
+        assert cut == pytest.approx(-0.0269, abs=5e-5)
+        assert c["two_sets_raw"] == [sum(v + (0.005 if i % 2 else -0.005) < cut for i, v in enumerate(d)) / 4 for d in scores]
+        assert c["disagree"] == noise["disagree"] and c["signal_share"] == noise["signal_share"]
+    assert [r["disagree_final"] for r in result["runs"]] == [c["disagree"][-1] for c in curves]
+    A = {K: [fit_sigmoid(c["step"], c["two_sets"])["A"] for c in result["memorized_curves"][K]] for K in (8, 16, 32)}
+    assert result["memorized_asymptote_two_sets"] == {K: [pytest.approx(a) for a in A[K]] for K in A}
+    assert result["memorized_asymptote_two_sets"] != result["memorized_asymptote"]
 
 
 @pytest.mark.parametrize("failing", [[0], [0, 1]])
