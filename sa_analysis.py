@@ -391,26 +391,31 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
 
 def plot_transformer_tau(ax, summary: dict):
     """Fig. 6c bottom from the transformer's runs re-read (sa_transformer.transformer_summary): each seed's
-    sustained-drop tau (filled), its first halfway crossing (hollow, the criterion it replaces), runs without a tau
+    sustained-drop tau (filled), its first halfway crossing (hollow, the criterion it replaces), the head's formation
+    (x, phi's sustained rise), runs without a tau
     as triangles at their bound (censored at the cap; 'no head': the drop's time, unconfirmed by phi), the medians
     with their order-statistic intervals, and the power law in N / log N through the medians with its slope's
     bootstrap interval and the seeds it rests on."""
     fit = summary["fit"]
     for N, row in summary["N"].items():
         n = int(N)
-        for status, tau, bound, first in zip(row["status"], row["tau"], row["bound"], row["first_crossing"]):
+        for status, tau, bound, first, head in zip(row["status"], row["tau"], row["bound"], row["first_crossing"],
+                                                   row["head"]):
             if status == "tau":
                 ax.plot(n, tau, "o", color=COLORS["control"], alpha=0.5)
             else:
                 ax.plot(n, bound if status == "censored" else tau, "^", color="k" if status == "censored" else "tab:orange")
             if math.isfinite(first):
                 ax.plot(n, first, "o", mfc="none", color="gray", alpha=0.6)
+            if head is not None:
+                ax.plot(n, head, "x", color="tab:purple", alpha=0.7)
         m = fit["N"][N]
         if math.isfinite(m["median"]):
             ax.errorbar(n, m["median"], [[m["median"] - m["interval"][0]], [max(0.0, m["interval"][1] - m["median"])]],
                         fmt="s", color="k", capsize=3)
     ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed (seeds)")
     ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing (the old criterion)")
+    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's sustained rise through PHI_FORMED)")
     ax.plot([], [], "^", color="k", label="censored at the step cap (a lower bound)")
     ax.errorbar([], [], [], fmt="s", color="k", label="median, order-statistic interval")
     line = fit["vs_N_over_logN"]
@@ -426,6 +431,9 @@ def plot_transformer_tau(ax, summary: dict):
         lo, hi = line["slope_ci"]
         title += (f"\nslope vs N / log N {line['slope']:.2f} [{lo:.2f}, {hi:.2f}], vs N {fit['vs_N']['slope']:.2f}; "
                   f"seeds per N {line['seeds']} (paper: 1)")
+    head = summary["fit_head"]["vs_N_over_logN"]
+    if head is not None:
+        title += f"; head formed: slope {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]"
     if fit["left_out"]:
         title += f"\nleft out (median beyond the runs): N = {fit['left_out']}"
     ax.set_xscale("log", base=2)

@@ -232,14 +232,15 @@ def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", 
 
 def transformer_summary(stored: dict) -> dict:
     """Fig. 6c bottom re-read from the stored trajectories {N: {seed: run}}: per N, each seed's tau_2gen (status,
-    tau or None, the censoring bound, max phi, the first halfway crossing, the steps run), and the fits of the
-    sustained-drop tau (fit_tau_censored: medians over seeds, a run without a confirmed drop counted as longer than
-    its run) and, for comparison, of the first crossing."""
+    tau or None, the censoring bound, max phi, the head's formation, the first halfway crossing, the steps run), and
+    the fits of the sustained-drop tau (fit_tau_censored: medians over seeds, a run without a confirmed drop counted as
+    longer than its run) and, beside it, of the head's formation and of the first crossing."""
     per_N = {N: [tau_2gen(r) for r in runs.values()] for N, runs in stored.items()}
     out = {"N": {N: {key: [r[key] for r in rows] for key in rows[0]} | {"seeds": [int(s) for s in stored[N]]}
                  for N, rows in per_N.items()}}
     out["fit"] = fit_tau_censored({N: [r["tau"] if r["status"] == "tau" else None for r in rows]
                                    for N, rows in per_N.items()})
+    out["fit_head"] = fit_tau_censored({N: [r["head"] for r in rows] for N, rows in per_N.items()})
     out["fit_first_crossing"] = fit_tau_censored({N: [None if math.isnan(r["first_crossing"]) else r["first_crossing"]
                                                       for r in rows] for N, rows in per_N.items()})
     return out

@@ -642,10 +642,12 @@ def test_tau_2gen_reports_censored_runs_and_unconfirmed_drops():
     max phi below PHI_FORMED is 'no head'; with phi above it, a tau; the first crossing is reported beside it."""
     censored = st.tau_2gen(synthetic_transformer_run(32, 0, drop=None, cap=4000))
     assert censored["status"] == "censored" and censored["tau"] is None and censored["bound"] == 4000
+    assert censored["head"] is None
     assert math.isnan(censored["first_crossing"])
     held = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0))
     assert held["status"] == "tau" and held["tau"] == pytest.approx(2000.0) and held["bound"] is None
     assert held["phi_max"] == 0.8
+    assert held["head"] == pytest.approx(2000.0 + 50 * 0.35 / 0.65)  # phi 0.15 -> 0.8 between 2000 and 2050
     no_head = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0, phi_head=st.PHI_FORMED - 0.01))
     assert no_head["status"] == "no head"
     late = synthetic_transformer_run(32, 0, drop=3900.0, cap=4000)  # drops at the cap: its window never ends
