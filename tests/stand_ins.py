@@ -1,13 +1,76 @@
-"""What only the tests use, kept out of the modules they test: CPU-sized campaigns, a K1* search run to its end
-against a rule, and the engine's memorizing predictor with separate posterior and state sequences."""
+"""What only the tests use, kept out of the modules they test: a script's command line run in this process,
+CPU-sized campaigns, a K1* search run to its end against a rule, and the engine's memorizing predictor with
+separate posterior and state sequences."""
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 
 import pytest
 import torch
 
 import campaign
+import cli
 import fastdata
 from estimators import Search
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------- a script's command line, in this process
+#
+# A script's main() runs here as its __main__ does (through cli.run): a subprocess per case costs ~4 s of imports
+# (torch, matplotlib, scipy) on the CI's 2 cores, this ~0.1 s. test_cli.py runs the real processes once.
+
+
+def load(script):
+    """The script as a module (bench/ scripts are not importable by name)."""
+    name, path = os.path.splitext(os.path.basename(script))[0], os.path.join(ROOT, script)
+    if getattr(sys.modules.get(name), "__file__", None) == path:  # not the standard library's trace
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module  # one module per script: what a test patches is what main() runs
+    return module
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """run(script, *args, cwd=...): `python script args` as its __main__ runs it, in this process (torch's thread
+    count, which --threads sets, put back after)."""
+    threads = torch.get_num_threads()
+
+    def call(script, *args, cwd=ROOT):
+        module = load(script)
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", [script, *map(str, args)])
+        capsys.readouterr()
+        try:
+            cli.run(lambda: module.main())
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        finally:
+            torch.set_num_threads(threads)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+    return call
+
+
+def assert_one_line_error(proc, *words):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+# ----------------------------------------------------------------------------- CPU-sized campaigns
 
 # campaign.py's kinds (circuits, k1, grid) through the same code path on a CPU in seconds
 TINY_TRAIN = dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16)

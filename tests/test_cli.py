@@ -4,7 +4,6 @@ the same in every script (cli.py). Each script's main() runs in this process as 
 (through cli.run), which is ~5x faster than a subprocess per case; one test runs real processes."""
 import argparse
 import fcntl
-import importlib.util
 import json
 import os
 import re
@@ -24,51 +23,10 @@ import rundir
 import runs
 import train
 from bayes import COLORS
+from stand_ins import ROOT, assert_one_line_error, run  # noqa: F401 (run: a fixture)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--K", "4", "--iters", "3", "--N", "8", "--batch", "4", "--evals", "2", "--eval-train", "8", "--eval-gen", "8"]
 
-
-def load(script):
-    """The script as a module (bench/ scripts are not importable by name)."""
-    name, path = os.path.splitext(os.path.basename(script))[0], os.path.join(ROOT, script)
-    if getattr(sys.modules.get(name), "__file__", None) == path:  # not the standard library's trace
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module  # one module per script: what a test patches is what main() runs
-    return module
-
-
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """run(script, *args, cwd=...): `python script args` as its __main__ runs it, in this process."""
-    def call(script, *args, cwd=ROOT):
-        module = load(script)
-        monkeypatch.chdir(cwd)
-        monkeypatch.setattr(sys, "argv", [script, *map(str, args)])
-        capsys.readouterr()
-        try:
-            cli.run(lambda: module.main())
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-    return call
-
-
-def assert_one_line_error(proc, *words):
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 def test_as_processes_bad_input_is_one_line_and_help_starts_nothing(tmp_path):
@@ -569,7 +527,8 @@ def test_make_config_rejects_negative_seeds_from_library_callers(field):
 
 
 @pytest.mark.parametrize("script, first_call, words", [
-    ("predictor_scaling.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; writing"),
+    ("predictor_scaling.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; "
+                                               "~39 min of CPU time: ~20 min on 2 free cores, longer when they are shared; writing"),
     ("sa_transformer.py", "F_d", "preset quick: tau_2Gen at N = [32, 64, 128, 256], dynamics at N = 64, 2 processes; writing"),
 ])
 def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch, run, script, first_call, words):

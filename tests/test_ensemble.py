@@ -1,8 +1,6 @@
 """Ensembles (ensemble.py, grids.train_ensemble): every member is the single run with its K and seed,
 a killed ensemble resumes exactly, grids on the command line, the kernel's vmap rule."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ import transformer
 from cli import parse_list
 from kernels import attention as attn
 from markov import TaskSet
+from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config, eval_steps
 from transformer import Transformer
 
@@ -134,10 +133,6 @@ def test_parse_list(text, values):
     assert parse_list("--K", text) == values
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT, capture_output=True, text=True)
-
-
 @pytest.mark.parametrize("text, words", [("3-1", "empty range"), ("4,8,4", "more than once"), ("0-3,2", "more than once"),
                                          ("4,,8", "cannot read"), ("-1", "cannot read"), ("1.5", "cannot read"),
                                          ("", "cannot read")])
@@ -148,17 +143,17 @@ def test_parse_list_rejects(text, words):
 
 @pytest.mark.parametrize("args, words", [(["--K", "0,5"], "K must be"), (["--seeds", "3-1"], "empty range"),
                                          (["--K", "4,8,4"], "more than once")])
-def test_bad_lists_are_one_line_and_exit_2(args, words):
-    r = cli(*args, "--print-commands")
+def test_bad_lists_are_one_line_and_exit_2(run, args, words):
+    r = run("train.py", *args, "--print-commands")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
 
 
-def test_grid_on_the_command_line(tmp_path):
+def test_grid_on_the_command_line(run, tmp_path):
     heat_maps = os.path.join(ROOT, "figures", "fig2bc.png")  # the committed quick sweep's
     stamp = os.path.getmtime(heat_maps) if os.path.exists(heat_maps) else None
-    r = cli("--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
-            "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", str(tmp_path))
+    r = run("train.py", "--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
+            "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
     assert (os.path.getmtime(heat_maps) if os.path.exists(heat_maps) else None) == stamp  # a grid is not a sweep

@@ -1,8 +1,6 @@
 """mem_minimal.py: the encoder-pool-decoder model against direct computations, and the search."""
 import json
 import math
-import os
-import subprocess
 import sys
 import time
 
@@ -12,8 +10,8 @@ import torch
 
 import mem_minimal as mm
 from mem_minimal import MemRun, TaskHead, bisect_K, pooled
+from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def seqs(B=4, N=25, seed=0):
@@ -94,14 +92,14 @@ def test_small_K_memorizes_and_large_K_does_not():
 
 @pytest.mark.parametrize("args", [["--preset", "huge"], ["--jobs", "0"], ["--iters", "0"], ["--seeds", "1-0"], ["--seeds", "-1"],
                                   ["--depths", "1,x"], ["--depths", "0,2"], ["--D-phis", "0"]])
-def test_bad_input(args):
-    r = subprocess.run([sys.executable, "mem_minimal.py", *args], cwd=ROOT, capture_output=True, text=True)
+def test_bad_input(run, args):
+    r = run("mem_minimal.py", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_depths_only_writes_the_searches(tmp_path):
-    r = subprocess.run([sys.executable, "mem_minimal.py", "--depths-only", "--iters", "4", "--seeds", "0", "--depths",
-                        "1,1", "2,1", "--jobs", "1", "--figures", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+def test_depths_only_writes_the_searches(run, tmp_path):
+    r = run("mem_minimal.py", "--depths-only", "--iters", "4", "--seeds", "0", "--depths", "1,1", "2,1", "--jobs", "1",
+            "--figures", tmp_path)
     assert r.returncode == 0, r.stderr
     with open(tmp_path / "mem_depths_4.json") as f:
         result = json.load(f)

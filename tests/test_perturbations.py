@@ -3,8 +3,6 @@ x 1/w budget) and task injection (--task-injection); plain settings reproduce th
 perturbation changes what it should, and bad values are one-line errors."""
 import argparse
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,9 +12,9 @@ import grids
 import rundir
 import train
 from markov import TaskSet
+from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def config(out, **flags) -> Config:
@@ -82,10 +80,9 @@ def test_injection_ensemble_members_are_the_single_runs(tmp_path, same_numbers):
                                            (["--prev-weight", "1.5"], "prev_weight must be in (0, 1]"),
                                            (["--prev-weight", "x"], "invalid float value"),
                                            (["--task-injection", "yes"], "unrecognized arguments")])
-def test_bad_perturbation_flags_are_one_line_errors(tmp_path, flags, message):
+def test_bad_perturbation_flags_are_one_line_errors(run, tmp_path, flags, message):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--K", "4", "--iters", "2", "--out", str(out),
-                           *flags], capture_output=True, text=True, cwd=ROOT)
+    proc = run("train.py", "--K", "4", "--iters", "2", "--out", out, *flags)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not out.exists()
 

@@ -136,16 +136,16 @@ def test_the_median_interval_is_the_order_statistic_pair_with_the_coverage_n_all
     """median_coverage against the binomial (scipy) and against a simulation: the j-th smallest and largest of n
     draws hold the median with probability 1 - 2 P(Bin(n, 1/2) < j). median_rank picks the narrowest pair that
     reaches the level: n = 4 cannot reach 95 % (its range, 87.5 %, is all it has), n = 9 reaches it with j = 2
-    (96.1 %; j = 3 is 82.0 %), n = 1601 with j = 761 (95.4 %; j = 762 is 94.9 %)."""
-    for n in (1, 2, 3, 4, 5, 9, 20, 1601):
+    (96.1 %; j = 3 is 82.0 %), n = 101 with j = 41 (95.4 %; j = 42 is 92.7 %)."""
+    for n in (1, 2, 3, 4, 5, 9, 20, 101):
         for j in range(1, (n + 1) // 2 + 1):
             assert median_coverage(n, j) == pytest.approx(1 - 2 * binom.cdf(j - 1, n, 0.5), abs=1e-12)
     assert median_coverage(4, 1) == 0.875 and median_coverage(2, 1) == 0.5
-    assert (median_rank(4), median_rank(9), median_rank(9, 0.8), median_rank(1601)) == (1, 2, 3, 761)
+    assert (median_rank(4), median_rank(9), median_rank(9, 0.8), median_rank(101)) == (1, 2, 3, 41)
     draws = np.sort(np.random.default_rng(3).exponential(size=(40000, 4)), 1)  # median log 2
     assert np.mean((draws[:, 0] <= math.log(2)) & (math.log(2) <= draws[:, 3])) == pytest.approx(0.875, abs=0.005)
-    x = np.random.default_rng(5).permutation(1601).astype(float)
-    assert median_ci(list(x)) == (800.0, 760.0, 840.0)  # 0..1600: the 761st smallest is 760
+    x = np.random.default_rng(5).permutation(101).astype(float)
+    assert median_ci(list(x)) == (50.0, 40.0, 60.0)  # 0..100: the 41st smallest is 40
 
 
 def test_the_median_interval_of_four_seeds_is_their_range_and_counts_censored_seeds():

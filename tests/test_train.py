@@ -2,8 +2,6 @@
 import argparse
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,6 +12,7 @@ import rundir
 import runs
 import train
 from markov import TaskSet
+from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config, eval_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,18 +125,14 @@ def test_resume_of_a_finished_ensemble_rewrites_nothing(tmp_path, capsys):
     assert "already complete" in capsys.readouterr().out
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"} == files
 
-def test_grid_prints_one_command_per_run():
-    out = subprocess.run([sys.executable, "train.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1",
-                          "--iters", "50", "--out", "runs/g", "--print-commands"], cwd=ROOT, capture_output=True, text=True,
-                         check=True)
+def test_grid_prints_one_command_per_run(run):
+    out = run("train.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1", "--iters", "50", "--out", "runs/g",
+              "--print-commands")
+    assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 4
     assert all("--threads 1" in line and "--iters 50" in line for line in lines)
     assert "--K 16 --seed 1" in lines[-1] and "--out runs/g/K16_s1" in lines[-1]
-
-
-def bad(args, cwd=ROOT):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=cwd, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -149,20 +144,20 @@ def bad(args, cwd=ROOT):
     (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--fp32", "--bf16"], "--fp32 excludes --bf16"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, words):
-    r = bad(args)
+def test_bad_input_is_one_line_and_exit_2(run, args, words):
+    r = run("train.py", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
 
 
-def test_bad_resume_and_output_dir(tmp_path):
-    r = bad(["--resume", "--out", str(tmp_path / "nothing")])
+def test_bad_resume_and_output_dir(run, tmp_path):
+    r = run("train.py", "--resume", "--out", tmp_path / "nothing")
     assert r.returncode == 2 and "no checkpoint" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     train.train(tiny(tmp_path / "run"), quiet=True)
-    r = bad(["--resume", "--out", str(tmp_path / "run"), "--K", "8", "--N", "12", "--iters", "30", "--D", "16"])
+    r = run("train.py", "--resume", "--out", tmp_path / "run", "--K", "8", "--N", "12", "--iters", "30", "--D", "16")
     assert r.returncode == 2 and "does not match" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     (tmp_path / "file").write_text("")
-    r = bad(["--out", str(tmp_path / "file" / "sub"), "--iters", "1"])
+    r = run("train.py", "--out", tmp_path / "file" / "sub", "--iters", "1")
     assert r.returncode == 2 and "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -226,10 +221,9 @@ def test_cuda_trains_in_bf16_unless_told_and_the_first_line_says_so(monkeypatch,
         assert rundir.run_header([cfg], "", None).splitlines()[0].endswith(f"on {device} in {words}")
 
 
-def test_a_grid_passes_fp32_on_to_its_members():
-    out = subprocess.run([sys.executable, "train.py", "--K", "4,16", "--fp32", "--print-commands"], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
-    assert all(line.endswith("--fp32") for line in out.stdout.strip().splitlines())
+def test_a_grid_passes_fp32_on_to_its_members(run):
+    out = run("train.py", "--K", "4,16", "--fp32", "--print-commands")
+    assert out.returncode == 0 and all(line.endswith("--fp32") for line in out.stdout.strip().splitlines())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the graphed run)")
