@@ -47,10 +47,14 @@ def k1_search(spec: dict, searches: dict, outcomes: dict, pieces: list[dict]) ->
 
 
 def plot_k1_campaign(result: dict, path: str):
-    """Fig. 7a (max phi_beta(2) against K), A9 (min L_gen against K) per seed, and each seed's K1* or bracket."""
+    """Fig. 7a (max phi_beta(2) against K), A9 (min L_gen against K) per seed, and each seed's K1* or bracket. A
+    condition none of whose searches has a probe yet has no legend entry and no column: the figure names it as not
+    started."""
     colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for cond in result["seeds"]:
+    started = {c: rows for c, rows in result["seeds"].items() if any(r["probes"] for r in rows)}
+    waiting = [f"{c} ({len(rows)} seeds)" for c, rows in result["seeds"].items() if c not in started]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for cond in started:
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
             rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
             style = dict(color=colors[cond], marker=".", lw=0.8, alpha=0.7)
@@ -62,35 +66,40 @@ def plot_k1_campaign(result: dict, path: str):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("K")
         ax.set_ylabel(label)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=9, title=f"not started: {', '.join(waiting)}" if waiting else None, title_fontsize=9)
     axes[0].set_title("Fig. 7a: max phi_beta(2) per probe")
     axes[1].set_title("Fig. A9: min L_gen per probe")
     ax = axes[2]
-    for i, (cond, rows) in enumerate(result["seeds"].items()):
-        xs = i + np.linspace(-0.25, 0.25, len(rows)) if len(rows) > 1 else [i]
-        for x, r in zip(xs, rows):
+    ticks = []
+    for i, (cond, rows) in enumerate(started.items()):
+        drawn = [r for r in rows if r["probes"]]  # a search with no probe yet has nothing to draw
+        xs = i + np.linspace(-0.25, 0.25, len(drawn)) if len(drawn) > 1 else [i]
+        for x, r in zip(xs, drawn):
             lo, hi = r["bracket"]
             if r["done"] and r.get("K1_star") is not None:
                 ax.plot(x, r["K1_star"], "o", color=colors[cond])
-            elif r["probes"]:  # a search still running (or outside [lo, hi]): its bracket; none yet: nothing
+            else:  # a search still running (or outside [lo, hi]): its bracket
                 ax.vlines(x, lo or result["search"]["lo"] / 1.3, hi or result["search"]["hi"] * 1.3, color=colors[cond],
                           lw=2, alpha=0.5)
         if result["median_K1_star"].get(cond) is not None:
             ax.hlines(result["median_K1_star"][cond], i - 0.3, i + 0.3, color=colors[cond])
+        ended = sum(r["done"] for r in rows)
+        ticks.append(f"{cond}: {ended} ended, {len(drawn) - ended} running"
+                     + (f", {len(rows) - len(drawn)} not started" if len(drawn) < len(rows) else ""))
     ax.axhline(94, color="gray", ls=":", lw=1, label="the paper's K1* ~ 94")
-    ax.set_xticks(range(len(result["seeds"])), list(result["seeds"]))
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=9)
+    ax.set_xlim(-0.5, len(ticks) - 0.5)
     ax.set_yscale("log", base=2)
     ax.set_ylabel("K1* (dot) or its bracket so far (bar)")
-    ax.set_title("Fig. 7c: K1* per seed (line: median of the ended searches)")
+    ax.set_title("Fig. 7c: K1* per seed\n(line: median of the ended searches)")
     ax.legend(fontsize=8)
     done = sum(r["done"] for rows in result["seeds"].values() for r in rows)
     total = sum(len(rows) for rows in result["seeds"].values())
     fig.suptitle(f"K1* at the paper's scale (N = {result['N']}, {result['iters']} steps per probe): {done}/{total} "
-                 f"searches ended, {len(result['runs'])} probes", fontsize=10)
+                 f"searches ended, {len(result['runs'])} probes", fontsize=14)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
 
 
 # ----------------------------------------------------------------------------- circuits and task vectors

@@ -1,7 +1,7 @@
 """The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (grids.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
-sequences the predictors were given."""
+sequences the predictors were given. And the layout of figures/k1_paper.png (campaign_reports.plot_k1_campaign)."""
 import json
 import os
 
@@ -9,11 +9,13 @@ import pytest
 import torch
 
 import bayes
+import campaign_reports
 import grids
 import predictor_scaling
 from bayes import PREDICTORS
 from markov import TaskSet
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")
 
 
@@ -97,3 +99,30 @@ def test_loss_vs_N_is_the_loss_of_the_state_after_the_first_N(spy):
             logp = torch.cat([bayes.predict(name, s[:, :N], spy[0][2]) for s in per_name[name]])[:, -1]  # s_0..s_{N-1} only
             want.append(sum(-logp[b, seqs[b, N]].item() for b in range(5)) / 5)
         assert losses[name][0] == pytest.approx(want, rel=1e-5), name
+
+
+def test_k1_paper_draws_only_started_conditions_and_nothing_is_clipped(monkeypatch):
+    """figures/k1_paper.png from the committed JSON (no injected search has a probe yet): no legend entry and no Fig. 7c
+    column for injection, the legend saying it has not started; a suptitle readable at README width; every title,
+    label and tick label inside the figure."""
+    with open(os.path.join(ROOT, "figures", "k1_paper.json")) as f:
+        result = json.load(f)
+    assert not any(r["probes"] for r in result["seeds"]["inject"])  # the case drawn here
+    figures = []
+    monkeypatch.setattr(campaign_reports.plt, "close", figures.append)
+    campaign_reports.plot_k1_campaign(result, os.devnull)
+    fig = figures[0]
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["control", "phi_beta* = 0.45"]
+    assert legend.get_title().get_text() == "not started: inject (4 seeds)"
+    ticks = [t.get_text() for t in fig.axes[2].get_xticklabels()]
+    assert ticks == ["control: 3 ended, 5 running, 8 not started"]
+    assert fig._suptitle.get_fontsize() >= 14
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    texts = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label,
+                                                                *ax.get_xticklabels(), *ax.get_yticklabels())]
+    for t in texts:
+        if t.get_text() and t.get_visible():
+            e = t.get_window_extent(renderer)
+            assert box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1, t.get_text()
