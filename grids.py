@@ -38,11 +38,12 @@ from markov import check_int, task_source
 
 
 def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = False, quiet: bool = False,
-                   fast: bool = True, overwrite: bool = False) -> list[list[dict]]:
+                   fast: bool = True, overwrite: bool = False, plot: bool = True) -> list[list[dict]]:
     """Train the runs `cfgs` together as one ensemble (ensemble.Ensemble: one vmapped step of all), each model the
     same as its single run (train.train: the same initial weights, batches, evaluations and files) and writing its
     own run directory through train.py's loop; the resumable state of all of them is the one file ckpt_path.
     fast (CUDA): the step replayed as a CUDA graph with the sampler inside (the Triton kernels stay either way).
+    plot=False: no member draws its fig2a.png (~1 s of the host's time each: a minute of a 64-model ensemble's).
     Returns each model's metrics rows."""
     step_shape = ("N", "batch", "D", "C", "mlp_width")  # the shapes of a batched step
     common = [f.name for f in fields(cfgs[0]) if f.name not in ("K", "seed", "out", "eval_train")]
@@ -93,8 +94,9 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
                         lambda states: rundir.save_atomic({"step": states[0]["step"], "members": states}, ckpt_path))
     for record, state in zip(records, states):  # each finished member looks like a finished single run
         rundir.save_atomic(state, os.path.join(record.cfg.out, "ckpt.pt"))
-        record.plot()
-    progress.done()
+        if plot:
+            record.plot()
+    progress.done(plot)
     for lock in locks:  # now: the frame may outlive the call (reference cycles), and a caller may train here next
         lock.close()
     return [record.rows for record in records]

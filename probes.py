@@ -57,7 +57,7 @@ def run_probe(cfg: train.Config) -> list[dict]:
     from its checkpoint)."""
     if not finished(cfg):
         resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
-        train.train(cfg, resume=resume, overwrite=not resume, quiet=True)  # a probe without a checkpoint is redone
+        train.train(cfg, resume=resume, overwrite=not resume, quiet=True, plot=False)  # without a checkpoint: redone
     return runs.read_metrics(cfg.out, dense=True)[1]
 
 
@@ -79,13 +79,14 @@ def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:
 
 def run_probes(cfgs: list[train.Config], jobs: int, quiet: bool = True) -> list[list[dict]]:
     """All probes of one round, trained unless finished: on CUDA as ensembles (quiet=False: each with its header,
-    progress and the phases of its time), on a CPU as `jobs` one-thread processes. Returns each probe's dense
-    rows."""
+    progress and the phases of its time), on a CPU as `jobs` one-thread processes; no probe draws its own Fig. 2a.
+    Returns each probe's dense rows."""
     todo = [cfg for cfg in cfgs if not finished(cfg)]
     if todo and todo[0].device.startswith("cuda"):
         for i, group in enumerate(ensemble_groups(todo)):
             root = os.path.dirname(group[0].out)
-            grids.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=quiet, overwrite=True)  # unfinished: redone
+            grids.train_ensemble(group, os.path.join(root, f"ckpt_round{i}.pt"), quiet=quiet, overwrite=True,  # unfinished: redone
+                                 plot=False)
     elif todo:
         cli.parallel_map(run_probe, todo, jobs)
     return [run_probe(cfg) for cfg in cfgs]

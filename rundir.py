@@ -287,9 +287,11 @@ class Progress:
         print_progress(step, iters, losses, rows, rate, eta)
         self.t_print = time.time()
 
-    def done(self):
+    def done(self, plotted: bool = True):
+        """The last line: the time, its phases and the files each run wrote (fig2a.png when plotted)."""
         if not self.quiet:
             c0 = self.cfgs[0]
             where = c0.out if len(self.cfgs) == 1 else os.path.dirname(c0.out) + "/K*_s*"
             phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.phases().items())
-            print(f"done in {(time.time() - self.t0) / 60:.1f} min ({phases}): {where}/metrics.jsonl, fig2a.png")
+            print(f"done in {(time.time() - self.t0) / 60:.1f} min ({phases}): {where}/metrics.jsonl"
+                  + (", fig2a.png" if plotted else ""))

@@ -166,10 +166,12 @@ def init_model(cfg: Config, device: torch.device) -> Transformer:
     return model.to(device)
 
 
-def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = True, overwrite: bool = False) -> list[dict]:
+def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = True, overwrite: bool = False,
+          plot: bool = True) -> list[dict]:
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly as if
     never stopped; overwrite: start afresh where a run is. fast: the engine's speed (the speed block below), the
-    same computation to float rounding; fast=False (--plain) is this file and the modules it imports, alone."""
+    same computation to float rounding; fast=False (--plain) is this file and the modules it imports, alone.
+    plot=False: no fig2a.png (a probe of a search: its figure is the search's, and a plot costs ~1 s)."""
     ckpt_path = os.path.join(cfg.out, "ckpt.pt")
     members, locks = rundir.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
     if rundir.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
@@ -177,8 +179,8 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
         return rundir.read_rows(os.path.join(cfg.out, "metrics.jsonl"))
     ckpt = members[0] if resume else None
     start = ckpt["step"] if ckpt else 0
-    progress = rundir.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt, "
-                                      "fig2a.png)", start, start if ckpt else None, set(eval_steps(cfg.iters, cfg.evals)), quiet)
+    progress = rundir.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt"
+                                      + (", fig2a.png)" if plot else ")"), start, start if ckpt else None, set(eval_steps(cfg.iters, cfg.evals)), quiet)
     device = torch.device(cfg.device)
     torch.backends.cuda.matmul.allow_tf32 = cfg.tf32  # process-wide; only CUDA matmuls read it
 
@@ -223,8 +225,9 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
 
     loop([record], step, lambda e: model, readouts, states, [gen], start, ckpt is not None, ckpt_path, progress,
          lambda saved: rundir.save_atomic(saved[0], ckpt_path))
-    record.plot()
-    progress.done()
+    if plot:
+        record.plot()
+    progress.done(plot)
     locks[0].close()  # now: the frame may outlive the call, and a caller may train here next
     return record.rows
 

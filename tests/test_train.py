@@ -8,6 +8,7 @@ import torch
 
 import fastdata
 import grids
+import probes
 import rundir
 import runs
 import train
@@ -159,6 +160,20 @@ def test_bad_resume_and_output_dir(run, tmp_path):
     (tmp_path / "file").write_text("")
     r = run("train.py", "--out", tmp_path / "file" / "sub", "--iters", "1")
     assert r.returncode == 2 and "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_probe_draws_no_figure_and_a_run_without_one_is_the_same_run(tmp_path, capsys):
+    """A search's probes (probes.run_probes, on the CPU and as CUDA ensembles) leave Fig. 2a out: each plot costs
+    ~1 s of the host, a minute of a 64-model ensemble's. plot=False changes nothing else, and says so."""
+    cfg = tiny(tmp_path / "probe", iters=6, evals=2, eval_every=3, eval_dense=8)
+    rows = probes.run_probes([cfg], 1)[0]
+    assert not (tmp_path / "probe" / "fig2a.png").exists() and [r["step"] for r in rows] == [0, 3, 6]
+    train.train(tiny(tmp_path / "plain", iters=6, evals=2, eval_every=3, eval_dense=8))
+    assert capsys.readouterr().out.rstrip().endswith("metrics.jsonl, fig2a.png")
+    train.train(tiny(tmp_path / "quiet", iters=6, evals=2, eval_every=3, eval_dense=8), plot=False)
+    assert capsys.readouterr().out.rstrip().endswith("metrics.jsonl")
+    assert read(tmp_path / "quiet" / "metrics.jsonl") == read(tmp_path / "plain" / "metrics.jsonl")
+    assert (tmp_path / "plain" / "fig2a.png").exists() and not (tmp_path / "quiet" / "fig2a.png").exists()
 
 
 def test_load_run_returns_the_saved_model_and_task_set(tmp_path):
