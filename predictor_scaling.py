@@ -2,8 +2,12 @@
 predictors"): the losses of 1-Gen, 2-Gen, 1-Mem and 2-Mem (bayes.py) against the number of training chains K
 and against the context length N, with 2-Gen's and 1-Gen's N -> infinity limits.
 
-    python predictor_scaling.py                  # quick: K to 2^12, N to 2^13, 256 sequences (~3 min on 2 cores)
+    python predictor_scaling.py                  # quick: K to 2^12, N to 2^13, 256 sequences
     python predictor_scaling.py --preset paper   # K to 2^13, N to 2^14, 2048 sequences
+
+The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on the 2-core VM with
+its cores shared, where its loss vs K alone took 17 min on 2026-11-27), then a line with the ETA every 30 s or so.
+The committed JSON's "seconds" (126) predate the plain memorizing predictors of bayes.py.
 
 Writes FIGURES/predictor_scaling.png and its numbers, predictor_scaling.json.
 """
@@ -20,8 +24,62 @@ from bayes import (COLORS, LABELS, PREDICTORS, ar_loss, asymptotic_loss_1gen, as
 from markov import TaskSet, check_int
 
 
-def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device) -> dict:
-    """Autoregressive loss (length N + 1 sequences from S) of each predictor vs K, per task distribution."""
+K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
+# seconds per units() on the 2-core VM on 2026-11-27, its cores shared with other jobs, lo and hi: the quick preset's
+# loss vs K took 630 CPU-s (1010 s) for its 4.75 units; the whole of --dists 1, under more load, 615 CPU-s (931 s)
+# for 2.2 units (its N sweep's batches costing what its K sweep did per unit)
+CPU_SECONDS_PER_UNIT = (133, 279)
+SHARED_SECONDS_PER_UNIT = (213, 422)
+
+
+def units(n_seqs: int, length: int, K: int) -> float:
+    """The cost of the four predictors on n_seqs sequences of `length` states against K chains, in 10^9 units."""
+    return n_seqs * length * (K + K0) / 1e9
+
+
+def work(Ks, Ns, N_for_K: int, K_for_N: int, n_dists: int, n_seqs: int) -> dict:
+    """The units() main's two sweeps report to their progress: the N sweep's 4 x n_seqs sequences of max(N) + 1 states."""
+    return {"K": n_dists * sum(units(n_seqs, N_for_K + 1, K) for K in Ks),
+            "N": n_dists * units(4 * n_seqs, max(Ns) + 1, K_for_N)}
+
+
+def span(lo: float, hi: float) -> str:
+    return f"{lo / 60:.0f}-{hi / 60:.0f} min" if hi < 5400 else f"{lo / 3600:.1f}-{hi / 3600:.1f} h"
+
+
+def estimate(total: dict, device) -> str:
+    """What the first line says the run will take: on a CPU, its CPU time and its time on 2 shared cores as measured
+    (less on free ones)."""
+    if device.type != "cpu":
+        return "not timed on a GPU"
+    units = sum(total.values())
+    return (f"~{span(*(units * c for c in CPU_SECONDS_PER_UNIT))} of CPU time, "
+            f"~{span(*(units * c for c in SHARED_SECONDS_PER_UNIT))} on 2 cores shared with other jobs")
+
+
+class Progress:
+    """A line `loss vs K ..%, loss vs N ..%: elapsed, ETA` at most every `every` seconds (none in a run shorter than
+    that), the ETA from the time the units done so far took. total: {part: units}."""
+
+    def __init__(self, total: dict, every: float = 30):
+        self.total, self.every = total, every
+        self.done = {part: 0.0 for part in total}
+        self.t0 = self.t_print = time.time()
+
+    def add(self, part: str, units: float):
+        self.done[part] += units
+        now = time.time()
+        if now - self.t_print >= self.every:
+            self.t_print = now
+            done = sum(self.done.values())
+            eta = (now - self.t0) / done * (sum(self.total.values()) - done)
+            print(f"{', '.join(f'loss vs {p} {100 * self.done[p] / self.total[p]:.0f} %' for p in self.total)}: "
+                  f"{(now - self.t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
+
+
+def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device, progress=None) -> dict:
+    """Autoregressive loss (length N + 1 sequences from S) of each predictor vs K, per task distribution.
+    progress: called with the units() of each K done."""
     losses = {name: [[0.0] * len(Ks) for _ in range(n_dists)] for name in PREDICTORS}
     for d in range(n_dists):
         full = TaskSet.create(max(Ks), seed=d, device=device)  # nested: S(K) = first K chains
@@ -31,14 +89,16 @@ def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device) -> dict:
             seqs, _ = tasks.batch(n_seqs, N + 1, g)
             for name in PREDICTORS:
                 losses[name][d][j] = ar_loss(predict(name, seqs, tasks.T), seqs).item()
+            if progress:
+                progress(units(n_seqs, N + 1, K))
     return losses
 
 
-def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 64) -> dict:
+def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 64, progress=None) -> dict:
     """Non-autoregressive loss -log pi(s_N | s_0..s_{N-1}) of each predictor vs N at fixed K.
 
     One set of length max(N) + 1 sequences serves every N: the prediction at position N - 1
-    only sees s_0..s_{N-1}."""
+    only sees s_0..s_{N-1}. progress: called with the units() of each batch done."""
     cols = torch.tensor(Ns, device=device) - 1
     losses = {name: [] for name in PREDICTORS}
     for d in range(n_dists):
@@ -49,6 +109,8 @@ def scaling_with_N(Ns, K: int, n_dists: int, n_seqs: int, device, batch: int = 6
             seqs, _ = tasks.batch(min(batch, n_seqs - start), max(Ns) + 1, g)
             for name in PREDICTORS:
                 totals[name] += nll(predict(name, seqs, tasks.T), seqs)[:, cols].sum(0)
+            if progress:
+                progress(units(seqs.shape[0], max(Ns) + 1, K))
         for name in PREDICTORS:
             losses[name].append((totals[name] / n_seqs).tolist())
     return losses
@@ -111,12 +173,14 @@ def main():
     # the non-autoregressive loss is a single position per sequence, hence more sequences
     N_for_K, K_for_N = 256, 128
     out = cli.writable_dir(args.figures, "--figures")
+    total = work(Ks, Ns, N_for_K, K_for_N, args.dists, n_seqs)
     cli.announce("paper" if paper else "quick", f"K to {Ks[-1]}, N to {Ns[-1]}, {args.dists} task distributions, "
-                 f"{n_seqs} sequences, on {device}", f"{out}/predictor_scaling.png and .json")
-    t0 = time.time()
-    vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device)
+                 f"{n_seqs} sequences, on {device}; {estimate(total, device)}", f"{out}/predictor_scaling.png and .json")
+    progress = Progress(total)
+    t0 = progress.t0
+    vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device, progress=lambda u: progress.add("K", u))
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
-    vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device)
+    vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device, progress=lambda u: progress.add("N", u))
     print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
 
     result = {

@@ -23,7 +23,7 @@ import rundir
 import runs
 import train
 from bayes import COLORS
-from stand_ins import ROOT, assert_one_line_error, run  # noqa: F401 (run: a fixture)
+from stand_ins import ROOT, assert_one_line_error, load, run  # noqa: F401 (run: a fixture)
 
 TINY = ["--K", "4", "--iters", "3", "--N", "8", "--batch", "4", "--evals", "2", "--eval-train", "8", "--eval-gen", "8"]
 
@@ -528,7 +528,7 @@ def test_make_config_rejects_negative_seeds_from_library_callers(field):
 
 @pytest.mark.parametrize("script, first_call, words", [
     ("predictor_scaling.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; "
-                                               "~39 min of CPU time: ~20 min on 2 free cores, longer when they are shared; writing"),
+                                               "~39-82 min of CPU time, ~1.0-2.1 h on 2 cores shared with other jobs; writing"),
     ("sa_transformer.py", "F_d", "preset quick: tau_2Gen at N = [32, 64, 128, 256], dynamics at N = 64, 2 processes; writing"),
 ])
 def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch, run, script, first_call, words):

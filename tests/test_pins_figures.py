@@ -101,6 +101,29 @@ def test_loss_vs_N_is_the_loss_of_the_state_after_the_first_N(spy):
         assert losses[name][0] == pytest.approx(want, rel=1e-5), name
 
 
+
+def test_the_announced_work_is_what_the_sweeps_report(monkeypatch):
+    """predictor_scaling.work, from which the first line's estimate and the progress's ETA come, is the sum of the
+    units() the two sweeps report as main runs them (the N sweep on 4 x the sequences, in batches)."""
+    Ks, Ns, N_for_K, K_for_N, n_dists, n_seqs = [1, 2, 5], [1, 3], 4, 3, 2, 20
+    reported = {"K": [], "N": []}
+    predictor_scaling.scaling_with_K(Ks, N_for_K, n_dists, n_seqs, "cpu", progress=reported["K"].append)
+    predictor_scaling.scaling_with_N(Ns, K_for_N, n_dists, 4 * n_seqs, "cpu", batch=32, progress=reported["N"].append)
+    assert len(reported["K"]) == n_dists * len(Ks) and len(reported["N"]) == n_dists * 3  # batches of 32, 32, 16
+    total = predictor_scaling.work(Ks, Ns, N_for_K, K_for_N, n_dists, n_seqs)
+    assert total == {part: pytest.approx(sum(u)) for part, u in reported.items()}
+
+
+def test_progress_eta_from_the_work_done_at_most_every_30_s(monkeypatch, capsys):
+    now = [100.0]
+    monkeypatch.setattr(predictor_scaling.time, "time", lambda: now[0])
+    progress = predictor_scaling.Progress({"K": 1.0, "N": 3.0})
+    for t, part, u in [(110, "K", 0.5), (140, "K", 0.5), (150, "N", 1.0), (200, "N", 1.0)]:
+        now[0] = t
+        progress.add(part, u)
+    assert capsys.readouterr().out.splitlines() == ["loss vs K 100 %, loss vs N 0 %: 0.7 min, ETA 2.0 min",
+                                                     "loss vs K 100 %, loss vs N 67 %: 1.7 min, ETA 0.6 min"]
+
 def test_k1_paper_draws_only_started_conditions_and_nothing_is_clipped(monkeypatch):
     """figures/k1_paper.png from the committed JSON (no injected search has a probe yet): no legend entry and no Fig. 7c
     column for injection, the legend saying it has not started; a suptitle readable at README width; every title,
