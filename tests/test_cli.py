@@ -539,6 +539,13 @@ def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch,
     assert proc.stdout.startswith(words) and "stopped before computing" in proc.stderr
 
 
+def test_estimators_leaves_scipy_to_the_fit_that_needs_it():
+    """estimators.py imports scipy.optimize in fit_sigmoid, not at its top: ~0.6 s of k1.py's, k2.py's and
+    sa_transformer.py's --help (a fresh interpreter: this one has scipy already)."""
+    code = "import sys, estimators; sys.exit('scipy.optimize' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
 def _square(x):
     return x * x
 
