@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 import campaign
 import campaign_specs
@@ -29,12 +30,23 @@ def _stable(ledger: dict) -> list:
 
 
 def _run_to_the_end(tmp_path, name: str, max_probes: int, max_pieces: int = 10**6) -> int:
-    """Calls of `campaign.py run` until one says nothing is left; returns their number."""
+    """Calls of `campaign.py run` until one says nothing is left; returns their number. Stopped after every piece
+    (max_pieces=1), the calls' figures are not rendered: they are the uninterrupted call's, checked there."""
+    with pytest.MonkeyPatch.context() as patch:
+        if max_pieces == 1:
+            patch.setattr(Figure, "savefig", lambda *args, **kwargs: None)
+        return _calls(lambda: campaign.run(name, 5, "cpu", str(tmp_path / "runs"), jobs=1, max_probes=max_probes,
+                                           max_pieces=max_pieces, figures=str(tmp_path / "figures"),
+                                           ledgers=str(tmp_path / "ledgers")))
+
+
+def _calls(call) -> int:
+    """call() until it says nothing is left; the number of calls."""
     calls, message = 0, ""
     while not message.startswith("nothing left"):
-        message = campaign.run(name, 5, "cpu", str(tmp_path / "runs"), jobs=1, max_probes=max_probes,
-                               max_pieces=max_pieces, figures=str(tmp_path / "figures"), ledgers=str(tmp_path / "ledgers"))
+        message = call()
         calls += 1
+        assert calls < 50, message
         assert calls < 50, message
     return calls
 
@@ -358,15 +370,14 @@ def test_status_estimates_the_next_piece_calibrated_on_the_ledgers_card(tmp_path
 
 
 def _call_to_the_end(d, names: list[str], slots: int, max_pieces: int = 10**6) -> int:
-    """Calls of `campaign.py call` until one says nothing is left; returns their number."""
-    calls, message = 0, ""
-    while not message.startswith("nothing left"):
-        message = campaign.call(names, 5, "cpu", str(d / "runs"), slots=slots, max_pieces=max_pieces,
-                                figures=str(d / "figures"), ledgers_dir=str(d / "ledgers"), out=str(d / "out"),
-                                report_seconds=0)
-        calls += 1
-        assert calls < 50, message
-    return calls
+    """Calls of `campaign.py call` until one says nothing is left; returns their number (figures as in
+    _run_to_the_end)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if max_pieces == 1:
+            patch.setattr(Figure, "savefig", lambda *args, **kwargs: None)
+        return _calls(lambda: campaign.call(names, 5, "cpu", str(d / "runs"), slots=slots, max_pieces=max_pieces,
+                                            figures=str(d / "figures"), ledgers_dir=str(d / "ledgers"),
+                                            out=str(d / "out"), report_seconds=0))
 
 
 def test_a_piece_is_one_ensemble_filled_across_campaigns(tmp_path):

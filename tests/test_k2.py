@@ -217,7 +217,7 @@ def test_the_divergence_fit_recovers_K2_star_and_gamma(K2, gamma):
     covered, estimates = 0, []
     for seed in range(10):
         rng = np.random.default_rng(seed)
-        fit = fit_divergence(list(K), [list(v * np.exp(rng.normal(0, 0.2, 4))) for v in true], resamples=200)
+        fit = fit_divergence(list(K), [list(v * np.exp(rng.normal(0, 0.2, 4))) for v in true], resamples=100)
         covered += fit["K2_star_ci"][0] <= K2 <= fit["K2_star_ci"][1] and fit["gamma_ci"][0] <= gamma <= fit["gamma_ci"][1]
         estimates.append((fit["K2_star"], fit["gamma"]))
     assert covered >= 8
@@ -289,7 +289,7 @@ def test_the_divergence_fit_uses_censored_K_below_and_above_K2_star():
                  else math.inf for _ in range(4)]
             dtau.append([x if x < budget else None for x in v])
             bounds.append([None if x < budget else budget for x in v])
-        fit = fit_divergence(K, dtau, bounds, resamples=200)
+        fit = fit_divergence(K, dtau, bounds, resamples=100)
         covered += fit["K2_star_ci"][0] <= K2 <= (fit["K2_star_ci"][1] or math.inf)  # None: unbounded above
         estimates.append(fit["K2_star"])
     assert covered >= 5 and np.median(estimates) == pytest.approx(K2, rel=0.1)

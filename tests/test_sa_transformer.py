@@ -4,8 +4,6 @@ import itertools
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ import sa_theory
 import sa_transformer as sa
 import sa_transformer_tau as st
 from markov import sample_chains, sample_sequences
+from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -130,8 +129,8 @@ def test_power_fit_and_crossing():
 
 
 @pytest.mark.parametrize("args", [["--N", "1"], ["--preset", "tiny"], ["--jobs", "0"]])
-def test_bad_input(args):
-    r = subprocess.run([sys.executable, "sa_transformer.py", *args], cwd=ROOT, capture_output=True, text=True)
+def test_bad_input(run, args):
+    r = run("sa_transformer.py", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -516,15 +515,15 @@ def test_theory_figure_has_integer_lags():
     assert "{mu mu}" not in ax.get_title()  # mathtext, not raw pseudo-LaTeX
 
 
-def test_replot_draws_the_five_figures_from_the_json_alone(tmp_path):
+def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
     """The JSON holds every number the SA figures draw: a --replot needs no run."""
     Ns = [32, 64]
-    run = lambda scale, snaps=False: {**synthetic_run(scale), "masked_loss": [2.3 - 0.001 * i for i in range(30)],
+    sa_run = lambda scale, snaps=False: {**synthetic_run(scale), "masked_loss": [2.3 - 0.001 * i for i in range(30)],
                                       "w": [[0.25] * 4] * 30, "tau": 150.0, "run": {"N": 64, "seed": 0},
                                       "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25, "masked_loss_2gen": 2.1},
                                       **({"snapshots": {"0": snapshot(0.0, 64), "50": snapshot(0.5, 64)}} if snaps else {})}
-    runs = {name: [run(1.0, snaps=name == "full_control"), run(1.5)] for name in sa.SETTINGS}
-    runs.update(frozen_control=[run(1.0)], frozen_ablation=[run(2.0)])
+    runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in sa.SETTINGS}
+    runs.update(frozen_control=[sa_run(1.0)], frozen_ablation=[sa_run(2.0)])
     near = [-1.0, 0.0, 1.0]
     taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
     result = {"F_d": [0.08 / 3**d for d in range(5)], "F1_exact": 0.08, "runs": runs, **taus,
@@ -533,14 +532,12 @@ def test_replot_draws_the_five_figures_from_the_json_alone(tmp_path):
               "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                    "ablation": np.ones((3, 3)).tolist()}}
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
-    r = subprocess.run([sys.executable, "sa_transformer.py", "--replot", "--figures", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = run("sa_transformer.py", "--replot", "--figures", tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"sa_{name}.png" for name in
                                                                ("dynamics", "parameters", "scaling", "theory", "trajectories")]
     (tmp_path / "sa_scaling.json").write_text(json.dumps({k: v for k, v in result.items() if k != "runs"}))
-    r = subprocess.run([sys.executable, "sa_transformer.py", "--replot", "--figures", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = run("sa_transformer.py", "--replot", "--figures", tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: --replot: {tmp_path}/sa_scaling.json lacks runs "
                                                                    "(not written by sa_transformer.py; rerun it)"]
 
