@@ -291,13 +291,15 @@ def plot_k2(result: dict, path: str):
             ax8b.errorbar(shown, means, yerr=[float(np.std(fitted[K])) for K in shown], fmt="o-", color=colour, capsize=3,
                           label=label)
             zero = result["memorized_zero" + suffix]
-            if zero is not None:
+            if zero is not None and zero <= 10 * max(Ks):
                 top = int(np.argmax(means))
                 ax8b.plot([shown[top], zero], [means[top], 0], "--", color=colour, lw=1,
                           label=f"linear in log K: 0 at K = {zero:.0f}")
+            elif zero is not None:  # a line that barely falls: its zero is no estimate
+                ax8b.plot([], [], " ", label=f"line in log K: 0 only at K = {zero:.0e}")
             failed = max(failed, sum(len(values[K]) - len(fitted[K]) for K in Ks))
         if ax8b.get_legend_handles_labels()[0]:
-            ax8b.legend()
+            ax8b.legend(fontsize=8)
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")

@@ -245,9 +245,14 @@ def k1_paper():
 
 def k2():
     d = load("k2.json")
-    fp = max(np.mean([c["false_positive"][-1] for c in cs]) for cs in d["memorized_curves"].values())
-    return [n(d["fit"]["K2_star"]), n(d["fit"]["K2_star_ci"][0]), n(len(d["delta_tau"][str(d["K"][0])])),
-            f(d["fit"]["gamma"], 1), n(d["memorized_zero"]), f(100 * fp, 1)]
+    Ks = d["K"]
+
+    def end(key: str, K: int) -> str:  # the seeds' mean at the end of the runs
+        return f(np.mean([r[key] for r in d["runs"] if r["K"] == K]), 2)
+
+    return [n(d["fit"]["K2_star"]), n(d["fit"]["K2_star_ci"][0]), n(len(d["delta_tau"][str(Ks[0])])),
+            f(d["fit"]["gamma"], 1), end("memorized_final", Ks[0]), end("memorized_final", Ks[-1]),
+            end("memorized_two_sets_final", Ks[0]), end("memorized_two_sets_final", Ks[-1]), n(d["memorized_zero"])]
 
 
 def k2_no_fit(name: str):
@@ -632,9 +637,27 @@ def memorized_rows(d: dict, name_numbers: list[list[str]], false_positives: bool
     return rows
 
 
+def two_set_rows(d: dict) -> list:
+    """The K2* table's rows of the two-set rule (k2.py: each chain scored on two sets of sequences): the memorized
+    fraction at the end, its asymptotes, the chains that pass on one set only, the share of the chains' spread that
+    is not noise, and one set's noise sigma."""
+    Ks = [int(K) for K in d["K"]]
+    runs = {K: [r for r in d["runs"] if r["K"] == K] for K in Ks}
+    head = [n(d["iters"]), n(len(runs[Ks[0]]))]
+
+    def mean(key: str, digits: int) -> list:
+        return [f(np.mean([r[key] for r in runs[K]]), digits) for K in Ks]
+
+    a = {K: [v for v in d["memorized_asymptote_two_sets"][str(K)] if v is not None] for K in Ks}
+    return [head + mean("memorized_two_sets_final", 2),
+            sum(([f(np.mean(a[K]), 2), f(np.std(a[K]), 2), f(np.median(a[K]), 2)] for K in Ks), []),
+            head + mean("disagree_final", 2), head + mean("signal_share_final", 2), head + mean("sigma_final", 4)]
+
+
 def table_k2(rows):
     d = load("k2.json")
-    return k2_rows(d, d["censored_after"]) + memorized_rows(d, rows, false_positives=True, specific=True)
+    return (k2_rows(d, d["censored_after"]) + memorized_rows(d, rows, false_positives=True, specific=True)
+            + two_set_rows(d))
 
 
 def table_k2_wall8(rows):
