@@ -52,7 +52,10 @@ def test_sigint_ends_a_pool_at_once_with_one_line_and_exit_130(tmp_path, whole_g
     script = tmp_path / "slow_pool.py"
     script.write_text(SCRIPT.format(root=ROOT, marks=str(marks)))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # its own group: a group signal reaches nothing else
+                            text=True, start_new_session=True,  # its own group: a group signal reaches nothing else
+                            # SIGINT as a terminal gives it: a suite started in the background of a shell without job
+                            # control inherits SIGINT ignored, and Python then installs no KeyboardInterrupt at all
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     workers = []
     try:
         deadline = time.time() + 120
