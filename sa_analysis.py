@@ -345,7 +345,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     # alone would draw a rising line
     panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False),
               (axes[3], (("tau_transformer", "control"),),
-               "transformer, no MLP1, non-AR: first halfway crossings (no trajectories stored, not re-read)", True))
+               "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)", True))
     for ax, series, title, free in panels:
         slopes = []
         for key, setting in series:
