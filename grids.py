@@ -43,7 +43,7 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
     same as its single run (train.train: the same initial weights, batches, evaluations and files) and writing its
     own run directory through train.py's loop; the resumable state of all of them is the one file ckpt_path.
     fast (CUDA): the step replayed as a CUDA graph with the sampler inside (the Triton kernels stay either way).
-    plot=False: no member draws its fig2a.png (~1 s of the host's time each: a minute of a 64-model ensemble's).
+    plot=False: no member draws its fig2a.png (~0.5 s of the host's time each: half a minute of a 64-model ensemble's).
     Returns each model's metrics rows."""
     step_shape = ("N", "batch", "D", "C", "mlp_width")  # the shapes of a batched step
     common = [f.name for f in fields(cfgs[0]) if f.name not in ("K", "seed", "out", "eval_train")]

@@ -171,7 +171,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly as if
     never stopped; overwrite: start afresh where a run is. fast: the engine's speed (the speed block below), the
     same computation to float rounding; fast=False (--plain) is this file and the modules it imports, alone.
-    plot=False: no fig2a.png (a probe of a search: its figure is the search's, and a plot costs ~1 s)."""
+    plot=False: no fig2a.png (a probe of a search: its figure is the search's, and a plot costs ~0.5 s)."""
     ckpt_path = os.path.join(cfg.out, "ckpt.pt")
     members, locks = rundir.open_runs([cfg], ckpt_path, resume, overwrite)  # checks, then OUT/.lock until the end
     if rundir.complete([cfg], members, ckpt_path, quiet):  # --resume of a finished run: nothing to redo
