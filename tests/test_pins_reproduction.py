@@ -248,7 +248,7 @@ def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
 
 
 def test_k2_quick_divergence_fit_and_medians(same_numbers):
-    """Fig. 8a of the quick sweep (README: K2* = 87, 95 % [37, open), gamma = 6.4) refitted from the committed
+    """Fig. 8a of the quick sweep (README: K2* = 72, [37, open), gamma = 4.7) refitted from the committed
     Delta tau and censoring bounds: the same grid, the same bootstrap draws, the same numbers; and each K's median
     with its interval."""
     d = committed("k2.json")
