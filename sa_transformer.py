@@ -190,7 +190,8 @@ def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | Non
     for N, seeds in sorted(by_N.items()):
         cap, eval_batch = P["transformer_iters"], P["transformer_eval_batch"]
         if device == "cpu":
-            runs = cli.parallel_map(_train_one_job, [(N, s, cap, eval_batch) for s in seeds], jobs)
+            runs = cli.parallel_map(_train_one_job, [(N, s, cap, eval_batch) for s in seeds], jobs,
+                                    progress=f"transformer N = {N}, {len(seeds)} seeds")
         else:
             runs = train_seeds(N, seeds, cap, eval_batch, device)
         out[N] = [compact(r) for r in runs]

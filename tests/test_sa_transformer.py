@@ -595,6 +595,20 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     assert calls == []
 
 
+def test_transformer_runs_on_the_cpu_say_their_progress(monkeypatch):
+    """On the CPU an N's seeds run as one-thread processes that print `i/n done, elapsed, ETA` (an N at the paper's
+    protocol takes from minutes to hours on two cores): cli.parallel_map gets a label naming N."""
+    calls = []
+
+    def fake(fn, jobs, processes, progress="", cost=None):
+        calls.append(progress)
+        return [synthetic_transformer_run(N, s, drop=1000.0) for N, s, _, _ in jobs]
+
+    monkeypatch.setattr(sa.cli, "parallel_map", fake)
+    sa.train_transformers(dict(sa.PRESETS["paper"], N_transformer=[32], seeds_transformer=2), jobs=2)
+    assert calls == ["transformer N = 32, 2 seeds"]
+
+
 def synthetic_transformer_run(N, seed, drop=None, cap=4000, phi_head=0.8, every=50):
     """A stored transformer run: the loss on its plateau 2.30, falling through the halfway level 2.20 at `drop`
     (None: never) with slope 0.1 per 50 steps to 2.10 (2-Gen), so that the interpolated crossing is `drop`; phi 0.15
