@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100 before the e2e stage and
 # bench_train's 5 runs per case were added; MLP=0 ATTENTION=0 GRID=0 keeps the tests, e2e and bench_train):
-#   1. the kernel, layer norm, MLP, embedding, Markov walk, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name)
+#   1. the kernel, layer norm, MLP, embedding, Markov walk, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name),
+#      and the transformer's batched seeds (sa_transformer_tau.train_seeds) on the card against the CPU
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage); PREVIOUS_MLP=<file>
 #      times an earlier kernels/mlp.py beside it, with the same tiles
 #   3. the default command end to end: `train.py --K 256 --preset paper` for E2E_ITERS steps (default
 #      20000) with 10 evaluations, in its CUDA default (bf16, TF32 matmuls) and with --fp32: the first lines (the
 #      precision it states), the progress lines' it/s (evaluations left out) and the wall time (E2E=0 skips it);
-#      then bench_train.py with TF32 matmuls: single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
+#      (E2E_FP32=0: the default alone); then bench_train.py with TF32 matmuls (BENCH_ARGS: more flags, such as
+#      "--sizes 64 --runs 5"; BENCH_TIMEOUT, default 360 s): single eager / graphed, ensembles of 8, 32, 64 graphed, peak memory,
 #      the variants (torch's layer norm, the residual adds unfused, torch's MLP, torch's embedding, three Q, K, V
 #      projections, layer 1's norm on x0's rows, per-member sampling, bf16 mixed precision, PREVIOUS's attention) and a profile of the largest ensemble's eager step
 #      in both precisions and of the single run's in bf16; each case 5 runs (median and spread), the sampler
@@ -52,6 +54,7 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_embedding.py tests/test_transformer.py \
     tests/test_fastpath.py tests/test_ensemble.py tests/test_markov.py tests/test_markov_walk.py tests/test_train.py::test_the_graphed_run_trains_on_the_plain_runs_batches \
+    tests/test_sa_transformer.py::test_batched_seeds_on_cuda_are_the_cpus_on_the_same_batches \
     2>&1 | tee -a "$OUT/tests.log"
 
 if [ "${MLP:-1}" = 1 ]; then
@@ -66,7 +69,9 @@ fi
 : > "$OUT/bench_train.log"  # the e2e runs and bench_train.py share one log (the lease returns at most 8 files)
 if [ "${E2E:-1}" = 1 ]; then
     stage e2e | tee -a "$OUT/bench_train.log"
-    for precision in "" "--fp32"; do
+    precisions=("")
+    [ "${E2E_FP32:-1}" = 1 ] && precisions+=("--fp32")
+    for precision in "${precisions[@]}"; do
         t0=$SECONDS
         timeout 150 $PY train.py --K 256 --preset paper --iters "${E2E_ITERS:-20000}" --evals 10 $precision --overwrite \
             --out "/tmp/gpu_check_e2e$precision" 2>&1 | tee -a "$OUT/bench_train.log"
@@ -75,7 +80,8 @@ if [ "${E2E:-1}" = 1 ]; then
 fi
 
 stage bench_train | tee -a "$OUT/bench_train.log"
-timeout 360 $PY bench/bench_train.py --tf32 --profile $PREV ${BENCH_ONLY:+--only "$BENCH_ONLY"} 2>&1 | tee -a "$OUT/bench_train.log"
+timeout "${BENCH_TIMEOUT:-360}" $PY bench/bench_train.py --tf32 --profile $PREV ${BENCH_ONLY:+--only "$BENCH_ONLY"} ${BENCH_ARGS:-} 2>&1 \
+    | tee -a "$OUT/bench_train.log"
 
 if [ "${ATTENTION:-1}" = 1 ]; then
     stage bench_attention | tee "$OUT/bench_attention.log"
