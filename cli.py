@@ -205,12 +205,14 @@ def _stop(pool: ProcessPoolExecutor):
         p.join()
 
 
-def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None) -> list:
+def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None, on_result=None) -> list:
     """[fn(job) for job in jobs], in order, in `processes` worker processes with one torch thread each:
     on a few CPU cores independent runs go faster that way than as one process with several threads,
     and every run computes the same numbers whatever `processes` is. fn must be a module-level function.
     progress: a label; then a line `label: i/n done, elapsed, ETA` at most every 30 s and at the end, the ETA
     from the work done so far, counted in `cost` (each job's relative cost, e.g. its steps; default equal).
+    on_result(job, result), if given, is called as each result comes in (in the jobs' order), so that a caller can
+    keep each finished job before the others end.
     Ctrl-C, or a SIGINT sent to this process alone (the workers ignore it), ends the workers at once and the
     KeyboardInterrupt goes on (cli.run: one line, exit 130); an error in a job ends them too."""
     jobs = list(jobs)
@@ -223,6 +225,8 @@ def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None) -> lis
     try:
         for i, result in enumerate(pool.map(fn, jobs), 1):
             results.append(result)
+            if on_result is not None:
+                on_result(jobs[i - 1], result)
             done += cost[i - 1]
             now = time.time()
             if progress and (now - t_print >= 30 or i == len(jobs)):

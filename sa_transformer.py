@@ -178,27 +178,35 @@ def _train_one_job(args: tuple) -> dict:
 
 def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | None = None, done=None) -> dict:
     """Fig. 6c bottom: {N: [runs]} of the non-autoregressive transformer without MLP1 at the (N, seed) pairs of
-    `todo` (default: every N of P with its seeds_transformer seeds), one N after the other. On CUDA an N's seeds train
-    as one batched model (train_seeds), on the CPU as one-thread processes (train_one). done(N, runs), if given, is
-    called as each N finishes, so that a call cut short keeps what it finished."""
+    `todo` (default: every N of P with its seeds_transformer seeds). On CUDA an N's seeds train as one batched model
+    (train_seeds), one N after the other; on the CPU every pair is a one-thread process (train_one), `jobs` at a time,
+    smallest N first. done(N, runs), if given, is called as runs finish (on the CPU each run, on CUDA each N), so
+    that a call cut short keeps what it finished: an N of the paper's protocol takes hours on two cores."""
     if todo is None:
         todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"])]
-    by_N = {}
-    for N, s in todo:
-        by_N.setdefault(N, []).append(s)
+    cap, eval_batch = P["transformer_iters"], P["transformer_eval_batch"]
     out, t0 = {}, time.time()
-    for N, seeds in sorted(by_N.items()):
-        cap, eval_batch = P["transformer_iters"], P["transformer_eval_batch"]
-        if device == "cpu":
-            runs = cli.parallel_map(_train_one_job, [(N, s, cap, eval_batch) for s in seeds], jobs,
-                                    progress=f"transformer N = {N}, {len(seeds)} seeds")
-        else:
-            runs = train_seeds(N, seeds, cap, eval_batch, device)
-        out[N] = [compact(r) for r in runs]
-        print(f"transformer N = {N}, seeds {seeds}: {[tau_2gen(r)['status'] for r in out[N]]} "
-              f"({time.time() - t0:.0f} s so far)", flush=True)
+
+    def finished(N, runs):
+        runs = [compact(r) for r in runs]
+        out.setdefault(N, []).extend(runs)
+        print(f"transformer N = {N}, seeds {[r['seed'] for r in runs]}: {[tau_2gen(r)['status'] for r in runs]}, "
+              f"{[r['t'][-1] for r in runs]} steps ({time.time() - t0:.0f} s so far)", flush=True)
         if done is not None:
-            done(N, out[N])
+            done(N, runs)
+
+    if device == "cpu":
+        jobs_ = [(N, s, cap, eval_batch) for N, s in sorted(todo)]
+        # a step's time on one VM core grows a little faster than N (22, 45, 120, 410 ms at N = 32, 64, 128, 256):
+        # the ETA's weights, the steps a run takes being unknown until it ends
+        cli.parallel_map(_train_one_job, jobs_, jobs, progress=f"transformer runs ({len(jobs_)})",
+                         cost=[N * (1 + N / 128) for N, *_ in jobs_], on_result=lambda job, run: finished(job[0], [run]))
+    else:
+        by_N = {}
+        for N, s in todo:
+            by_N.setdefault(N, []).append(s)
+        for N, seeds in sorted(by_N.items()):
+            finished(N, train_seeds(N, seeds, cap, eval_batch, device))
     return out
 
 
@@ -215,7 +223,7 @@ def merge_transformer_runs(result: dict, runs: dict):
 
 def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
     """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
-    and merge them in; write(result), if given, after each N. The earlier record's runs that kept only tau (no
+    and merge them in; write(result), if given, as runs finish (train_transformers' done). The earlier record's runs that kept only tau (no
     trajectory: "tau_transformer") are not runs here, and stay as they are."""
     stored = result.get("transformer_runs", {})
     todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"]) if str(s) not in stored.get(str(N), {})]
@@ -382,7 +390,7 @@ def replot(figures: str, train: tuple | None = None):
     """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted and the transformer's criterion
     re-read from its stored trajectories (cheap; a record without them keeps its first crossings); train: (preset,
     jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are trained and merged in first,
-    the JSON written after each N. The JSON is rewritten only when a number in it changed beyond float noise, and then
+    the JSON written as they finish. The JSON is rewritten only when a number in it changed beyond float noise, and then
     with the others' last digits as they were (settle), so a pure redraw leaves a clone's record as it was."""
     path = os.path.join(figures, "sa_scaling.json")
     result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
@@ -415,7 +423,7 @@ def main():
     parser.add_argument("--replot", action="store_true", help="only redraw the figures from FIGURES/sa_scaling.json")
     parser.add_argument("--transformer-only", action="store_true",
                         help="only the transformer runs (Fig. 6c bottom) at the preset's (N, seed) whose trajectory "
-                             "FIGURES/sa_scaling.json does not hold yet, merged into it after each N; then --replot. "
+                             "FIGURES/sa_scaling.json does not hold yet, merged into it as they finish; then --replot. "
                              "On CUDA the seeds of an N train as one batched model")
     args = parser.parse_args()
     device = cli.device(args.device)

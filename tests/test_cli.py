@@ -554,3 +554,6 @@ def test_parallel_map_keeps_the_order_and_reports_progress(capsys):
     assert cli.parallel_map(_square, range(5), 2, progress="squares") == [0, 1, 4, 9, 16]
     assert "squares: 5/5 done" in capsys.readouterr().out
     assert cli.parallel_map(_square, [3], 1) == [9] and capsys.readouterr().out == ""
+    seen = []
+    assert cli.parallel_map(_square, [4, 2, 3], 2, on_result=lambda job, result: seen.append((job, result))) == [16, 4, 9]
+    assert seen == [(4, 16), (2, 4), (3, 9)]  # each job with its result, in order, as they come in

@@ -595,18 +595,31 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     assert calls == []
 
 
-def test_transformer_runs_on_the_cpu_say_their_progress(monkeypatch):
-    """On the CPU an N's seeds run as one-thread processes that print `i/n done, elapsed, ETA` (an N at the paper's
-    protocol takes from minutes to hours on two cores): cli.parallel_map gets a label naming N."""
+def test_transformer_runs_on_the_cpu_are_kept_as_each_finishes(monkeypatch):
+    """On the CPU every missing (N, seed) is one job of one pool, smallest N first, with a progress label and an ETA
+    weighted by N's step cost; the record is written as each run comes in, so a call cut short (here after three
+    runs, as a Ctrl-C or a scheduler's limit would) keeps the runs it finished, and the next call trains the rest."""
     calls = []
 
-    def fake(fn, jobs, processes, progress="", cost=None):
-        calls.append(progress)
-        return [synthetic_transformer_run(N, s, drop=1000.0) for N, s, _, _ in jobs]
+    def fake(fn, jobs, processes, progress="", cost=None, on_result=None, stop_after=3):
+        calls.append((progress, [job[:2] for job in jobs], cost))
+        for i, job in enumerate(jobs):
+            if i == stop_after:
+                raise KeyboardInterrupt
+            on_result(job, synthetic_transformer_run(job[0], job[1], drop=1000.0))
 
     monkeypatch.setattr(sa.cli, "parallel_map", fake)
-    sa.train_transformers(dict(sa.PRESETS["paper"], N_transformer=[32], seeds_transformer=2), jobs=2)
-    assert calls == ["transformer N = 32, 2 seeds"]
+    P = dict(sa.PRESETS["paper"], N_transformer=[64, 32], seeds_transformer=2)
+    record, written = {}, []
+    with pytest.raises(KeyboardInterrupt):
+        sa.add_transformer_runs(record, P, jobs=2, write=lambda r: written.append(json.loads(json.dumps(r))))
+    progress, pairs, cost = calls[0]
+    assert progress == "transformer runs (4)" and pairs == [(32, 0), (32, 1), (64, 0), (64, 1)]
+    assert cost[0] == cost[1] < cost[2] == cost[3]
+    assert [{N: list(runs) for N, runs in w["transformer_runs"].items()} for w in written] == [
+        {"32": ["0"]}, {"32": ["0", "1"]}, {"32": ["0", "1"], "64": ["0"]}]
+    sa.add_transformer_runs(written[-1], P, jobs=2)  # the next call: only (64, 1) is left
+    assert calls[1][1] == [(64, 1)]
 
 
 def synthetic_transformer_run(N, seed, drop=None, cap=4000, phi_head=0.8, every=50):
@@ -697,6 +710,29 @@ def test_batched_seeds_equal_each_seed_trained_alone():
         np.testing.assert_allclose(run["phi"], alone["phi"], rtol=1e-5)
         assert run["levels"] == alone["levels"]
     assert together[0]["loss"] != together[1]["loss"]  # the seeds are different runs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only: the batched seeds on a card")
+def test_batched_seeds_on_cuda_are_the_cpus_on_the_same_batches(monkeypatch):
+    """train_seeds on CUDA (vmap, the stacked SGD and the evaluations on the card) gives each seed the CPU's trajectory
+    when both draw the same batches: the card's generators give other streams, so here both draw on the CPU and the
+    batches move to the card. The check bench/gpu_check.sh runs before the paper's runs train on a card."""
+    cpu_batches, cpu_generators = st.fresh_batches, {}
+
+    def on_the_cpu(B, N, generators):  # each card generator's stream replaced by the CPU's of its seed, drawn on
+        mine = [cpu_generators.setdefault(g.initial_seed(), torch.Generator().manual_seed(g.initial_seed()))
+                for g in generators]
+        context, target = cpu_batches(B, N, mine)
+        return context.to(generators[0].device), target.to(generators[0].device)
+
+    want = st.train_seeds(16, [0, 1], 100, eval_batch=64)
+    monkeypatch.setattr(st, "fresh_batches", on_the_cpu)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 as on the CPU, whatever ran before
+    got = st.train_seeds(16, [0, 1], 100, eval_batch=64, device="cuda")
+    for a, b in zip(got, want):
+        assert a["device"] == "cuda" and a["t"] == b["t"] == [0, 50, 100]
+        np.testing.assert_allclose(a["loss"], b["loss"], atol=2e-4)
+        np.testing.assert_allclose(a["phi"], b["phi"], atol=2e-4)
 
 
 def test_a_held_drop_ends_that_seeds_record_in_both_paths(monkeypatch):
