@@ -413,11 +413,11 @@ def plot_transformer_tau(ax, summary: dict):
         if math.isfinite(m["median"]):
             ax.errorbar(n, m["median"], [[m["median"] - m["interval"][0]], [max(0.0, m["interval"][1] - m["median"])]],
                         fmt="s", color="k", capsize=3)
-    ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed (seeds)")
-    ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing (the old criterion)")
-    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's sustained rise through PHI_FORMED)")
-    ax.plot([], [], "^", color="k", label="censored at the step cap (a lower bound)")
-    ax.errorbar([], [], [], fmt="s", color="k", label="median, order-statistic interval")
+    ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
+    ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing (old)")
+    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)")
+    ax.plot([], [], "^", color="k", label="censored at the cap (bound)")
+    ax.errorbar([], [], [], fmt="s", color="k", label="median, exact interval")
     line = fit["vs_N_over_logN"]
     Ns = np.array(sorted(int(N) for N in summary["N"]), float)
     title = "transformer, no MLP1, non-AR: tau_2Gen as a sustained drop"
@@ -427,19 +427,24 @@ def plot_transformer_tau(ax, summary: dict):
         medians = np.array([fit["N"][str(int(N))]["median"] for N in kept])
         a = np.exp(np.mean(np.log(medians) - line["slope"] * np.log(x)))
         ax.plot(kept, a * x ** line["slope"], "-", color=COLORS["control"], label=f"fit: (N / log N)^{line['slope']:.2f}")
-        ax.plot(kept, fit["prefactor"] * x, "--", color="gray", label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f}")
+        ax.plot(kept, fit["prefactor"] * x, "--", color="gray", label=f"paper's law, {fit['prefactor']:.0f} N / log N")
         lo, hi = line["slope_ci"]
         title += (f"\nslope vs N / log N {line['slope']:.2f} [{lo:.2f}, {hi:.2f}], vs N {fit['vs_N']['slope']:.2f}; "
                   f"seeds per N {line['seeds']} (paper: 1)")
     head = summary["fit_head"]["vs_N_over_logN"]
     if head is not None:
-        title += f"; head formed: slope {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]"
+        title += f"\nhead formed: slope vs N / log N {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]"
     if fit["left_out"]:
-        title += f"\nleft out (median beyond the runs): N = {fit['left_out']}"
+        title += f"; left out (median beyond the runs): N = {fit['left_out']}"
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(Ns, [str(int(N)) for N in Ns])
     ax.set_xlabel("N")
     ax.set_ylabel("tau_2Gen (iterations)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    # the legend in a band below the runs: the lowest points (the head's formation) sit at the bottom of the data
+    ys = [y for artist in ax.get_lines() for y in artist.get_ydata() if 0 < y < math.inf]
+    if ys:
+        low, high = min(ys), max(ys)
+        ax.set_ylim(low / (high / low) ** 0.6, high * (high / low) ** 0.08)
+    ax.legend(fontsize=7, ncol=2, loc="lower center")

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import sa_analysis
 import sa_model
@@ -753,10 +754,10 @@ def test_a_held_drop_ends_that_seeds_record_in_both_paths(monkeypatch):
 
 def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monkeypatch):
     """--replot on a record with transformer trajectories re-reads tau_2gen from them (a stored 'transformer_tau'
-    that disagrees is rewritten) and the panel draws the sustained-drop taus with the fit's interval and seeds; the
-    committed record, which has none, keeps its first crossings and says so."""
+    that disagrees is rewritten) and the panel draws the sustained-drop taus with the fit's interval and seeds; a
+    record with none keeps its first crossings and says so. Both from the committed record without its runs."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
-        result = json.load(f)
+        result = {k: v for k, v in json.load(f).items() if k not in ("transformer_runs", "transformer_tau")}
     drops = {32: (1500.0, 1700.0, None), 64: (1900.0, 2100.0, 2300.0), 128: (2500.0, 2700.0, 2900.0)}
     sa.merge_transformer_runs(result, {N: [sa.compact(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
                                        for N, ds in drops.items()})
@@ -772,10 +773,30 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
     fig = sa_analysis.plot_scaling(*committed_dynamics(again), again, os.devnull)
     assert "seeds per N [3, 3, 3]" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
-    committed = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
-    committed["tau_fits"] = {key: sa_analysis.fit_tau(committed[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
-    title = sa_analysis.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3].get_title()
+    assert_panel_readable(fig.axes[3])
+    legacy = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
+    legacy["tau_fits"] = {key: sa_analysis.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
+    title = sa_analysis.plot_scaling(*committed_dynamics(legacy), legacy, os.devnull).axes[3].get_title()
     assert "first halfway crossings (no trajectories stored, not re-read)" in title
+
+
+def assert_panel_readable(ax):
+    """The transformer's panel: its title's lines within the figure, its legend within the panel and over no point."""
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()  # the figure was closed: a canvas of its own to measure on
+    title, legend, panel = (a.get_window_extent(renderer) for a in (ax.title, ax.get_legend(), ax))
+    assert ax.figure.bbox.x0 <= title.x0 and title.x1 <= ax.figure.bbox.x1, ax.get_title()
+    assert panel.x0 <= legend.x0 and legend.x1 <= panel.x1
+    points = [ax.transData.transform(xy) for line in ax.get_lines() for xy in line.get_xydata() if 0 < xy[1] < math.inf]
+    assert points and not any(legend.contains(*p) for p in points)  # no run's point under the legend
+
+
+def test_the_committed_transformer_panel_is_readable():
+    """Fig. 6c bottom as drawn from the committed record: the panel's three title lines and its legend fit (a title
+    of two lines ran past the figure, the legend sat over the head's formation times)."""
+    committed = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
+    if "transformer_tau" not in committed:
+        pytest.skip("no transformer trajectories in the committed record")
+    assert_panel_readable(sa_analysis.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3])
 
 
 def committed_dynamics(result):
