@@ -36,7 +36,8 @@ from sa_analysis import (fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plo
                          plot_theory, plot_trajectories, seed_mean, summarize_exponents)
 from sa_model import SATransformer, target_loss
 from sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
-from sa_transformer_tau import compact, crossing, fresh_batch, predictor_levels, tau_2gen, train_one, train_seeds
+from sa_transformer_tau import (TRAINING, compact, crossing, fresh_batch, predictor_levels, tau_2gen, train_one,
+                                train_seeds)
 
 # ----------------------------------------------------------------------------- training
 
@@ -221,11 +222,39 @@ def merge_transformer_runs(result: dict, runs: dict):
     result["transformer_tau"] = transformer_summary(result["transformer_runs"])
 
 
+def protocol(P: dict) -> dict:
+    """What a transformer run's numbers depend on besides its N and seed: its step cap, its eval set's size and the
+    SGD settings. The runs of one record share it, so that a fit over N never mixes two protocols."""
+    return {"cap": P["transformer_iters"], "eval_batch": P["transformer_eval_batch"], **TRAINING}
+
+
+def check_protocol(stored: dict, P: dict):
+    """A ValueError (exit 2, before training) if the record's transformer runs {N: {seed: run}} were trained under
+    another protocol than P's."""
+    want = protocol(P)
+    other = {json.dumps({k: run.get(k) for k in want}) for runs in stored.values() for run in runs.values()} - {json.dumps(want)}
+    if other:
+        raise ValueError(f"sa_scaling.json holds transformer runs of another protocol ({', '.join(sorted(other))}; "
+                         f"this preset's: {json.dumps(want)}): name their --preset, or --figures DIR for a record of these")
+
+
+def previous_transformer_runs(path: str) -> dict:
+    """The transformer runs {N: {seed: run}} of the record at path; none if there is no readable record."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return record.get("transformer_runs", {}) if isinstance(record, dict) else {}
+
+
 def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
     """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
-    and merge them in; write(result), if given, as runs finish (train_transformers' done). The earlier record's runs that kept only tau (no
-    trajectory: "tau_transformer") are not runs here, and stay as they are."""
+    and merge them in; write(result), if given, as runs finish (train_transformers' done). The record's runs must be
+    of P's protocol (check_protocol). The earlier record's runs that kept only tau (no trajectory:
+    "tau_transformer") are not runs here, and stay as they are."""
     stored = result.get("transformer_runs", {})
+    check_protocol(stored, P)
     todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"]) if str(s) not in stored.get(str(N), {})]
     print(f"transformer runs (N, seed) = {todo} (at most {P['transformer_iters']} steps, {device}); "
           f"{sum(map(len, stored.values()))} in the record", flush=True)
@@ -443,13 +472,22 @@ def main():
                  f"{args.figures}/sa_*.png and sa_scaling.json")
     t0 = time.time()
 
+    # the transformer's runs of the record this call rewrites stay in it (hours of training, their own preset's),
+    # unless this call trains runs of another protocol, which must not go into one fit with them: refused first
+    kept = previous_transformer_runs(os.path.join(args.figures, "sa_scaling.json"))
+    if P["transformer"]:
+        check_protocol(kept, P)
     result = {"preset": preset, **theory(P)}
     dyn, tau_runs = train_sa_series(P, jobs)
     frozen, w_plateau, tau_control = train_frozen(P, dyn[(False, False)], jobs)
     result.update(dynamics_summary(dyn, frozen, w_plateau, tau_control, result["I"], P["N_dyn"]))
     result.update(scaling_summary(tau_runs))
+    if kept:
+        result["transformer_runs"] = kept
     if P["transformer"]:
         merge_transformer_runs(result, train_transformers(P, jobs, device))
+    elif kept:
+        result["transformer_tau"] = transformer_summary(kept)
     result.update(landscapes(P))
     result["runs"] = run_records(dyn, frozen)
     result["seconds"] = round(time.time() - t0, 1)
