@@ -10,8 +10,10 @@ loss between the 1-Gen plateau and 2-Gen, the control and bias-ablation series o
 against N / log N, and the runs of the non-autoregressive transformer without MLP1 (Fig. 6c bottom; its data,
 training and criterion in sa_transformer_tau.py).
 
-    python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores; --transformer: ~2.5 h more)
-    python sa_transformer.py --transformer-only   # only the transformer's (N, seed) missing from figures/sa_scaling.json
+    python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores; --transformer: ~2.5 h more, in a
+                                             # --figures DIR of its own: the committed record's runs are the paper's)
+    python sa_transformer.py --transformer-only --preset paper   # only the transformer's (N, seed) missing from
+                                             # figures/sa_scaling.json (CPU: N = 32-128 in 80 min on 2 cores)
     python sa_transformer.py --transformer-only --preset paper --device cuda   # 8 seeds of an N as one batched model
     python sa_transformer.py --preset paper  # the paper's sizes and seeds
     python sa_transformer.py --replot        # only redraw the five figures from figures/sa_scaling.json
@@ -222,30 +224,24 @@ def merge_transformer_runs(result: dict, runs: dict):
     result["transformer_tau"] = transformer_summary(result["transformer_runs"])
 
 
-def protocol(P: dict) -> dict:
-    """What a transformer run's numbers depend on besides its N and seed: its step cap, its eval set's size and the
-    SGD settings. The runs of one record share it, so that a fit over N never mixes two protocols."""
-    return {"cap": P["transformer_iters"], "eval_batch": P["transformer_eval_batch"], **TRAINING}
-
-
 def check_protocol(stored: dict, P: dict):
-    """A ValueError (exit 2, before training) if the record's transformer runs {N: {seed: run}} were trained under
-    another protocol than P's."""
-    want = protocol(P)
-    other = {json.dumps({k: run.get(k) for k in want}) for runs in stored.values() for run in runs.values()} - {json.dumps(want)}
-    if other:
-        raise ValueError(f"sa_scaling.json holds transformer runs of another protocol ({', '.join(sorted(other))}; "
-                         f"this preset's: {json.dumps(want)}): name their --preset, or --figures DIR for a record of these")
+    """A ValueError (exit 2, before training) unless every run of the record's transformer runs {N: {seed: run}} has
+    P's protocol: what its numbers depend on besides N and seed (the step cap, the eval set's size, TRAINING). One fit
+    over N must not mix two protocols."""
+    want = json.dumps({"cap": P["transformer_iters"], "eval_batch": P["transformer_eval_batch"], **TRAINING})
+    other = {json.dumps({k: run.get(k) for k in json.loads(want)}) for runs in stored.values() for run in runs.values()}
+    if other - {want}:
+        raise ValueError(f"sa_scaling.json holds transformer runs of another protocol ({', '.join(sorted(other - {want}))}; "
+                         f"this preset's: {want}): name their --preset, or --figures DIR for a record of these")
 
 
 def previous_transformer_runs(path: str) -> dict:
     """The transformer runs {N: {seed: run}} of the record at path; none if there is no readable record."""
     try:
         with open(path) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+            return json.load(f).get("transformer_runs", {})
+    except (OSError, ValueError, AttributeError):
         return {}
-    return record.get("transformer_runs", {}) if isinstance(record, dict) else {}
 
 
 def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
@@ -467,16 +463,15 @@ def main():
     if args.N is not None:
         P["N_dyn"] = check_int("N", args.N, 2)
     jobs = check_int("--jobs", args.jobs, 1)
+    # the record's transformer runs (hours of training) stay in the record this call rewrites; runs of another protocol
+    # must not go into one fit with them
+    kept = previous_transformer_runs(os.path.join(args.figures, "sa_scaling.json"))
+    if P["transformer"]:
+        check_protocol(kept, P)
     cli.writable_dir(args.figures, "--figures")
     cli.announce(preset, f"tau_2Gen at N = {P['N_tau']}, dynamics at N = {P['N_dyn']}, {jobs} processes",
                  f"{args.figures}/sa_*.png and sa_scaling.json")
     t0 = time.time()
-
-    # the transformer's runs of the record this call rewrites stay in it (hours of training, their own preset's),
-    # unless this call trains runs of another protocol, which must not go into one fit with them: refused first
-    kept = previous_transformer_runs(os.path.join(args.figures, "sa_scaling.json"))
-    if P["transformer"]:
-        check_protocol(kept, P)
     result = {"preset": preset, **theory(P)}
     dyn, tau_runs = train_sa_series(P, jobs)
     frozen, w_plateau, tau_control = train_frozen(P, dyn[(False, False)], jobs)
