@@ -11,8 +11,9 @@
 #      N of 8 seeds, 20,000 steps at most)                                          -> tau.log, sa_scaling.json
 #   3. the campaigns (gpu_campaign.sh, its tests skipped: stage 1 ran them) in the time left before LIMIT seconds
 #      from the start (default 570)                                                 -> campaign.log, campaign.tar.gz
-# With session.log, seven files, under the eight a call returns. tau before the campaigns: it is bounded (~1-4 min for
-# N = 256, the N the CPU cannot afford) and completes Fig. 6c bottom, where a campaign call only advances. Pass COMMIT=$(git rev-parse HEAD) where the copy on the card has no .git.
+# With session.log, seven files, under the eight a call returns. tau before the campaigns: it is bounded (~1-4 min
+# for the N = 256 seeds the CPU has not run) and completes Fig. 6c bottom, where a campaign call only advances.
+# Pass COMMIT=$(git rev-parse HEAD) where the copy on the card has no .git.
 #
 #     bash bench/gpu_session.sh                 # run(command="COMMIT=<sha> bash bench/gpu_session.sh", timeout_s=590)
 #     STAGES="tau campaign" bash bench/gpu_session.sh   # a second call on the same machine: skip the check
