@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A lease's one call (15 minutes of device time, the machine's start included; 10 minutes a command), in the order
-# the GPU-minutes issue gives, each stage packed into $OUT as it ends so that a call cut short returns what it did:
+# One GPU call under 10 minutes (a command's limit where GPU time comes in 15-minute slots, start-up included), in the order
+# of the GPU checks and runs, each stage packed into $OUT as it ends so that a call cut short returns what it did:
 #   1. the default CUDA path checked (gpu_check.sh with MLP=0 ATTENTION=0 GRID=0): every kernel's tests compiled on
 #      the card (and the transformer's batched seeds against the CPU), `train.py --K 256` end to end in the default
 #      precision for E2E_ITERS steps (default 30000: over 30 s of steps), bench_train.py for 1 and 64 models, TF32
