@@ -14,7 +14,7 @@
 #      call cut short returns every piece it finished; the log is $OUT/campaign.log
 # A circuits campaign is a piece of its own: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs it with `run`.
 # Pass COMMIT=$(git rev-parse HEAD) where the copy on the card has no .git. Stage limits: tests 150 s, walk 60 s,
-# the campaigns TOTAL less the time spent, so the whole stays under TOTAL + 15 s.
+# the campaigns (their reports included) TOTAL less the time spent, so the whole stays under TOTAL + 15 s.
 # Unpack here with: tar -xzf <files_at>/campaign.tar.gz   (ledgers/ and figures/ of the repository)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -24,12 +24,11 @@ PY=${PYTHON:-python3}
 TOTAL=${TOTAL:-540}
 REPORTS=${REPORTS:-30}
 LOG="$OUT/campaign.log"
+source bench/gpu_common.sh
 stage() { echo "== $1 (at ${SECONDS}s)" | tee -a "$LOG"; }
 
 stage card
-echo "commit $(git rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown}")" | tee -a "$LOG"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$LOG"
-$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$LOG"
+echo "$HEADER" | tee -a "$LOG"
 engine_ok=1
 if [ "${TESTS:-1}" = 1 ]; then
     stage tests
@@ -46,17 +45,22 @@ timeout 60 $PY -m pytest -q tests/test_markov_walk.py 2>&1 | tail -n 2 | tee -a 
 CAMPAIGNS=${CAMPAIGNS:-k1_paper tau_paper reweight_paper sweep_paper}
 left=$((TOTAL - SECONDS))
 if [ "$engine_ok" = 1 ] && [ "$left" -gt 60 ]; then
-    budget=$($PY -c "print(round(($left - 5) / 60, 2))")
     case "$CAMPAIGNS" in
-        circuits_*) stage "campaign $CAMPAIGNS ($left s left)"
-            timeout "$left" $PY campaign.py run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
-            timeout 60 $PY campaign.py report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
+        # the run gets the time left less REPORTS, and its ledger is packed before the report (REPORTS seconds; a
+        # report cut short is redrawn from the ledger on any machine)
+        circuits_*) stage "campaign $CAMPAIGNS ($left s left, $REPORTS s of them for the report)"
+            budget=$($PY -c "print(round(($left - $REPORTS - 5) / 60, 2))")
+            timeout "$((left - REPORTS))" $PY campaign.py run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
+            echo "run: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+            $PY -c "import campaign; campaign.pack('$OUT', ['$CAMPAIGNS'], 'ledgers', 'figures')"
+            timeout "$REPORTS" $PY campaign.py report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
             $PY -c "import campaign; campaign.pack('$OUT', ['$CAMPAIGNS'], 'ledgers', 'figures')";;
         *) stage "campaigns $CAMPAIGNS in one process ($left s left)"
+            budget=$($PY -c "print(round(($left - 5) / 60, 2))")
             timeout "$left" $PY campaign.py call $CAMPAIGNS --budget-min "$budget" --slots "${SLOTS:-64}" \
-                --report-seconds "$REPORTS" --out "$OUT" 2>&1 | grep -v "^step " | tee -a "$LOG";;
+                --report-seconds "$REPORTS" --out "$OUT" 2>&1 | grep -v "^step " | tee -a "$LOG"
+            echo "campaigns: exit ${PIPESTATUS[0]}" | tee -a "$LOG";;
     esac
-    echo "campaigns: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 else
     echo "no campaign: engine ok $engine_ok, $left s left" | tee -a "$LOG"
 fi

@@ -45,11 +45,12 @@ PY=${PYTHON:-python3}
 PREV=${PREVIOUS:+--previous $PREVIOUS}
 PREV_ATTENTION=${PREVIOUS_ATTENTION:+--previous $PREVIOUS_ATTENTION}
 start=$SECONDS
+source bench/gpu_common.sh
 stage() { echo "== $1 (at ${SECONDS}s)"; }
+# a log's first lines: the commit, the card, torch and Triton (HEADER), then the stage
+open_log() { { echo "$HEADER"; stage "$1"; } | tee "$OUT/$2"; }
 
-stage tests | tee "$OUT/tests.log"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/tests.log"
-$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee -a "$OUT/tests.log"
+open_log tests tests.log
 # compiles dominate the tests: 8 processes when pytest-xdist is there
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests/test_layer_norm.py tests/test_mlp.py tests/test_embedding.py tests/test_transformer.py \
@@ -58,7 +59,7 @@ timeout 180 $PY -m pytest -q $XDIST -rf --tb=short tests/test_attention.py tests
     2>&1 | tee -a "$OUT/tests.log"
 
 if [ "${MLP:-1}" = 1 ]; then
-    stage bench_mlp | tee "$OUT/bench_mlp.log"
+    open_log bench_mlp bench_mlp.log
     MLP_ARGS=()
     [ "${MLP_SWEEP:-1}" = 1 ] && MLP_ARGS=(--sweep --write-tiles kernels/mlp_tiles.json)
     [ -n "${PREVIOUS_MLP:-}" ] && MLP_ARGS+=(--previous "$PREVIOUS_MLP")
@@ -66,7 +67,8 @@ if [ "${MLP:-1}" = 1 ]; then
     [ -f kernels/mlp_tiles.json ] && cp kernels/mlp_tiles.json "$OUT/mlp_tiles.json"
 fi
 
-: > "$OUT/bench_train.log"  # the e2e runs and bench_train.py share one log (the lease returns at most 8 files)
+# the e2e runs and bench_train.py share one log (the lease returns at most 8 files)
+echo "$HEADER" > "$OUT/bench_train.log"
 if [ "${E2E:-1}" = 1 ]; then
     stage e2e | tee -a "$OUT/bench_train.log"
     precisions=("")
@@ -84,7 +86,7 @@ timeout "${BENCH_TIMEOUT:-360}" $PY bench/bench_train.py --tf32 --profile $PREV 
     | tee -a "$OUT/bench_train.log"
 
 if [ "${ATTENTION:-1}" = 1 ]; then
-    stage bench_attention | tee "$OUT/bench_attention.log"
+    open_log bench_attention bench_attention.log
     if [ "${SWEEP:-0}" = 1 ]; then
         SWEEP_ARGS=(--sweep --sweep-kernels "${SWEEP_KERNELS:-fwd,dkdv,dq,dq bias}" --write-tiles kernels/tiles.json)
     else
@@ -97,7 +99,7 @@ fi
 
 [ "${GRID:-1}" = 1 ] || { echo "gpu_check: ${SECONDS}s in all"; exit 0; }
 # the real-use rate, and bf16 against TF32 on the same 4 models
-stage grid | tee "$OUT/grid.log"
+open_log grid grid.log
 for precision in "" "--bf16"; do
     t0=$SECONDS
     timeout 75 $PY train.py --K 94 --seeds 0-3 --preset paper --iters 3000 --evals 5 --eval-every 100 --tf32 $precision \

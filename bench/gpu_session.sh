@@ -26,7 +26,8 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 LIMIT=${LIMIT:-570}
 STAGES=${STAGES:-check tau campaign}
-echo "commit $(git rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown}"), stages: $STAGES, limit ${LIMIT} s" | tee "$OUT/session.log"
+source bench/gpu_common.sh  # HEADER, read once here and passed on to gpu_check.sh and gpu_campaign.sh
+{ echo "$HEADER"; echo "stages: $STAGES, limit ${LIMIT} s"; } | tee "$OUT/session.log"
 
 if [[ " $STAGES " == *" check "* ]]; then
     OUT="$OUT" MLP=0 ATTENTION=0 GRID=0 E2E_FP32=0 E2E_ITERS="${E2E_ITERS:-30000}" BENCH_ONLY="this,bf16" \
@@ -44,7 +45,8 @@ if [[ " $STAGES " == *" tau "* ]]; then
     budget=$(( ${TAU:-240} < LIMIT - SECONDS - 60 ? ${TAU:-240} : LIMIT - SECONDS - 60 ))
     if [ "$budget" -gt 30 ]; then
         echo "== tau_2Gen(N) of the transformer, at most ${budget} s (at ${SECONDS}s)" | tee -a "$OUT/session.log"
-        timeout "$budget" $PY sa_transformer.py --transformer-only --preset paper --device cuda 2>&1 | tee "$OUT/tau.log"
+        echo "$HEADER" > "$OUT/tau.log"
+        timeout "$budget" $PY sa_transformer.py --transformer-only --preset paper --device cuda 2>&1 | tee -a "$OUT/tau.log"
         echo "tau: exit ${PIPESTATUS[0]} (at ${SECONDS}s; sa_scaling.json is written after each N)" | tee -a "$OUT/session.log"
         cp figures/sa_scaling.json "$OUT/sa_scaling.json"
     fi
