@@ -472,8 +472,8 @@ def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_
 
 
 def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp_path):
-    """README: the transformer's sustained-drop tau_2Gen against N / log N has slope -0.44 [-0.51, -0.37] over
-    N = 32-256 (8 seeds per N, 2 at 256), the head's formation 0.09 [0.06, 0.12]; the panel says the same, from the runs
+    """README: the transformer's sustained-drop tau_2Gen against N / log N has slope -0.44 [-0.48, -0.38] over
+    N = 32-256 (8 seeds per N), the head's formation 0.09 [0.06, 0.12]; the panel says the same, from the runs
     re-read (an earlier panel printed N^-0.12, the slope against N, where the text quoted N / log N)."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
@@ -482,7 +482,7 @@ def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp
     frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
     fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
     title = fig.axes[3].get_title()
-    assert "slope vs N / log N -0.44 [-0.51, -0.37], vs N -0.35; seeds per N [8, 8, 8, 2] (paper: 1)" in title
+    assert "slope vs N / log N -0.44 [-0.48, -0.38], vs N -0.34; seeds per N [8, 8, 8, 8] (paper: 1)" in title
     assert "head formed: slope vs N / log N 0.09 [0.06, 0.12]" in title
     assert [ax.get_ylabel() for ax in fig.axes] == [r"$\beta$ (mean over seeds)", r"$\delta$ (mean over seeds)",
                                                     "tau_2Gen (iterations)", "tau_2Gen (iterations)"]
