@@ -6,26 +6,21 @@
 #      precision for E2E_ITERS steps (default 30000: over 30 s of steps), bench_train.py for 1 and 64 models, TF32
 #      and bf16, with the sampler in the graph (5 runs each)                       -> tests.log, bench_train.log
 #      Where a test fails nothing below trains: no ledger or record takes a run from a broken engine.
-#   2. the transformer's tau_2Gen(N) at the paper's protocol (Fig. 6c bottom): the (N, seed) runs that
-#      figures/sa_scaling.json lacks, the seeds of an N as one batched model, at most TAU seconds (default 240: one
-#      N of 8 seeds, 20,000 steps at most)                                          -> tau.log, sa_scaling.json
-#   3. the campaigns (gpu_campaign.sh, its tests skipped: stage 1 ran them) in the time left before LIMIT seconds
+#   2. the campaigns (gpu_campaign.sh, its tests skipped: stage 1 ran them) in the time left before LIMIT seconds
 #      from the start (default 570)                                                 -> campaign.log, campaign.tar.gz
-# With session.log, seven files, under the eight a call returns. tau before the campaigns: it is bounded (~1-4 min
-# for the N = 256 seeds the CPU has not run) and completes Fig. 6c bottom, where a campaign call only advances.
+# With session.log, five files, under the eight a call returns.
 # Pass COMMIT=$(git rev-parse HEAD) where the copy on the card has no .git.
 #
 #     bash bench/gpu_session.sh                 # run(command="COMMIT=<sha> bash bench/gpu_session.sh", timeout_s=590)
-#     STAGES="tau campaign" bash bench/gpu_session.sh   # a second call on the same machine: skip the check
-# Here, afterwards: cp <files_at>/sa_scaling.json figures/ && python sa_transformer.py --replot;
-# tar -xzf <files_at>/campaign.tar.gz; python campaign.py report <campaign>.
+#     STAGES=campaign bash bench/gpu_session.sh   # a second call on the same machine: skip the check
+# Here, afterwards: tar -xzf <files_at>/campaign.tar.gz; python campaign.py report <campaign>.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu_session}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 LIMIT=${LIMIT:-570}
-STAGES=${STAGES:-check tau campaign}
+STAGES=${STAGES:-check campaign}
 source bench/gpu_common.sh  # HEADER, read once here and passed on to gpu_check.sh and gpu_campaign.sh
 { echo "$HEADER"; echo "stages: $STAGES, limit ${LIMIT} s"; } | tee "$OUT/session.log"
 
@@ -38,17 +33,6 @@ if [[ " $STAGES " == *" check "* ]]; then
     if [ -z "$summary" ] || [[ "$summary" == *failed* ]] || [[ "$summary" == *error* ]]; then
         echo "the default CUDA path failed its tests: nothing trains" | tee -a "$OUT/session.log"
         exit 1
-    fi
-fi
-
-if [[ " $STAGES " == *" tau "* ]]; then
-    budget=$(( ${TAU:-240} < LIMIT - SECONDS - 60 ? ${TAU:-240} : LIMIT - SECONDS - 60 ))
-    if [ "$budget" -gt 30 ]; then
-        echo "== tau_2Gen(N) of the transformer, at most ${budget} s (at ${SECONDS}s)" | tee -a "$OUT/session.log"
-        echo "$HEADER" > "$OUT/tau.log"
-        timeout "$budget" $PY sa_transformer.py --transformer-only --preset paper --device cuda 2>&1 | tee -a "$OUT/tau.log"
-        echo "tau: exit ${PIPESTATUS[0]} (at ${SECONDS}s; sa_scaling.json is written after each N)" | tee -a "$OUT/session.log"
-        cp figures/sa_scaling.json "$OUT/sa_scaling.json"
     fi
 fi
 
