@@ -416,7 +416,11 @@ def plot_transformer_tau(ax, summary: dict):
     ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
     ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing (old)")
     ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)")
-    ax.plot([], [], "^", color="k", label="censored at the cap (bound)")
+    statuses = {status for row in summary["N"].values() for status in row["status"]}  # a marker in the legend if drawn
+    if "censored" in statuses:
+        ax.plot([], [], "^", color="k", label="censored at the cap (bound)")
+    if "no head" in statuses:
+        ax.plot([], [], "^", color="tab:orange", label="drop, no head (phi below PHI_FORMED)")
     ax.errorbar([], [], [], fmt="s", color="k", label="median, exact interval")
     line = fit["vs_N_over_logN"]
     Ns = np.array(sorted(int(N) for N in summary["N"]), float)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 import sa_analysis
 import sa_model
@@ -833,6 +834,24 @@ def test_the_committed_transformer_panel_is_readable():
     if "transformer_tau" not in committed:
         pytest.skip("no transformer trajectories in the committed record")
     assert_panel_readable(sa_analysis.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3])
+
+
+def test_the_transformer_legend_names_the_markers_drawn():
+    """Fig. 6c bottom's legend: a censored run (black triangle) and a drop without the head (orange triangle) each
+    get an entry when the panel draws one, and none when it draws none (the committed record has neither)."""
+    runs = {"32": {"0": synthetic_transformer_run(32, 0, drop=2000.0), "1": synthetic_transformer_run(32, 1, drop=2400.0),
+                   "2": synthetic_transformer_run(32, 2, drop=None, cap=4000),
+                   "3": synthetic_transformer_run(32, 3, drop=2200.0, phi_head=st.PHI_FORMED - 0.01)}}
+
+    def legend(stored):
+        ax = Figure().subplots()
+        sa_analysis.plot_transformer_tau(ax, sa.transformer_summary(stored))
+        return [t.get_text() for t in ax.get_legend().get_texts()]
+
+    texts = legend(runs)
+    assert "censored at the cap (bound)" in texts and "drop, no head (phi below PHI_FORMED)" in texts
+    texts = legend({"32": {s: runs["32"][s] for s in ("0", "1")}})
+    assert not any(t.startswith(("censored", "drop, no head")) for t in texts)
 
 
 def committed_dynamics(result):
