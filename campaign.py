@@ -66,8 +66,8 @@ from markov import check_int
 
 
 def k1_train(spec: dict, keys: list, root: str, device: str, jobs: int) -> tuple[dict, int]:
-    """The probes `keys` trained (as ensembles of one schedule each on CUDA: the controls of a round together,
-    injected probes per K): their ledger records, and the model-steps."""
+    """The probes `keys` trained (as ensembles of one schedule each on CUDA: the controls of a round together, the
+    injected probes together): their ledger records, and the model-steps."""
     cfgs = k1_configs(spec, keys, root, device)
     outcome = probes.run_probes(cfgs, jobs, quiet=False)  # on a GPU the log shows where each ensemble's time went
     return ({"probes": [{"condition": c, "K": K, "seed": s, "rows": compact(rows, DENSE_KEYS)}

@@ -219,7 +219,7 @@ def calibration(ledger: dict, card_name: str, ensembles) -> Calibration:
     fit by least squares (ensembles(keys) counts the ensembles a piece trains as). A fixed cost per ensemble, since
     each pays one (k1_paper's ~36 s of compilation and evaluation data) that k1_paper's cost model lacks, so that a
     factor alone (the slowest piece's measured / predicted) put its 8-probe pieces at two to three times their ~99 s;
-    and a piece of several schedules (injected probes of several K) trains several ensembles. A piece that overruns
+    and a piece of several schedules (control and injected probes) trains several ensembles. A piece that overruns
     the deadline is killed and lost, hence the margin (the fit's largest overrun) and no negative fixed cost. While
     the pieces cannot tell the two terms apart (all of one predicted seconds per ensemble), or if the fit says larger
     pieces are faster, the slowest piece's factor; before any piece on this card, the spec's rate. Pieces shared with

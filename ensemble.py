@@ -55,6 +55,24 @@ def on_device(model: Transformer, kernels: fastpath.Kernels | None) -> Transform
     return fastpath.accelerate(model, kernels) if kernels is not None and on_cuda else model
 
 
+TASKS = "task_embedding.weight"  # task injection's (K, D) table, the one weight whose shape depends on K
+
+
+def padded_rows(table: torch.Tensor, K: int) -> torch.Tensor:
+    """A (k, ...) table with zero rows appended up to K rows."""
+    return torch.cat([table, table.new_zeros(K - table.shape[0], *table.shape[1:])]) if table.shape[0] < K else table
+
+
+def padded_tasks(model: Transformer, K: int) -> Transformer:
+    """The model with its task table padded to K rows (a copy), or the model itself when nothing is padded."""
+    if model.task_embedding is None or model.task_embedding.num_embeddings == K:
+        return model
+    model = copy.deepcopy(model)
+    weight = model.task_embedding.weight
+    model.task_embedding = torch.nn.Embedding.from_pretrained(padded_rows(weight.detach(), K), freeze=False)
+    return model
+
+
 class Single:
     """One model and its AdamW. Batches come as (1, B, N + 1), losses go out as (1,), like an Ensemble of one;
     not vmapped, so that it computes bit for bit what train.py's own step computes."""
@@ -94,15 +112,29 @@ class Ensemble:
     """E models of one architecture trained in lockstep, weights stacked as (E, ...) tensors.
 
     Members may differ in anything that is not a shape of the step (K, seed, task set); N, batch, D
-    and C are common (train.py checks)."""
+    and C are common (train.py checks). With task injection at several K, each member's (K, D) table is padded
+    with zero rows to the largest K: rows a member never indexes get no gradient, and AdamW keeps a zero row with
+    zero moments at zero, so its first K rows train as its own table; model(e) and member_state(e) give those
+    rows back, and the readouts see the padding as the mean of the K rows (Transformer.injected's mean over the
+    table, for fresh chains, is then the member's own to float rounding)."""
 
     def __init__(self, models: list[Transformer], capturable: bool = False, bf16: bool = False,
                  kernels: fastpath.Kernels | None = fastpath.Kernels(), **adamw):
         self.E, self.bf16 = len(models), bf16
-        self.scratch = on_device(copy.deepcopy(models[0]), kernels)  # one member's weights go here to evaluate or save it
-        self.template = copy.deepcopy(self.scratch).to("meta")  # the architecture; weights come from self.params
-        self.params, self.buffers = stack_module_state(models)  # name -> (E, ...) leaf tensors
+        self.n_tasks = [m.task_embedding.num_embeddings if m.task_embedding is not None else 0 for m in models]
+        # one member's weights go here to evaluate or save it: a model per table size
+        self.scratch = {}
+        for model, K in zip(models, self.n_tasks):
+            self.scratch.setdefault(K, on_device(copy.deepcopy(model), kernels))
+        # the architecture (functional_call takes each weight's shape from self.params)
+        self.template = copy.deepcopy(self.scratch[self.n_tasks[0]]).to("meta")
+        K_max = max(self.n_tasks)
+        self.params, self.buffers = stack_module_state([padded_tasks(m, K_max) for m in models])  # name -> (E, ...)
         self.opt = torch.optim.AdamW(self.params.values(), capturable=capturable, **adamw)
+        self.padding = None  # (E, K_max, 1): 1 at a member's padding rows; None where no member is padded
+        if len(set(self.n_tasks)) > 1:
+            rows = torch.arange(K_max, device=self.params[TASKS].device)
+            self.padding = (rows[None, :, None] >= rows.new_tensor(self.n_tasks)[:, None, None]).float()
 
     def parameters(self) -> list[torch.Tensor]:
         return list(self.params.values())
@@ -110,6 +142,10 @@ class Ensemble:
     def _member(self, params: dict, buffers: dict):
         """Member weights (slices seen inside vmap) -> a callable with the model's forward signature."""
         return lambda seqs, **kw: functional_call(self.template, (params, buffers), (seqs,), kw)
+
+    def own(self, name: str, e: int, tensor: torch.Tensor) -> torch.Tensor:
+        """Member e's part of a stacked weight (or of its AdamW state) `tensor`[e]: its K rows of a padded task table."""
+        return tensor[e][:self.n_tasks[e]] if name == TASKS and self.padding is not None else tensor[e]
 
     def step(self, seqs: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         """One AdamW step of every member on its own batch, seqs (E, B, N + 1), chains task (E, B) -> losses (E,)."""
@@ -122,35 +158,44 @@ class Ensemble:
 
     def model(self, e: int) -> Transformer:
         """Member e as a plain Transformer (a copy of its weights, valid until the next call)."""
+        scratch = self.scratch[self.n_tasks[e]]
         with torch.no_grad():
-            for name, p in self.scratch.named_parameters():
-                p.copy_(self.params[name][e])
-        return self.scratch
+            for name, p in scratch.named_parameters():
+                p.copy_(self.own(name, e, self.params[name]))
+        return scratch
 
     @torch.no_grad()
     def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
         """readouts() of all members in one batched call: (E, n, N + 1) each, chains (E, n) -> dict of (E,)."""
+        params = self.params
+        if self.padding is not None:  # a member's padding rows as the mean of its K rows (its zero rows add nothing)
+            table = params[TASKS]
+            K = (1 - self.padding).sum(1, keepdim=True)  # (E, 1, 1)
+            params = {**params, TASKS: table + self.padding * (table.sum(1, keepdim=True) / K)}
         return vmap(lambda p, b, tr, ge, t: readouts(self._member(p, b), tr, ge, t))(
-            self.params, self.buffers, train_seqs, gen_seqs, train_task)
+            params, self.buffers, train_seqs, gen_seqs, train_task)
 
     def member_state(self, e: int) -> dict:
         """Member e's weights and AdamW state in the format of a single run's checkpoint (copies, so
         that saving one member does not write the whole stacked storage)."""
         names = list(self.params)
         opt = self.opt.state_dict()
-        state = {i: {k: v if k == "step" else v[e].clone() for k, v in s.items()} for i, s in opt["state"].items()}
-        return {"model": {n: self.params[n][e].detach().clone() for n in names},
+        state = {i: {k: v if k == "step" else self.own(names[i], e, v).clone() for k, v in s.items()}
+                 for i, s in opt["state"].items()}
+        return {"model": {n: self.own(n, e, self.params[n]).detach().clone() for n in names},
                 "optimizer": {"state": state, "param_groups": opt["param_groups"]}}
 
     def load_member_states(self, states: list[dict]):
         """The inverse of member_state over all members: stack E single-run states back."""
         if len(states) != self.E:
             raise ValueError(f"{len(states)} member states for an ensemble of {self.E}")
+        names, K_max = list(self.params), max(self.n_tasks)
+        stack = lambda name, ts: torch.stack([padded_rows(t, K_max) if name == TASKS else t for t in ts])  # noqa: E731
         with torch.no_grad():
             for name, p in self.params.items():
-                p.copy_(torch.stack([s["model"][name] for s in states]))
+                p.copy_(stack(name, [s["model"][name] for s in states]))
         opts = [s["optimizer"] for s in states]
-        state = {i: {k: v if k == "step" else torch.stack([o["state"][i][k] for o in opts]) for k, v in s.items()}
+        state = {i: {k: v if k == "step" else stack(names[i], [o["state"][i][k] for o in opts]) for k, v in s.items()}
                  for i, s in opts[0]["state"].items()}
         self.opt.load_state_dict(with_capturable({"state": state, "param_groups": opts[0]["param_groups"]},
                                                  self.opt.defaults["capturable"]))

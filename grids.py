@@ -52,9 +52,6 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
         if differ:
             why = "shapes of the batched step" if set(differ) & set(step_shape) else "the common training schedule"
             raise ValueError(f"ensemble members differ in {', '.join(differ)} ({why}); train them in separate groups")
-    if cfgs[0].task_injection and len({cfg.K for cfg in cfgs}) > 1:
-        raise ValueError("with task injection the embedding table is (K, D), a shape of the batched step: "
-                         "members must share K; train them in separate groups")
     outs = [cfg.out for cfg in cfgs]
     if len(set(outs)) != len(outs):
         raise ValueError("ensemble members need distinct output directories")

@@ -63,10 +63,9 @@ def run_probe(cfg: train.Config) -> list[dict]:
 
 def schedule(cfg: train.Config) -> tuple:
     """What the members of one ensemble share (grids.train_ensemble checks it): every setting but K, the seed, the
-    directory and the evaluation-set size that follows from K, and with task injection K too (the embedding table
-    is K x D, a shape of the batched step)."""
-    shared = tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name not in ("K", "seed", "out", "eval_train"))
-    return shared + ((("K", cfg.K),) if cfg.task_injection else ())
+    directory and the evaluation-set size that follows from K (task injection's K x D tables included: the
+    ensemble pads them to the largest K)."""
+    return tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name not in ("K", "seed", "out", "eval_train"))
 
 
 def ensemble_groups(cfgs: list[train.Config]) -> list[list[train.Config]]:

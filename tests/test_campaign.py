@@ -272,7 +272,7 @@ K1_PAPER = [(8, 106.1, 117.3), (2, 51.4, 29.3), (6, 89.7, 88.0), (3, 68.3, 44.0)
 
 def _piece(seconds: float, predicted: float, controls: int = 1, inject: tuple = (), card: str = H100) -> dict:
     """A k1_paper piece as far as the calibration reads it: `controls` control probes (one ensemble) and injected
-    probes at the K in `inject` (an ensemble each)."""
+    probes at the K in `inject` (another)."""
     records = [{"condition": "control", "K": 16, "seed": s} for s in range(controls)]
     records += [{"condition": "inject", "K": K, "seed": 0} for K in inject]
     return {"probes": records, "card": card, "seconds": seconds, "predicted": predicted}
@@ -293,11 +293,12 @@ def test_the_calibration_is_the_least_squares_line_raised_by_its_largest_overrun
 
 
 def test_the_fixed_cost_is_paid_per_ensemble():
-    """Control probes train as one ensemble, injected ones as one per K (k1_train), each paying the fixed cost: pieces
-    at 20 s per ensemble + 1 x predicted, one of them of three ensembles, give back a = 20, c = 1 exactly."""
+    """Control probes train as one ensemble and injected ones as another, whatever their K (their tables padded to the
+    largest; k1_train), each paying the fixed cost: pieces at 20 s per ensemble + 1 x predicted, one of them of two
+    ensembles, give back a = 20, c = 1 exactly."""
     keys = [("control", 16, s) for s in range(5)] + [("inject", K, s) for s in range(4) for K in (16, 4096)]
-    assert campaign.k1_ensembles(campaign.SPECS["k1_paper"], keys) == 3
-    fit = _calibration([_piece(30, 10), _piece(50, 30), _piece(100, 40, controls=2, inject=(16, 4096))])
+    assert campaign.k1_ensembles(campaign.SPECS["k1_paper"], keys) == 2
+    fit = _calibration([_piece(30, 10), _piece(50, 30), _piece(80, 40, controls=2, inject=(16, 4096))])
     assert fit == pytest.approx((20, 1, 0), abs=1e-9)
     assert fit.seconds(3, 50) == pytest.approx(110)
 

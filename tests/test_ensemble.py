@@ -96,8 +96,11 @@ class Killed(Exception):
     pass
 
 
-def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
-    straight = grids.train_ensemble(grid(tmp_path / "straight"), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
+@pytest.mark.parametrize("injection", [False, True])
+def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers, injection):
+    """A grid killed after 13 steps and resumed from its step-10 checkpoint ends as the straight run; with task
+    injection too, whose K = 3 members' tables are padded to K = 5 and saved without the padding."""
+    straight = grids.train_ensemble(grid(tmp_path / "straight", task_injection=injection), str(tmp_path / "straight" / "ckpt.pt"), quiet=True)
     # the step the training loop calls: on CUDA the graph's replay (AdamW.step then runs only at the capture)
     target = ensemble.GraphedStep if DEVICE == "cuda" else ensemble.Ensemble
     step = target.step
@@ -111,10 +114,10 @@ def test_killed_ensemble_resumes_exactly(tmp_path, monkeypatch, same_numbers):
 
     monkeypatch.setattr(target, "step", dying_step)
     with pytest.raises(Killed):
-        grids.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
+        grids.train_ensemble(grid(tmp_path / "killed", task_injection=injection), str(tmp_path / "killed" / "ckpt.pt"), quiet=True)
     assert count["n"] == 13
     monkeypatch.setattr(target, "step", step)
-    resumed = grids.train_ensemble(grid(tmp_path / "killed"), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
+    resumed = grids.train_ensemble(grid(tmp_path / "killed", task_injection=injection), str(tmp_path / "killed" / "ckpt.pt"), resume=True, quiet=True)
     assert same_numbers(resumed, straight)
     for K, seed in GRID:
         name = f"K{K}_s{seed}"

@@ -10,6 +10,7 @@ import torch
 import evaluation
 import grids
 import rundir
+import runs
 import train
 from markov import TaskSet
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
@@ -65,15 +66,23 @@ def test_task_injection_feeds_each_sequence_its_chain(tmp_path):
 
 
 def test_injection_ensemble_members_are_the_single_runs(tmp_path, same_numbers):
-    """The chains reach every member through the batched (vmapped) step too."""
-    cfgs = [config(tmp_path / "e" / f"s{s}", seed=s, task_injection=True, eval_every=10) for s in (0, 1)]
+    """The chains reach every member through the batched (vmapped) step too, also when the members' K differ (their
+    (K, D) tables padded to the largest K): the same rows, dense readouts (on fresh chains through the mean of the
+    member's own K vectors) and checkpoints (the member's K rows and their AdamW state) as each single run."""
+    keys = [(3, 0), (3, 1), (5, 0), (4, 1)]
+    cfgs = [config(tmp_path / "e" / f"K{K}_s{s}", K=K, seed=s, task_injection=True, eval_every=10) for K, s in keys]
     rows = grids.train_ensemble(cfgs, str(tmp_path / "e" / "ckpt.pt"), quiet=True)
     for cfg, member in zip(cfgs, rows):
-        single = train.train(config(tmp_path / "s" / f"s{cfg.seed}", seed=cfg.seed, task_injection=True, eval_every=10),
-                             quiet=True)
-        assert same_numbers(member, single, rel=1e-5)
-    with pytest.raises(ValueError, match="members must share K"):
-        grids.train_ensemble([cfgs[0], config(tmp_path / "k", K=5, task_injection=True, eval_every=10)], str(tmp_path / "x.pt"))
+        single = config(tmp_path / "s" / f"K{cfg.K}_s{cfg.seed}", K=cfg.K, seed=cfg.seed, task_injection=True, eval_every=10)
+        assert same_numbers(member, train.train(single, quiet=True), rel=1e-5)
+        assert same_numbers(runs.read_metrics(cfg.out, dense=True)[1], runs.read_metrics(single.out, dense=True)[1], rel=1e-5)
+        a, b = (torch.load(os.path.join(d, "ckpt.pt"), weights_only=True) for d in (cfg.out, single.out))
+        assert a["model"]["task_embedding.weight"].shape == (cfg.K, cfg.D)
+        for k in b["model"]:
+            torch.testing.assert_close(a["model"][k], b["model"][k], rtol=1e-5, atol=1e-6)
+        for i, state in b["optimizer"]["state"].items():
+            for k, v in state.items():
+                torch.testing.assert_close(a["optimizer"]["state"][i][k], v, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("flags,message", [(["--prev-weight", "0"], "prev_weight must be in (0, 1]"),
