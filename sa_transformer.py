@@ -200,8 +200,8 @@ def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | Non
 
     if device == "cpu":
         jobs_ = [(N, s, cap, eval_batch) for N, s in sorted(todo)]
-        # a step's time on one VM core grows about as fast as N (30, 52, 110, 465 ms at N = 32, 64, 128, 256 in the
-        # paper-protocol runs, evaluations included): the ETA's weights, the steps a run takes unknown until it ends
+        # a step's time on one VM core grows about as fast as N (30, 52, 110 and 330-465 ms at N = 32, 64, 128, 256 in
+        # the paper-protocol runs, evaluations included): the ETA's weights, the steps a run takes unknown until it ends
         cli.parallel_map(_train_one_job, jobs_, jobs, progress=f"transformer runs ({len(jobs_)})",
                          cost=[N * (1 + N / 128) for N, *_ in jobs_], on_result=lambda job, run: finished(job[0], [run]))
     else:

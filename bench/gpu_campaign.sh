@@ -26,6 +26,7 @@ REPORTS=${REPORTS:-30}
 LOG="$OUT/campaign.log"
 source bench/gpu_common.sh
 stage() { echo "== $1 (at ${SECONDS}s)" | tee -a "$LOG"; }
+pack() { $PY -c "import campaign; campaign.pack('$OUT', ['$1'], 'ledgers', 'figures')"; }  # OUT/campaign.tar.gz
 
 stage card
 echo "$HEADER" | tee -a "$LOG"
@@ -52,9 +53,9 @@ if [ "$engine_ok" = 1 ] && [ "$left" -gt 60 ]; then
             budget=$($PY -c "print(round(($left - $REPORTS - 5) / 60, 2))")
             timeout "$((left - REPORTS))" $PY campaign.py run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
             echo "run: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
-            $PY -c "import campaign; campaign.pack('$OUT', ['$CAMPAIGNS'], 'ledgers', 'figures')"
+            pack "$CAMPAIGNS"
             timeout "$REPORTS" $PY campaign.py report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
-            $PY -c "import campaign; campaign.pack('$OUT', ['$CAMPAIGNS'], 'ledgers', 'figures')";;
+            pack "$CAMPAIGNS";;
         *) stage "campaigns $CAMPAIGNS in one process ($left s left)"
             budget=$($PY -c "print(round(($left - 5) / 60, 2))")
             timeout "$left" $PY campaign.py call $CAMPAIGNS --budget-min "$budget" --slots "${SLOTS:-64}" \
