@@ -122,11 +122,18 @@ SLOW_CURVE = [0.0] * 14 + [2e-5, 7e-5, 0.28]
 
 def test_a_sigmoid_fit_that_does_not_converge_has_no_asymptote_and_says_why():
     """scipy's curve fit raises when it runs out of evaluations; fit_sigmoid reports it (A None, and why) rather than
-    ending the analysis of every run, and converges on the same curve when allowed the evaluations it needs."""
+    ending the analysis of every run, and converges on the same curve when allowed the evaluations it needs.
+
+    A curve that rises only at its last point leaves A ill-determined (0.669 on one CPU, 0.720 on another, scipy and
+    thread count alike): the converged fit is held to what it is, an asymptote in [the last point, 1] whose sigmoid
+    passes through the points, not to its digits."""
     gave_up = fit_sigmoid(SLOW_STEPS, SLOW_CURVE, maxfev=1000)
     assert gave_up["A"] is None and gave_up["log_t0"] is None
     assert gave_up["why"].startswith("the sigmoid fit did not converge") and "function evaluations" in gave_up["why"]
-    assert fit_sigmoid(SLOW_STEPS, SLOW_CURVE)["A"] == pytest.approx(0.669, abs=1e-3)  # the default 20,000 suffice
+    fit = fit_sigmoid(SLOW_STEPS, SLOW_CURVE)  # the default 20,000 evaluations suffice
+    assert "why" not in fit and SLOW_CURVE[-1] <= fit["A"] <= 1
+    curve = sigmoid(np.asarray(SLOW_STEPS[1:], float), fit["A"], fit["log_t0"], fit["width"])
+    assert np.abs(curve - SLOW_CURVE[1:]).max() < 0.01
 
 
 # ----------------------------------------------------------------------------- medians and their intervals (Fig. 8a)

@@ -172,13 +172,17 @@ def test_sa_dynamics_numbers_from_the_committed_trajectories():
 
 def test_mem_minimal_heat_map_corner_is_the_committed_run():
     """The heat map's cell D_phi = 2, K = 4 (1500 steps): the task set, the model's draws, the batches, AdamW, the
-    criterion's tail window and the held-out sets (their own generator) give the committed numbers bit for bit."""
+    criterion's tail window and the held-out sets (their own generator) give the committed numbers to float32
+    rounding. Not bit for bit: another CPU's kernels round one ulp differently (0.2608144283 against the committed
+    0.2608141899), and 1500 AdamW steps carry such a difference on; 1e-5 nats is ~40 float32 ulps of a loss of 2.5,
+    while another seed, batch or task set moves these numbers by 1e-3 and more."""
     d = committed("mem_minimal.json")
     H = d["heatmap"]
     assert (H["D_phi"][0], H["K"][0]) == (2, 4)
     out = mm.train_mem(replace(mm.MemRun(**d["config"]), K=4, D_phi=2))
-    assert (out["train_minus_2gen"], out["gen_minus_2gen"], out["criterion"]) == (
-        H["train_minus_2gen"][0][0], H["gen_minus_2gen"][0][0], H["criterion"][0][0])
+    got = [out["train_minus_2gen"], out["gen_minus_2gen"], out["criterion"]]
+    want = [H["train_minus_2gen"][0][0], H["gen_minus_2gen"][0][0], H["criterion"][0][0]]
+    assert got == pytest.approx(want, rel=0, abs=1e-5)
 
 
 @pytest.mark.parametrize("name", ["mem_minimal.json", "mem_depths_6000.json"])
@@ -240,10 +244,14 @@ def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
     dense, level = train.Record.dense_data(cfg, tasks)
     with torch.no_grad():
         gap = evaluation.readouts(model, *dense)["train_loss"].item() - level
-    assert run["gap_to_2gen"][0] == [0, round(gap, 5)]
+    # stored rounded (the gap to 5 decimals, the scores to 6): compared within the rounding, since a value one float32
+    # ulp from a rounding boundary rounds the other way on another CPU
+    assert run["gap_to_2gen"][0][0] == 0 and run["gap_to_2gen"][0][1] == pytest.approx(gap, rel=0, abs=1e-5)
     fresh = evaluation.make_per_chain_data(replace(cfg, per_chain_tasks=d["null"]["chains"]), task_source(math.inf, cfg.C))
-    null = [round(v, 6) for v in evaluation.per_chain_scores(model, fresh).tolist()]
-    assert null_epsilon([{"step": 0, "delta": null}]) == [curve["epsilon_null"][0]]
+    null = evaluation.per_chain_scores(model, fresh).tolist()
+    assert null_epsilon([{"step": 0, "delta": null}]) == pytest.approx([curve["epsilon_null"][0]], rel=0, abs=2e-6)
+    # the false-positive rate counts chains past epsilon: exact, as long as no score sits within rounding of it
+    assert min(abs(v - d["epsilon"]["value"]) for v in null) > 1e-5
     assert memorized_fraction([{"step": 0, "delta": null}], d["epsilon"]["value"])[1] == [curve["false_positive"][0]]
 
 
