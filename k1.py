@@ -19,7 +19,7 @@ previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injectio
     python k1.py grid --K 45,64,96         # probes on a fixed (condition, K, seed) grid, no search
     python k1.py summary bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
 
-The estimators (the binary search) are in estimators.py; probes.py schedules the probes, campaign.py the
+The estimators (the binary search) are in analysis/estimators.py; runners/probes.py schedules the probes, campaigns/campaign.py the
 paper-scale ones across GPU leases.
 """
 import json
@@ -32,11 +32,10 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-import cli
-from probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
-from runs import read_metrics
-from thresholds import (PHI_STAR, add_run_flags, common_args, finite_json, generalizes, max_phi_beta,
-                        tau_2gen)
+from analysis.runs import read_metrics
+from analysis.thresholds import PHI_STAR, add_run_flags, common_args, finite_json, generalizes, max_phi_beta, tau_2gen
+from plumbing import cli
+from runners.probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
 
 PRESETS = {  # K1*
     # calibrated on the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one

@@ -19,16 +19,16 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-import cli
 import train
-from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
-                        fit_sigmoid, line_through_medians, median_ci, median_coverage, median_rank)
+from analysis.estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
+                                 fit_sigmoid, line_through_medians, median_ci, median_coverage, median_rank)
+from analysis.runs import load_run, read_metrics, read_per_chain
+from analysis.thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau,
+                                 finite_json, memorized_fraction, null_epsilon, score_noise, tau_2gen, tau_2mem)
 from evaluation import make_per_chain_data, per_chain_scores
 from markov import task_source
-from probes import finished, probe_command, run_config, run_probes
-from runs import load_run, read_metrics, read_per_chain
-from thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau, finite_json,
-                        memorized_fraction, null_epsilon, score_noise, tau_2gen, tau_2mem)
+from plumbing import cli
+from runners.probes import finished, probe_command, run_config, run_probes
 
 # For K1* < K < K2* a run first enters 2-Gen and later memorizes; the time it spends in 2-Gen,
 #

@@ -39,9 +39,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import cli
 from bayes import nll, two_gen
 from markov import TaskSet, check_int
+from plumbing import cli
 
 # ----------------------------------------------------------------------------- the model
 

@@ -18,11 +18,9 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-import cli
-from bayes import (COLORS, LABELS, PREDICTORS, ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, nll,
-                   predict)
+from bayes import COLORS, LABELS, PREDICTORS, ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, nll, predict
 from markov import TaskSet, check_int
-
+from plumbing import cli
 
 K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
 # seconds per units() on the 2-core VM on 2026-11-27, its cores shared with other jobs, lo and hi: the quick preset's
@@ -57,7 +55,7 @@ def estimate(total: dict, device) -> str:
             f"~{span(*(units * c for c in SHARED_SECONDS_PER_UNIT))} on 2 cores shared with other jobs")
 
 
-class Progress:
+class ScalingProgress:
     """A line `loss vs K ..%, loss vs N ..%: elapsed, ETA` at most every `every` seconds (none in a run shorter than
     that), the ETA from the time the units done so far took. total: {part: units}."""
 
@@ -176,7 +174,7 @@ def main():
     total = work(Ks, Ns, N_for_K, K_for_N, args.dists, n_seqs)
     cli.announce("paper" if paper else "quick", f"K to {Ks[-1]}, N to {Ns[-1]}, {args.dists} task distributions, "
                  f"{n_seqs} sequences, on {device}; {estimate(total, device)}", f"{out}/predictor_scaling.png and .json")
-    progress = Progress(total)
+    progress = ScalingProgress(total)
     t0 = progress.t0
     vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device, progress=lambda u: progress.add("K", u))
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)

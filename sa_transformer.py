@@ -32,14 +32,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-import cli
+from analysis.sa_analysis import (fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plot_parameters, plot_scaling,
+                                  plot_theory, plot_trajectories, seed_mean, summarize_exponents)
+from analysis.sa_model import SATransformer, target_loss
+from analysis.sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
+from analysis.transformer_tau import (TRAINING, crossing, fresh_batch, predictor_levels, rounded_run, tau_2gen_drop,
+                                      train_one, train_seeds)
 from markov import check_int
-from sa_analysis import (fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plot_parameters, plot_scaling,
-                         plot_theory, plot_trajectories, seed_mean, summarize_exponents)
-from sa_model import SATransformer, target_loss
-from sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
-from sa_transformer_tau import (TRAINING, compact, crossing, fresh_batch, predictor_levels, tau_2gen, train_one,
-                                train_seeds)
+from plumbing import cli
 
 # ----------------------------------------------------------------------------- training
 
@@ -111,7 +111,7 @@ PRESETS = {
     # N_tau: lengths for tau_2Gen(N), control and bias ablation; N_dyn: length of the dynamics runs
     # (seeds_dyn for the full model, seeds_reduced for the reduced and frozen-weight ones); the
     # transformer runs (Fig. 6c bottom) run in the quick preset only with --transformer, each to its drop's
-    # window's end (sa_transformer_tau.tau_2gen) or its step cap transformer_iters. The paper's cap, 20000: the
+    # window's end (transformer_tau.tau_2gen_drop) or its step cap transformer_iters. The paper's cap, 20000: the
     # first halfway crossings of the quick runs at N = 32..256 were 2600-4100 steps at these SGD settings and N-flat,
     # the window ends at 1.25 tau, so 20000 leaves ~4x for the slowest of 8 seeds.
     "quick": dict(N_tau=[32, 64, 128, 256], seeds_tau=2, N_dyn=64, seeds_dyn=3, seeds_reduced=2, transformer=False,
@@ -191,9 +191,9 @@ def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | Non
     out, t0 = {}, time.time()
 
     def finished(N, runs):
-        runs = [compact(r) for r in runs]
+        runs = [rounded_run(r) for r in runs]
         out.setdefault(N, []).extend(runs)
-        print(f"transformer N = {N}, seeds {[r['seed'] for r in runs]}: {[tau_2gen(r)['status'] for r in runs]}, "
+        print(f"transformer N = {N}, seeds {[r['seed'] for r in runs]}: {[tau_2gen_drop(r)['status'] for r in runs]}, "
               f"{[r['t'][-1] for r in runs]} steps ({time.time() - t0:.0f} s so far)", flush=True)
         if done is not None:
             done(N, runs)
@@ -265,11 +265,11 @@ def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", 
 
 
 def transformer_summary(stored: dict) -> dict:
-    """Fig. 6c bottom re-read from the stored trajectories {N: {seed: run}}: per N, each seed's tau_2gen (status,
+    """Fig. 6c bottom re-read from the stored trajectories {N: {seed: run}}: per N, each seed's tau_2gen_drop (status,
     tau or None, the censoring bound, max phi, the head's formation, the first halfway crossing, the steps run), and
     the fits of the sustained-drop tau (fit_tau_censored: medians over seeds, a run without a confirmed drop counted as
     longer than its run) and, beside it, of the head's formation and of the first crossing."""
-    per_N = {N: [tau_2gen(r) for r in runs.values()] for N, runs in stored.items()}
+    per_N = {N: [tau_2gen_drop(r) for r in runs.values()] for N, runs in stored.items()}
     out = {"N": {N: {key: [r[key] for r in rows] for key in rows[0]} | {"seeds": [int(s) for s in stored[N]]}
                  for N, rows in per_N.items()}}
     out["fit"] = fit_tau_censored({N: [r["tau"] if r["status"] == "tau" else None for r in rows]

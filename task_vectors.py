@@ -48,10 +48,10 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
-import cli
+from analysis.runs import load_run
 from bayes import LABELS, mixed_mem
 from markov import TaskSet, check_int, sample_sequences
-from runs import load_run
+from plumbing import cli
 from trace import TRAIN_TIME, find_run, run_edges, train_run
 from transformer import Transformer
 

@@ -54,14 +54,13 @@ import torch.nn.functional as F
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-import cli
 import train
+from analysis.runs import ensure_run, load_run, read_metrics
 from bayes import LABELS, PREDICTORS, kl_div
 from markov import check_int
-from runs import ensure_run, load_run, read_metrics
-from transformer import Transformer, attend
+from plumbing import cli
+from transformer import EPS, Transformer, attend
 
-EPS = 1e-5  # LayerNorm's, as in transformer.layer_norm
 SOURCES = ("Token", "A1", "MLP1", "A2(Token)", "A2(A1)", "A2(MLP1)", "MLP2")
 TARGETS = ("A1Q", "A1K", "MLP1", "A2Q", "A2K", "MLP2", "Linear")
 READS = {  # the sources in each target's input (the residual stream at that point)
@@ -89,7 +88,7 @@ def _attention(att, x: torch.Tensor, parts: dict, q_in: torch.Tensor, k_in: torc
     q = att.W_Q((q_in - mu) * r).view(B, 1, N, D)
     k = att.W_K((k_in - mu) * r).view(B, 1, N, D)
     v = att.W_V((x - mu) * r).view(B, 1, N, D)
-    bias = att.P[:, :N] if att.P is not None else None
+    bias = att.position_bias(N)
     out, A = attend(q, k, v, bias, att.rotary)
     A = A[:, 0]  # (B, N, N)
     shares = {name: A @ att.W_V((c - c.mean(-1, keepdim=True)) * r) for name, c in parts.items()}  # eq. expandedatt2
@@ -457,7 +456,6 @@ def plot_circuits(phases: dict, path: str):
                  label="edge importance / the phase's strongest edge (graphs)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return fig
 
 
 # ----------------------------------------------------------------------------- command line

@@ -41,12 +41,12 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cli  # noqa: E402
 from bench.bench_train import load_attention, load_attention_module  # noqa: E402
 from kernels import attention as attn  # noqa: E402
-from markov import check_int  # noqa: E402
 from kernels.attention import attention  # noqa: E402
 from kernels.tiles import Tile, save_tiles  # noqa: E402
+from markov import check_int  # noqa: E402
+from plumbing import cli  # noqa: E402
 from transformer import attend, rotary_tables, rotate  # noqa: E402
 
 

@@ -23,9 +23,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes  # noqa: E402
-import cli  # noqa: E402
-import fastdata  # noqa: E402
+from engine import fastdata  # noqa: E402
 from markov import TaskSet, check_int  # noqa: E402
+from plumbing import cli  # noqa: E402
 
 
 def interleaved_medians(fns: dict, repeats: dict, rounds: int) -> dict:

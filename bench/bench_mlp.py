@@ -28,9 +28,9 @@ from torch.func import vmap
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cli  # noqa: E402
 from bench_attention import gpu_ms  # noqa: E402
 from kernels import mlp as mk  # noqa: E402
+from plumbing import cli  # noqa: E402
 
 
 def torch_mlp(h, w_in, w_out):

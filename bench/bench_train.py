@@ -30,13 +30,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cli  # noqa: E402
-import fastdata  # noqa: E402
-from ensemble import Ensemble, GraphedStep, Single, sampled_step  # noqa: E402
-from fastdata import batches  # noqa: E402
-from fastpath import Kernels  # noqa: E402
+from engine import fastdata  # noqa: E402
+from engine.ensemble import Ensemble, GraphedStep, Single, sampled_step  # noqa: E402
+from engine.fastdata import batches  # noqa: E402
+from engine.fastpath import Kernels  # noqa: E402
 from kernels import attention as attention_kernel  # noqa: E402
 from markov import TaskSet, check_int  # noqa: E402
+from plumbing import cli  # noqa: E402
 from train import PRESETS  # noqa: E402
 from transformer import Transformer  # noqa: E402
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One GPU call of the paper-scale campaigns (campaign.py), inside a lease's 10-minute command limit:
+# One GPU call of the paper-scale campaigns (campaigns/campaign.py), inside a lease's 10-minute command limit:
 #   1. the commit, the card, torch and Triton; the engine's tests compiled on the card (the ensembles, the fast
 #      path, the packed attention, the embedding; TESTS=0 skips them): where they fail no campaign runs, so that no
 #      ledger takes a piece trained by a broken engine; the sampler's walk kernel's tests always (where they fail,
 #      the campaign samples with the scan: MARKOV_ICL_WALK=0)
 #   2. one process for the K1* searches and the fixed grids in CAMPAIGNS (default "k1_paper tau_paper
-#      reweight_paper sweep_paper"): `campaign.py call`, pieces of one ensemble of up to SLOTS models (default 64)
+#      reweight_paper sweep_paper"): `python -m campaigns call`, pieces of one ensemble of up to SLOTS models (default 64)
 #      filled across the campaigns (the searches' next probes, the grids' runs that train the same way, then wider
 #      rounds of the searches), while the next piece fits the time left before TOTAL seconds from the start (default
 #      540) less REPORTS seconds (default 30) for the reports, each piece's time predicted from the pieces the
@@ -51,14 +51,14 @@ if [ "$engine_ok" = 1 ] && [ "$left" -gt 60 ]; then
         # report cut short is redrawn from the ledger on any machine)
         circuits_*) stage "campaign $CAMPAIGNS ($left s left, $REPORTS s of them for the report)"
             budget=$($PY -c "print(round(($left - $REPORTS - 5) / 60, 2))")
-            timeout "$((left - REPORTS))" $PY campaign.py run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
+            timeout "$((left - REPORTS))" $PY -m campaigns run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
             echo "run: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
             pack "$CAMPAIGNS"
-            timeout "$REPORTS" $PY campaign.py report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
+            timeout "$REPORTS" $PY -m campaigns report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
             pack "$CAMPAIGNS";;
         *) stage "campaigns $CAMPAIGNS in one process ($left s left)"
             budget=$($PY -c "print(round(($left - 5) / 60, 2))")
-            timeout "$left" $PY campaign.py call $CAMPAIGNS --budget-min "$budget" --slots "${SLOTS:-64}" \
+            timeout "$left" $PY -m campaigns call $CAMPAIGNS --budget-min "$budget" --slots "${SLOTS:-64}" \
                 --report-seconds "$REPORTS" --out "$OUT" 2>&1 | grep -v "^step " | tee -a "$LOG"
             echo "campaigns: exit ${PIPESTATUS[0]}" | tee -a "$LOG";;
     esac

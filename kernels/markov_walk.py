@@ -4,10 +4,10 @@ program walking a tile of sequences along its chain, position after position.
     s_t = #{tau < C - 1 : cdf[b, tau, s_{t-1}] <= u_t}      cdf[b] = T_b cumulated over tau (columns mu)
 
 which is inverse-CDF sampling of column s_{t-1} of sequence b's chain: the state markov.py's loop and
-fastdata._states' scan draw from the same uniforms, bit for bit (both compare the same cumulated numbers with
+fastdata.walk' scan draw from the same uniforms, bit for bit (both compare the same cumulated numbers with
 the same uniforms; nothing is rounded differently).
 
-Why: fastdata._states runs the walk as a sqrt(L)-depth scan of small torch operations, ~150 launches for the
+Why: fastdata.walk runs the walk as a sqrt(L)-depth scan of small torch operations, ~150 launches for the
 paper's L = 257. Inside the training step's CUDA graph each still costs a few microseconds, about a third of a
 single run's step. Here one launch walks every sequence, a thread per sequence: at each position it loads the
 C - 1 counted entries of column s_{t-1} (its table, C^2 numbers, stays in the L1 cache after the first steps), all

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-import campaign
-import cli
-import fastdata
-from estimators import Search
+from analysis.estimators import Search
+from campaigns import campaign
+from engine import fastdata
+from plumbing import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

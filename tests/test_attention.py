@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-import fastpath
 import transformer
+from engine import fastpath
 from kernels import attention as attn
 from kernels import bias_gradient, tiles
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import bayes
-import fastdata
 from bayes import ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, kl_div, nll, one_gen, one_mem, two_gen, two_mem
+from engine import fastdata
 from markov import TaskSet, sample_chains, sample_sequences, stationary
 from stand_ins import fast_mixed_mem
 

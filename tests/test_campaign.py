@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-import campaign
-import campaign_specs
-import cli
-import grids
 import k1
-import probes
 import trace
+from campaigns import campaign, specs
+from plumbing import cli
+from runners import grids, probes
 from stand_ins import tiny_campaigns  # noqa: F401 (the fixture below)
 
 pytestmark = pytest.mark.usefixtures("tiny_campaigns")  # campaign.SPECS with the CPU-sized campaigns
@@ -30,7 +28,7 @@ def _stable(ledger: dict) -> list:
 
 
 def _run_to_the_end(tmp_path, name: str, max_probes: int, max_pieces: int = 10**6) -> int:
-    """Calls of `campaign.py run` until one says nothing is left; returns their number. Stopped after every piece
+    """Calls of `python -m campaigns run` until one says nothing is left; returns their number. Stopped after every piece
     (max_pieces=1), the calls' figures are not rendered: they are the uninterrupted call's, checked there."""
     with pytest.MonkeyPatch.context() as patch:
         if max_pieces == 1:
@@ -185,7 +183,7 @@ def _member(cond: str, K: int, seed: int, phi: list[float], gen_loss: list[float
 
 
 def _ledger(tmp_path, name: str, members: list[dict]) -> str:
-    """A ledger of campaign `name` holding `members` (two pieces), as `campaign.py run` writes one."""
+    """A ledger of campaign `name` holding `members` (two pieces), as `python -m campaigns run` writes one."""
     ledgers = str(tmp_path / "ledgers")
     ledger = campaign.load_ledger(name, ledgers)
     half = len(members) // 2
@@ -278,7 +276,7 @@ def _piece(seconds: float, predicted: float, controls: int = 1, inject: tuple = 
     return {"probes": records, "card": card, "seconds": seconds, "predicted": predicted}
 
 
-def _calibration(pieces: list[dict], card: str = H100) -> campaign_specs.Calibration:
+def _calibration(pieces: list[dict], card: str = H100) -> specs.Calibration:
     spec = campaign.SPECS["k1_paper"]
     return campaign.calibration({"pieces": pieces}, card, lambda keys: campaign.k1_ensembles(spec, keys))
 
@@ -371,7 +369,7 @@ def test_status_estimates_the_next_piece_calibrated_on_the_ledgers_card(tmp_path
 
 
 def _call_to_the_end(d, names: list[str], slots: int, max_pieces: int = 10**6) -> int:
-    """Calls of `campaign.py call` until one says nothing is left; returns their number (figures as in
+    """Calls of `python -m campaigns call` until one says nothing is left; returns their number (figures as in
     _run_to_the_end)."""
     with pytest.MonkeyPatch.context() as patch:
         if max_pieces == 1:
@@ -451,6 +449,6 @@ def test_the_piece_rate_counts_a_shared_piece_once():
              "probes": [{"condition": "control", "K": 5, "seed": 1}]}
     other_card = {**own, "card": "other"}
     ledgers = {"k1_tiny": {"pieces": [shared, own, small, other_card]}, "tau_tiny": {"pieces": [{**shared, "members": []}]}}
-    assert campaign.piece_rate(ledgers, "card") == campaign_specs.fit_seconds([(1, 900, 80.0), (2, 12, 30.0), (1, 1000, 60.0)])
+    assert campaign.piece_rate(ledgers, "card") == specs.fit_seconds([(1, 900, 80.0), (2, 12, 30.0), (1, 1000, 60.0)])
     assert campaign.piece_rate(ledgers, "none") is None
 

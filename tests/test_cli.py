@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-import cli
-import ensemble
-import grids
-import rundir
-import runs
+import evaluation
 import train
+from analysis import runs
 from bayes import COLORS
+from engine import ensemble
+from plumbing import cli, rundir
+from runners import grids
 from stand_ins import ROOT, assert_one_line_error, load, run  # noqa: F401 (run: a fixture)
 
 TINY = ["--K", "4", "--iters", "3", "--N", "8", "--batch", "4", "--evals", "2", "--eval-train", "8", "--eval-gen", "8"]
@@ -54,7 +54,7 @@ def test_as_processes_bad_input_is_one_line_and_help_starts_nothing(tmp_path):
     (["--beta2", "1"], ["beta2"]),
     (["--K", "99999999999999999999"], ["K must be <= 65536"]),
     (["--K", "65537"], ["K must be <= 65536"]),
-    (["--seed", "-1"], ["--seeds"]),
+    (["--seed", "-1"], ["--seed", "-1"]),
     (["--task-seed", "-1"], ["task_seed"]),
     (["--resume", "--overwrite"], ["exclude each other"]),
     (["--resume"], ["no checkpoint"]),
@@ -78,13 +78,13 @@ def test_cuda_without_a_gpu(tmp_path, script, flags, run):
 
 
 def test_sweep_grid_of_K_0_prints_no_command(run):
-    proc = run("train.py", "--sweep", "--K", "0", "--print-commands")
+    proc = run("sweep.py", "--K", "0", "--print-commands")
     assert_one_line_error(proc, "K must be")
     assert proc.stdout == ""
 
 
 def test_plot_sweep_without_the_sweep_directory(tmp_path, run):
-    assert_one_line_error(run("train.py", "--plot-sweep", "--out", tmp_path / "missing", "--figures", tmp_path / "figs"),
+    assert_one_line_error(run("sweep.py", "--plot-only", "--out", tmp_path / "missing", "--figures", tmp_path / "figs"),
                           "no sweep directory")
     assert not (tmp_path / "missing").exists() and not (tmp_path / "figs").exists()
 
@@ -97,7 +97,7 @@ def bad_figures(tmp_path):
 
 
 @pytest.mark.parametrize("script, flags", [("predictor_scaling.py", []), ("sa_transformer.py", []), ("mem_minimal.py", []),
-                                           ("train.py", ["--plot-sweep", "--out", "."]),
+                                           ("sweep.py", ["--plot-only", "--out", "."]),
                                            ("k1.py", ["search", "--preset", "quick"]),
                                            ("k2.py", ["sweep", "--preset", "quick"]),
                                            ("task_vectors.py", ["--run", "missing-run"])])
@@ -183,11 +183,12 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_afresh_by_the_same
     (out / "metrics.jsonl").write_text('{"step": 0, "left": "by a run killed in its set-up"}\n')
     (out / "model_0000999.pt").write_text("left by that run")
     assert_one_line_error(run("train.py", *TINY, "--out", out, "--resume"), "no checkpoint", "nothing to resume")
+    assert "before the first checkpoint: nothing to resume; the same command starts afresh" in str(
+        rundir.interrupted(0, str(out / "ckpt.pt")))
     assert tiny_run(run, out).returncode == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert "left" not in rows[0] and rows[-1]["step"] == 3 and not (out / "model_0000999.pt").exists()
-    assert "before the first checkpoint: nothing to resume; the same command starts afresh" in str(
-        rundir.interrupted(0, None, str(out / "ckpt.pt")))
+    assert str(rundir.interrupted(5, str(out / "ckpt.pt"))) == f"interrupted at step 5; --resume continues from step 3 ({out / 'ckpt.pt'})"
     assert_one_line_error(run("train.py", *TINY, "--out", out), "already holds a run")  # now it has a checkpoint
 
 
@@ -202,7 +203,7 @@ def test_replot_redraws_a_runs_fig2a_from_its_json(tmp_path, run):
 
 def test_a_grid_refuses_before_starting_any_process(tmp_path, run):
     tiny_run(run, tmp_path / "K5_s0")
-    proc = run("train.py", *TINY[2:], "--K", "4,5", "--out", tmp_path)
+    proc = run("sweep.py", *TINY[2:], "--K", "4,5", "--out", tmp_path)
     assert_one_line_error(proc, "K5_s0 already holds a run")
     assert not (tmp_path / "K4_s0").exists()
 
@@ -259,6 +260,56 @@ def test_ctrl_c_is_one_line_exit_130_and_resume_continues_exactly(tmp_path, monk
     assert run("train.py", *CTRL_C, "--out", out, "--resume").returncode == 0
     read = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
     assert same_numbers(read(out), read(straight))
+
+
+def interrupt_at(moment: str, monkeypatch):
+    """Make the next train.py run raise KeyboardInterrupt (Ctrl-C) at `moment`."""
+    calls = []
+
+    def once(original, when=lambda *a, **k: True):
+        def wrapped(*args, **kwargs):
+            if when(*args, **kwargs) and not calls:
+                calls.append(moment)
+                if moment == "the first checkpoint, just written":
+                    original(*args, **kwargs)
+                raise KeyboardInterrupt
+            return original(*args, **kwargs)
+        return wrapped
+
+    if moment == "the set-up":
+        monkeypatch.setattr(evaluation, "make_eval_data", once(evaluation.make_eval_data))
+    elif moment == "the first evaluation":
+        monkeypatch.setattr(train, "evaluate", once(train.evaluate))
+    elif moment == "the first checkpoint, just written":
+        monkeypatch.setattr(rundir, "save_atomic", once(rundir.save_atomic, lambda obj, path: path.endswith("ckpt.pt")))
+    else:  # between evaluations: the 4th optimizer step, step 3 (evaluations at 0, 2, 5, 12)
+        steps = []
+        monkeypatch.setattr(torch.optim.AdamW, "step", once(torch.optim.AdamW.step, lambda *a, **k: steps.append(1) or len(steps) == 4))
+
+
+@pytest.mark.parametrize("moment, says", [
+    ("the set-up", "interrupted during the set-up, before the first checkpoint"),
+    ("the first evaluation", "interrupted at step 0, before the first checkpoint"),
+    ("the first checkpoint, just written", "interrupted at step 2; --resume continues from step 2"),
+    ("between evaluations", "interrupted at step 3; --resume continues from step 2")])
+def test_what_an_interrupt_says_is_what_is_on_disk(tmp_path, monkeypatch, run, moment, says):
+    """Whatever the moment of Ctrl-C, its one line agrees with the disk, and so does the next command: a checkpoint
+    named is there with that step, and --resume continues from it (the same command alone refuses); with none, the
+    same command starts afresh; a directory the run created and left holding only its lock is gone."""
+    out = tmp_path / "run"
+    interrupt_at(moment, monkeypatch)
+    proc = run("train.py", *CTRL_C, "--out", out)
+    monkeypatch.undo()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith(says), proc.stderr
+    if "before the first checkpoint" in says:
+        assert lines[0].endswith("nothing to resume; the same command starts afresh")
+        assert not (out / "ckpt.pt").exists() and (moment != "the set-up" or not out.exists())
+    else:
+        assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == int(says.split()[-1])
+        assert_one_line_error(run("train.py", *CTRL_C, "--out", out), "already holds a run: --resume continues it")
+    again = run("train.py", *CTRL_C, "--out", out, *(["--resume"] if "--resume" in says else []))
+    assert again.returncode == 0, again.stderr
 
 
 class Payload:
@@ -357,9 +408,9 @@ def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members
         clock[0] += 1000
         return make_eval_data(*args, **kwargs)
 
-    make_eval_data = train.make_eval_data
+    make_eval_data = evaluation.make_eval_data
     monkeypatch.setattr(rundir, "time", SimpleNamespace(time=tick))
-    monkeypatch.setattr(train, "make_eval_data", slow)  # the single run's and every member's (train.Record)
+    monkeypatch.setattr(evaluation, "make_eval_data", slow)  # the single run's and every member's (held_out_sets)
     monkeypatch.setattr(rundir, "PROGRESS_SECONDS", 0)
     if members == 1:
         train.train(tiny_config(tmp_path / "run"))
@@ -390,14 +441,14 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
         return slow
 
     monkeypatch.setattr(rundir, "time", SimpleNamespace(time=tick))
-    monkeypatch.setattr(train, "make_eval_data", costing(train.make_eval_data, 1000))  # once: the members share K = 3
+    monkeypatch.setattr(evaluation, "make_eval_data", costing(evaluation.make_eval_data, 1000))  # once: the members share K = 3
     monkeypatch.setattr(train, "evaluate", costing(train.evaluate, 10))
     monkeypatch.setattr(train, "plot_run", costing(train.plot_run, 7))
     if members == 1:
         monkeypatch.setattr(train, "dense_readouts", costing(train.dense_readouts, 100))
         train.train(tiny_config(tmp_path / "run", eval_every=4))
     else:
-        monkeypatch.setattr(ensemble.Ensemble, "readouts", costing(ensemble.Ensemble.readouts, 100))
+        monkeypatch.setattr(ensemble.Ensemble, "dense_readouts", costing(ensemble.Ensemble.dense_readouts, 100))
         grids.train_ensemble([tiny_config(tmp_path / f"K3_s{seed}", seed=seed, eval_every=4) for seed in range(members)],
                             str(tmp_path / "ckpt.pt"))
     last = capsys.readouterr().out.splitlines()[-1]
@@ -476,7 +527,8 @@ def test_fig2a_step_tick_labels_stand_apart(tmp_path, monkeypatch, iters):
 
 
 SHARED = {
-    "train.py": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--out", "--overwrite"],
+    "train.py": ["--preset", "--device", "--threads", "--seed", "--out", "--overwrite"],
+    "sweep.py": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--out", "--overwrite"],
     "predictor_scaling.py": ["--preset", "--device", "--threads", "--figures"],
     "sa_transformer.py": ["--preset", "--threads", "--jobs", "--figures"],
     "mem_minimal.py": ["--preset", "--threads", "--jobs", "--seeds", "--figures"],
@@ -513,7 +565,7 @@ def test_train_help_gives_every_field_its_default_or_preset_values(run):
 
 def test_the_sweep_figure_goes_to_figures(tmp_path, run):
     tiny_run(run, tmp_path / "sweep" / "K4_s0")
-    proc = run("train.py", "--plot-sweep", "--out", tmp_path / "sweep", "--figures", tmp_path / "figs")
+    proc = run("sweep.py", "--plot-only", "--out", tmp_path / "sweep", "--figures", tmp_path / "figs")
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path / "figs")) == ["fig2bc.json", "fig2bc.png"]
 
@@ -540,9 +592,9 @@ def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch,
 
 
 def test_estimators_leaves_scipy_to_the_fit_that_needs_it():
-    """estimators.py imports scipy.optimize in fit_sigmoid, not at its top: ~0.6 s of k1.py's, k2.py's and
+    """analysis/estimators.py imports scipy.optimize in fit_sigmoid, not at its top: ~0.6 s of k1.py's, k2.py's and
     sa_transformer.py's --help (a fresh interpreter: this one has scipy already)."""
-    code = "import sys, estimators; sys.exit('scipy.optimize' in sys.modules)"
+    code = "import sys; from analysis import estimators; sys.exit('scipy.optimize' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 

@@ -5,16 +5,15 @@ import os
 import pytest
 import torch
 
-import ensemble
 import evaluation
-import fastdata
-import grids
-import runs
 import train
 import transformer
-from cli import parse_list
+from analysis import runs
+from engine import ensemble, fastdata
 from kernels import attention as attn
 from markov import TaskSet
+from plumbing.cli import parse_list
+from runners import grids
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config, eval_steps
 from transformer import Transformer
@@ -54,8 +53,8 @@ def test_members_at_one_K_build_their_held_out_sets_once(tmp_path, monkeypatch):
     K here), not once per member (test_members_are_the_single_runs: still each member's single run)."""
     built = []
     for name in ("make_eval_data", "make_dense_data", "make_per_chain_data"):
-        real = getattr(train, name)
-        monkeypatch.setattr(train, name, lambda cfg, *a, _real=real, _name=name, **kw: built.append((_name, cfg.K)) or _real(cfg, *a, **kw))
+        real = getattr(evaluation, name)
+        monkeypatch.setattr(evaluation, name, lambda cfg, *a, _real=real, _name=name, **kw: built.append((_name, cfg.K)) or _real(cfg, *a, **kw))
     grids.train_ensemble(grid(tmp_path, iters=4, eval_every=2, per_chain=2), str(tmp_path / "ckpt.pt"), quiet=True)
     assert sorted(built) == sorted((name, K) for name in ("make_eval_data", "make_dense_data", "make_per_chain_data")
                                    for K in (3, 5))
@@ -87,7 +86,7 @@ def test_dense_readouts_agree_with_the_full_evaluation(tmp_path):
     data = evaluation.make_eval_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     full = evaluation.evaluate(model, data)
     with torch.no_grad():
-        dense = evaluation.readouts(model, data["train"], data["gen"])
+        dense = evaluation.dense_readouts(model, data["train"], data["gen"])
     for k, v in dense.items():
         assert v.item() == pytest.approx(full[k], rel=1e-5 if DEVICE == "cpu" else 1e-3), k
 
@@ -147,7 +146,7 @@ def test_parse_list_rejects(text, words):
 @pytest.mark.parametrize("args, words", [(["--K", "0,5"], "K must be"), (["--seeds", "3-1"], "empty range"),
                                          (["--K", "4,8,4"], "more than once")])
 def test_bad_lists_are_one_line_and_exit_2(run, args, words):
-    r = run("train.py", *args, "--print-commands")
+    r = run("sweep.py", *args, "--print-commands")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
 
@@ -155,7 +154,7 @@ def test_bad_lists_are_one_line_and_exit_2(run, args, words):
 def test_grid_on_the_command_line(run, tmp_path):
     heat_maps = os.path.join(ROOT, "figures", "fig2bc.png")  # the committed quick sweep's
     stamp = os.path.getmtime(heat_maps) if os.path.exists(heat_maps) else None
-    r = run("train.py", "--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
+    r = run("sweep.py", "--K", "3,5", "--seeds", "0-1", "--ensemble", "--threads", "1", "--iters", "4", "--N", "12", "--batch", "8", "--D", "16",
             "--evals", "2", "--eval-train", "16", "--eval-gen", "16", "--eval-every", "2", "--out", tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["K3_s0", "K3_s1", "K5_s0", "K5_s1", "ckpt_group0.pt"]
@@ -243,8 +242,8 @@ def test_dense_readouts_in_chunks_are_the_whole_batch_readouts(tmp_path):
     model.to(DEVICE)
     train_seqs, gen_seqs, chains = evaluation.make_dense_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed, device=DEVICE))
     with torch.no_grad():
-        whole = evaluation.readouts(model, train_seqs, gen_seqs, chains, chunk=10)
-        parts = evaluation.readouts(model, train_seqs, gen_seqs, chains, chunk=3)
+        whole = evaluation.dense_readouts(model, train_seqs, gen_seqs, chains, chunk=10)
+        parts = evaluation.dense_readouts(model, train_seqs, gen_seqs, chains, chunk=3)
     for k, v in whole.items():
         assert parts[k].item() == pytest.approx(v.item(), rel=1e-5), k
 

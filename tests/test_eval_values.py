@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import evaluation
-import fastdata
 from bayes import PREDICTORS, nll, predict
+from engine import fastdata
 from markov import TaskSet
 from train import Config, eval_steps
 

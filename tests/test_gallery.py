@@ -18,12 +18,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import sa_analysis
 import sa_transformer as sa
 import trace
+from analysis import sa_analysis
+from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
+from analysis.thresholds import NULL_ALPHA, PHI_STAR
 from bayes import PREDICTORS
-from estimators import censored_median, median_ci, median_coverage, median_rank
-from thresholds import NULL_ALPHA, PHI_STAR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

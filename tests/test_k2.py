@@ -10,18 +10,16 @@ import pytest
 import scipy.optimize
 import torch
 
-import cli
-import estimators
 import evaluation
 import k2
-import runs
-import thresholds
 import train
+from analysis import estimators, runs, thresholds
+from analysis.estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
+                                 fit_sigmoid, median_ci, sigmoid)
+from analysis.thresholds import censored_after, delta_tau, memorized_fraction, tau_2mem
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
-from estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence, fit_sigmoid,
-                        median_ci, sigmoid)
-from thresholds import censored_after, delta_tau, memorized_fraction, tau_2mem
+from plumbing import cli
 
 
 def tiny(out, **kw) -> train.Config:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-import fastpath
+from engine import fastpath
 from kernels import layer_norm as ln
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-import fastdata
 import markov
+from engine import fastdata
 from markov import TaskSet, ablate_bias, sample_chains, sample_sequences, stationary
 
 

@@ -1,10 +1,10 @@
-"""The Triton walk along Markov chains (kernels/markov_walk.py) against the sampler's scan (fastdata._states) and
+"""The Triton walk along Markov chains (kernels/markov_walk.py) against the sampler's scan (fastdata.walk) and
 markov.py's loop: the same sequences, bit for bit, from the same uniforms. On the CPU through Triton's
 interpreter (conftest.py), on CUDA compiled."""
 import pytest
 import torch
 
-import fastdata
+from engine import fastdata
 from kernels import markov_walk
 from markov import TaskSet, sample_chains, stationary, uniforms
 
@@ -26,8 +26,8 @@ def chains_and_uniforms(n, length, C, dtype, seed=0):
                                                  (16, 40, 16, torch.float32), (9, 12, 2, torch.float64)])
 def test_the_walk_draws_the_scans_sequences(n, length, C, dtype):
     T, p, u0, u = chains_and_uniforms(n, length, C, dtype)
-    want = fastdata._states(T, p, u0, u, length)
-    got = fastdata._states(T, p, u0, u, length, kernel=True)
+    want = fastdata.walk(T, p, u0, u, length)
+    got = fastdata.walk(T, p, u0, u, length, kernel=True)
     assert got.dtype == torch.int64 and torch.equal(got, want)
     assert 0 < (got[:, 1:] != got[:, :-1]).float().mean() < 1  # a walk that moves, and not always
 
@@ -58,6 +58,6 @@ def test_ties_and_the_last_entry_as_inverse_cdf():
     T = torch.full((1, 3, 3), 0.25, device=DEVICE)
     u0 = torch.zeros(1, 1, device=DEVICE)
     u = torch.tensor([0.25, 0.5, 0.875, 0.1, 0.75], device=DEVICE).view(5, 1, 1)  # block 5 x 1 block
-    got = fastdata._states(T, torch.full((1, 3), 1 / 3, device=DEVICE), u0, u, 6, kernel=True)
+    got = fastdata.walk(T, torch.full((1, 3), 1 / 3, device=DEVICE), u0, u, 6, kernel=True)
     assert got.tolist() == [[0, 1, 2, 2, 0, 2]]
-    assert torch.equal(got, fastdata._states(T, torch.full((1, 3), 1 / 3, device=DEVICE), u0, u, 6))
+    assert torch.equal(got, fastdata.walk(T, torch.full((1, 3), 1 / 3, device=DEVICE), u0, u, 6))

@@ -13,7 +13,6 @@ from mem_minimal import MemRun, TaskHead, bisect_K, pooled
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
 
-
 def seqs(B=4, N=25, seed=0):
     return torch.randint(10, (B, N), generator=torch.Generator().manual_seed(seed))
 

@@ -7,15 +7,15 @@ import os
 import pytest
 import torch
 
+import bayes
 import evaluation
-import grids
-import rundir
-import runs
 import train
+from analysis import runs
 from markov import TaskSet
+from plumbing import rundir
+from runners import grids
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config
-
 
 
 def config(out, **flags) -> Config:
@@ -111,9 +111,9 @@ def test_evaluation_gives_held_out_S_sequences_their_chains(tmp_path):
         for split, task in (("train", data["train_task"]), ("gen", None)):
             seqs = data[split]
             logq = torch.log_softmax(model(seqs[:, :-1], task=task), -1)
-            assert metrics[f"{split}_loss"] == pytest.approx(train.nll(logq, seqs).mean().item(), rel=1e-5)
+            assert metrics[f"{split}_loss"] == pytest.approx(bayes.nll(logq, seqs).mean().item(), rel=1e-5)
         seqs, _, chains = evaluation.make_dense_data(cfg, tasks)
-        dense = evaluation.readouts(model, seqs, seqs, chains)
+        dense = evaluation.dense_readouts(model, seqs, seqs, chains)
         assert dense["train_loss"].item() == pytest.approx(
             evaluation.lm_loss(model, seqs, chains).item(), rel=1e-5)
         assert dense["train_loss"].item() != pytest.approx(evaluation.lm_loss(model, seqs).item(), rel=1e-3)

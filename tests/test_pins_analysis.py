@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mem_minimal as mm
-import sa_analysis
+from analysis import sa_analysis
 
 
 def test_tau_fit_averages_the_seeds():

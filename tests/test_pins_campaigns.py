@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import campaign
+from campaigns import campaign
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

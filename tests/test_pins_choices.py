@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import torch
 from sklearn.model_selection import StratifiedKFold
+from test_trace import tiny_run
 
 import mem_minimal as mm
-import runs
-import sa_analysis
 import task_vectors as tv
 import trace
 import train
+from analysis import runs, sa_analysis
 from bayes import PREDICTORS
-from test_trace import tiny_run
 
 # ----------------------------------------------------------------------------- Fig. 4: k-NN separability
 

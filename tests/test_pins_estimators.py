@@ -8,8 +8,8 @@ import pytest
 import scipy.optimize
 from scipy.stats import binom
 
-from estimators import (Search, divergence, extrapolate_zero, fit_divergence, fit_sigmoid, median_ci, median_coverage,
-                        median_rank, sigmoid)
+from analysis.estimators import (Search, divergence, extrapolate_zero, fit_divergence, fit_sigmoid, median_ci,
+                                 median_coverage, median_rank, sigmoid)
 from stand_ins import search_threshold
 
 

@@ -1,7 +1,7 @@
-"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (grids.plot_sweep's JSON: seed
+"""The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (sweep.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
-sequences the predictors were given. And the layout of figures/k1_paper.png (campaign_reports.plot_k1_campaign)."""
+sequences the predictors were given. And the layout of figures/k1_paper.png (reports.plot_k1_campaign)."""
 import json
 import os
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import bayes
-import campaign_reports
-import grids
 import predictor_scaling
+import sweep
 from bayes import PREDICTORS
+from campaigns import reports
 from markov import TaskSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ def test_sweep_grid_is_the_seed_mean_with_n_A_over_N(tmp_path):
         rows = [{"step": step, **{key: scale * (i + 1) + 0.01 * j for j, key in enumerate(KEYS)}}
                 for i, step in enumerate((0, 10, 100))]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grids.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
+    sweep.plot_sweep(str(tmp_path / "sweep"), str(tmp_path / "fig2bc.png"))
     summary = json.loads((tmp_path / "fig2bc.json").read_text())
     assert summary["K"] == [4, 16] and summary["step"] == [0, 10, 100]
     for j, key in enumerate(KEYS):
@@ -57,11 +57,11 @@ def test_each_divergence_panel_spans_its_own_values(monkeypatch):
     """Fig. 2b: each divergence's log colour scale runs from its own smallest to largest value (a common 1e-3..1
     scale left D(2-Mem), 0.06-0.7 in the quick sweep, one flat grey); the readouts keep 0..1."""
     figures = []
-    monkeypatch.setattr(grids.plt, "close", figures.append)
+    monkeypatch.setattr(sweep.plt, "close", figures.append)
     summary = {"K": [4, 16], "step": [0, 10], "kl_1gen": [[0.5, 0.1], [0.4, 0.05]], "kl_2gen": [[0.6, 0.3], [0.5, 0.02]],
                "kl_1mem": [[0.7, 0.2], [0.6, 0.3]], "kl_2mem": [[0.7, 0.4], [0.65, 0.06]],
                **{key: [[0.1, 0.5], [0.2, 0.9]] for key in ("phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")}}
-    grids.draw_sweep(summary, os.devnull)
+    sweep.draw_sweep(summary, os.devnull)
     norms = [ax.collections[0].norm for ax in figures[0].axes[:8]]  # the panels (their colour bars follow)
     assert [(n.vmin, n.vmax) for n in norms[:4]] == [(0.05, 0.5), (0.02, 0.6), (0.2, 0.7), (0.06, 0.7)]
     assert all((n.vmin, n.vmax) == (0, 1) for n in norms[4:])
@@ -132,8 +132,8 @@ def test_k1_paper_draws_only_started_conditions_and_nothing_is_clipped(monkeypat
         result = json.load(f)
     assert not any(r["probes"] for r in result["seeds"]["inject"])  # the case drawn here
     figures = []
-    monkeypatch.setattr(campaign_reports.plt, "close", figures.append)
-    campaign_reports.plot_k1_campaign(result, os.devnull)
+    monkeypatch.setattr(reports.plt, "close", figures.append)
+    reports.plot_k1_campaign(result, os.devnull)
     fig = figures[0]
     legend = fig.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["control", "phi_beta* = 0.45"]

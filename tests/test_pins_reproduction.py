@@ -19,19 +19,20 @@ import numpy as np
 import pytest
 import torch
 
+import bayes
 import evaluation
-import fastdata
 import k1
 import k2
 import mem_minimal as mm
 import predictor_scaling
 import sa_transformer
 import train
+from analysis.estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
+from analysis.sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
+from analysis.thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
 from bayes import PREDICTORS
-from estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
+from engine import fastdata
 from markov import task_source
-from sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
-from thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -232,7 +233,7 @@ def test_k2_sweep_memorized_fractions_asymptotes_and_epsilon(name):
 
 def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
     """k2.json's run K = 24, seed 0 at step 0, rebuilt from the quick preset (k2.k2_runs): the gap L_train -
-    L^2-Gen on the dense readouts' own held-out set (train.Record's), and the fresh-chain null of the memorized
+    L^2-Gen on the dense readouts' own held-out set (evaluation.held_out_sets), and the fresh-chain null of the memorized
     fraction (k2.saved_model_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6 decimals) - its 5 %
     quantile, epsilon_null, and the rate at which it passes epsilon."""
     d = committed("k2.json")
@@ -241,9 +242,9 @@ def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
     curve = d["memorized_curves"]["24"][[r["seed"] for r in d["runs"] if r["K"] == 24].index(0)]
     tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed)
     model = train.init_model(cfg, torch.device("cpu"))
-    dense, level = train.Record.dense_data(cfg, tasks)
+    held = evaluation.held_out_sets(cfg, tasks, bayes.predict)
     with torch.no_grad():
-        gap = evaluation.readouts(model, *dense)["train_loss"].item() - level
+        gap = evaluation.dense_readouts(model, *held["dense"])["train_loss"].item() - held["dense_2gen"]
     # stored rounded (the gap to 5 decimals, the scores to 6): compared within the rounding, since a value one float32
     # ulp from a rounding boundary rounds the other way on another CPU
     assert run["gap_to_2gen"][0][0] == 0 and run["gap_to_2gen"][0][1] == pytest.approx(gap, rel=0, abs=1e-5)

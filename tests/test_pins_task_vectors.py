@@ -10,13 +10,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_task_vectors import reference_patch  # the patched forward written with transformer.py's blocks
 
 import task_vectors as tv
-import runs
 import train
+from analysis import runs
 from bayes import mixed_mem
 from markov import TaskSet, stationary
-from test_task_vectors import reference_patch  # the patched forward written with transformer.py's blocks
 from transformer import Transformer
 
 C = 5

@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from test_pins_estimators import SLOW_CURVE, SLOW_STEPS
 
 import k1
 import k2
-import probes
-import thresholds
 import train
-from estimators import fit_sigmoid
-from test_pins_estimators import SLOW_CURVE, SLOW_STEPS
+from analysis import thresholds
+from analysis.estimators import fit_sigmoid
+from runners import probes
 
 
 def dense_rows(phis, losses, level=2.0, every=10):

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-import cli
+from plumbing import cli
 
 
 def _square(x):

@@ -12,11 +12,9 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-import sa_analysis
-import sa_model
-import sa_theory
 import sa_transformer as sa
-import sa_transformer_tau as st
+from analysis import sa_analysis, sa_model, sa_theory
+from analysis import transformer_tau as st
 from markov import sample_chains, sample_sequences
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
@@ -585,7 +583,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
 
     monkeypatch.setattr(sa, "train_seeds", fake)
     record = {"tau_transformer": {"24": [100.0, 120.0]}}
-    sa.merge_transformer_runs(record, {32: [sa.compact(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
+    sa.merge_transformer_runs(record, {32: [sa.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
     written = []
     P = dict(sa.PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
     sa.add_transformer_runs(record, P, jobs=1, device="cuda", write=lambda r: written.append(json.loads(json.dumps(r))))
@@ -634,7 +632,7 @@ def test_the_transformer_runs_of_a_record_are_kept_and_never_mixed_with_another_
     with another preset, are refused before anything trains, since one fit would mix two step caps and eval sets.
     The SA experiments are stubbed: only what main does with the record is under test."""
     paper = sa.PRESETS["paper"]
-    runs = {"32": {"0": sa.compact(synthetic_transformer_run(32, 0, drop=900.0, cap=paper["transformer_iters"]))}}
+    runs = {"32": {"0": sa.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=paper["transformer_iters"]))}}
     (tmp_path / "sa_scaling.json").write_text(json.dumps({"transformer_runs": runs}))
     trained, printed = [], ("tau", "tau_ablation", "tau_transformer", "tau_fits", "beta_exponent_control",
                             "delta_exponent_control", "beta_exponent_ablation", "delta_exponent_ablation", "final_loss",
@@ -700,21 +698,21 @@ def test_a_dip_that_comes_back_is_no_tau_and_a_sustained_drop_is():
 
 
 def test_tau_2gen_reports_censored_runs_and_unconfirmed_drops():
-    """tau_2gen: a run with no held drop is censored with its cap as the bound (never a tau); a held drop with
+    """tau_2gen_drop: a run with no held drop is censored with its cap as the bound (never a tau); a held drop with
     max phi below PHI_FORMED is 'no head'; with phi above it, a tau; the first crossing is reported beside it."""
-    censored = st.tau_2gen(synthetic_transformer_run(32, 0, drop=None, cap=4000))
+    censored = st.tau_2gen_drop(synthetic_transformer_run(32, 0, drop=None, cap=4000))
     assert censored["status"] == "censored" and censored["tau"] is None and censored["bound"] == 4000
     assert censored["head"] is None
     assert math.isnan(censored["first_crossing"])
-    held = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0))
+    held = st.tau_2gen_drop(synthetic_transformer_run(32, 0, drop=2000.0))
     assert held["status"] == "tau" and held["tau"] == pytest.approx(2000.0) and held["bound"] is None
     assert held["phi_max"] == 0.8
     assert held["head"] == pytest.approx(2000.0 + 50 * 0.35 / 0.65)  # phi 0.15 -> 0.8 between 2000 and 2050
-    no_head = st.tau_2gen(synthetic_transformer_run(32, 0, drop=2000.0, phi_head=st.PHI_FORMED - 0.01))
+    no_head = st.tau_2gen_drop(synthetic_transformer_run(32, 0, drop=2000.0, phi_head=st.PHI_FORMED - 0.01))
     assert no_head["status"] == "no head"
     late = synthetic_transformer_run(32, 0, drop=3900.0, cap=4000)  # drops at the cap: its window never ends
     late["t"], late["loss"], late["phi"] = late["t"][:81], late["loss"][:81], late["phi"][:81]
-    assert st.tau_2gen(late)["status"] == "censored" and st.tau_2gen(late)["bound"] == 4000
+    assert st.tau_2gen_drop(late)["status"] == "censored" and st.tau_2gen_drop(late)["bound"] == 4000
 
 
 def test_the_induction_readout_against_a_loop():
@@ -790,13 +788,13 @@ def test_a_held_drop_ends_that_seeds_record_in_both_paths(monkeypatch):
 
 
 def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monkeypatch):
-    """--replot on a record with transformer trajectories re-reads tau_2gen from them (a stored 'transformer_tau'
+    """--replot on a record with transformer trajectories re-reads tau_2gen_drop from them (a stored 'transformer_tau'
     that disagrees is rewritten) and the panel draws the sustained-drop taus with the fit's interval and seeds; a
     record with none keeps its first crossings and says so. Both from the committed record without its runs."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = {k: v for k, v in json.load(f).items() if k not in ("transformer_runs", "transformer_tau")}
     drops = {32: (1500.0, 1700.0, None), 64: (1900.0, 2100.0, 2300.0), 128: (2500.0, 2700.0, 2900.0)}
-    sa.merge_transformer_runs(result, {N: [sa.compact(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
+    sa.merge_transformer_runs(result, {N: [sa.rounded_run(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
                                        for N, ds in drops.items()})
     result["transformer_tau"]["N"]["32"]["status"] = ["tau"] * 3  # stale: the replot re-reads it
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))

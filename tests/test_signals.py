@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, {root!r})
-import cli
+from plumbing import cli
 
 
 def slow(i):  # like train.py's loop, it says so when interrupted: in a worker that would be a second line

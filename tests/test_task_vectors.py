@@ -12,10 +12,10 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from threadpoolctl import threadpool_limits
 
-import cli
 import task_vectors as tv
 import train
 from markov import TaskSet, sample_chains, sample_sequences
+from plumbing import cli
 from trace import run_edges
 from transformer import Transformer
 

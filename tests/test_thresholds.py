@@ -6,11 +6,10 @@ import os
 import pytest
 
 import k1
-import runs
-import thresholds
-from estimators import Search
+from analysis import runs, thresholds
+from analysis.estimators import Search
+from analysis.thresholds import PHI_STAR, max_phi_beta, tau_2gen
 from stand_ins import search_threshold
-from thresholds import PHI_STAR, max_phi_beta, tau_2gen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

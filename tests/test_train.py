@@ -6,13 +6,12 @@ import os
 import pytest
 import torch
 
-import fastdata
-import grids
-import probes
-import rundir
-import runs
 import train
+from analysis import runs
+from engine import fastdata
 from markov import TaskSet
+from plumbing import rundir
+from runners import grids, probes
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config, eval_steps
 
@@ -127,7 +126,7 @@ def test_resume_of_a_finished_ensemble_rewrites_nothing(tmp_path, capsys):
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"} == files
 
 def test_grid_prints_one_command_per_run(run):
-    out = run("train.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1", "--iters", "50", "--out", "runs/g",
+    out = run("sweep.py", "--preset", "quick", "--K", "4,16", "--seeds", "0-1", "--iters", "50", "--out", "runs/g",
               "--print-commands")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
@@ -237,7 +236,7 @@ def test_cuda_trains_in_bf16_unless_told_and_the_first_line_says_so(monkeypatch,
 
 
 def test_a_grid_passes_fp32_on_to_its_members(run):
-    out = run("train.py", "--K", "4,16", "--fp32", "--print-commands")
+    out = run("sweep.py", "--K", "4,16", "--fp32", "--print-commands")
     assert out.returncode == 0 and all(line.endswith("--fp32") for line in out.stdout.strip().splitlines())
 
 
@@ -260,3 +259,12 @@ def test_resuming_in_another_precision_names_the_precision_flags(tmp_path):
     train.train(tiny(tmp_path, iters=2, evals=1), quiet=True)
     with pytest.raises(ValueError, match="bf16: checkpoint False vs now True; --fp32, --tf32, --bf16 name its precision"):
         train.train(tiny(tmp_path, iters=2, evals=1, bf16=True), resume=True, quiet=True)
+
+
+@pytest.mark.parametrize("args, grid", [(["--K", "64,80"], "python sweep.py --K 64,80 trains it"),
+                                        (["--seeds", "0-3"], "python sweep.py --K 256 --seeds 0-3 trains it")])
+def test_a_grid_given_to_train_names_the_command_that_trains_it(run, tmp_path, args, grid):
+    r = run("train.py", *args, "--out", tmp_path / "run")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f"is a grid of {2 if args[0] == '--K' else 4} runs: {grid}" in lines[0]
+    assert not (tmp_path / "run").exists()

@@ -7,7 +7,7 @@ ensembles (ensemble.py), one per training schedule; on a CPU as one-thread proce
 back, never trained again, so a killed search or a rerun redoes nothing that is done.
 
 K1*'s binary searches (estimators.Search), one per (condition, seed), advance in lockstep: each round trains the
-pending probes of all searches together. campaign.py runs the same rounds a piece at a time across GPU leases.
+pending probes of all searches together. campaigns/campaign.py runs the same rounds a piece at a time across GPU leases.
 """
 import argparse
 import os
@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 
-import cli
-import grids
-import runs
 import train
-from estimators import Search
+from analysis import runs
+from analysis.estimators import Search
+from plumbing import cli
+from runners import grids
 
 CONDITIONS = ("control", "reweight", "inject")
 

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
-from estimators import line_through_medians, median_ci, median_coverage, median_rank
-from sa_model import C
+from analysis.estimators import line_through_medians, median_ci, median_coverage, median_rank
+from analysis.sa_model import C
 
 
 def fit_rate(t, y, lo: float, hi: float) -> float:

@@ -6,7 +6,7 @@ The model: the 2-layer transformer of transformer.py without MLP1 and with addit
 trained non-autoregressively at the last position by SGD with momentum. Its layer-2 attention at the last position
 gives the induction readout phi_beta(2) of eq. (iha) at n = N (`induction`).
 
-tau_2Gen (`tau_2gen`): the loss's sustained drop below the halfway level between the 1-point plateau and 2-Gen, the
+tau_2Gen (`tau_2gen_drop`): the loss's sustained drop below the halfway level between the 1-point plateau and 2-Gen, the
 readout confirming that the induction head formed; a run that does not drop for good within its step cap is
 censored (the cap a lower bound), never a value. The first halfway crossing (`crossing`) is kept beside it.
 
@@ -18,11 +18,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-import fastdata
+from analysis.sa_model import C
 from bayes import nll, one_gen, two_gen
+from engine import fastdata
 from kernels import markov_walk
 from markov import ablate_bias, sample_chains, sample_sequences, stationary, uniforms
-from sa_model import C
 from transformer import Transformer, attention_scores, layer_norm
 
 # ----------------------------------------------------------------------------- data and levels
@@ -40,7 +40,7 @@ def fresh_batch(B: int, N: int, generator, ablate: bool = False):
 def fresh_batches(B: int, N: int, generators: list):
     """fresh_batch(B, N, g) for every g, stacked: (context (S, B, N), target (S, B)). Each seed's random numbers come
     from its own generator in fresh_batch's order (the chains' gamma draws, then the walk's uniforms), so its stream
-    is its own; the walk runs once over all S B sequences (fastdata._states, bit for bit markov's; on CUDA one
+    is its own; the walk runs once over all S B sequences (fastdata.walk, bit for bit markov's; on CUDA one
     Triton launch), since S separate walks cost more than the step."""
     T, u0, u = [], [], []
     for g in generators:
@@ -50,7 +50,7 @@ def fresh_batches(B: int, N: int, generators: list):
         u.append(later)
     T = torch.cat(T)
     kernel = T.device.type == "cuda" and fastdata.WALK_KERNEL and markov_walk.triton is not None
-    seqs = fastdata._states(T, stationary(T), torch.cat(u0), torch.cat(u, 2), N + 1, kernel)
+    seqs = fastdata.walk(T, stationary(T), torch.cat(u0), torch.cat(u, 2), N + 1, kernel)
     seqs = seqs.view(len(generators), B, N + 1)
     return seqs[..., :N], seqs[..., N]
 
@@ -130,7 +130,7 @@ def sustained_drop(t: list, loss: list, level: float, fraction: float = WINDOW_F
     return math.nan, math.nan
 
 
-def tau_2gen(run: dict) -> dict:
+def tau_2gen_drop(run: dict) -> dict:
     """tau_2Gen of one transformer run (Fig. 6c bottom) read from its trajectory ("t", "loss", "phi", "levels"):
     status "tau" with tau the sustained drop's time (sustained_drop at the halfway level) when max phi up to the
     window's end reached PHI_FORMED; "no head" when the loss dropped for good without it; "censored" when no drop
@@ -276,7 +276,7 @@ def train_seeds(N: int, seeds: list, iters: int, eval_batch: int = 1024, device=
     return list(runs)
 
 
-def compact(run: dict) -> dict:
+def rounded_run(run: dict) -> dict:
     """The run's record as stored in the JSON: the trajectory rounded (loss to 1e-5 nats, phi to 1e-4), enough to
     re-read the criterion, whose level gaps are 0.03 nats and more."""
     return {**run, "loss": [round(y, 5) for y in run["loss"]], "phi": [round(p, 4) for p in run["phi"]]}

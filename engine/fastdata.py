@@ -27,7 +27,7 @@ import bayes
 from kernels import markov_walk
 from markov import TaskSet, check_int, check_seqs, inverse_cdf, stationary, uniforms
 
-# On CUDA, batches walk the chains in kernels/markov_walk.py rather than _states' scan; MARKOV_ICL_WALK=0 in the
+# On CUDA, batches walk the chains in kernels/markov_walk.py rather than walk' scan; MARKOV_ICL_WALK=0 in the
 # environment keeps the scan (bench/gpu_campaign.sh sets it where the kernel's tests fail on the card)
 WALK_KERNEL = os.environ.get("MARKOV_ICL_WALK", "1") != "0"
 ANCHOR_EVERY = 8  # positions between the exact log-likelihood anchors of the memorizing predictors
@@ -35,7 +35,7 @@ ANCHOR_EVERY = 8  # positions between the exact log-likelihood anchors of the me
 # ----------------------------------------------------------------------------- sampler
 
 
-def _states(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int,
+def walk(Tb: torch.Tensor, p: torch.Tensor, u0: torch.Tensor, u: torch.Tensor | None, length: int,
             kernel: bool = False) -> torch.Tensor:
     """markov._sample_from's sequences (n, length) from the chains Tb (n, C, C), p (n, C) and the uniforms
     u0 (n, 1), u (block, nb, n) of markov.uniforms, all positions at once.
@@ -112,7 +112,7 @@ def batches(sources: list, n: int, length: int, generators: list, kernel: bool |
     device = sources[0].T.device
     if kernel is None:
         kernel = WALK_KERNEL and device.type == "cuda" and markov_walk.triton is not None and sources[0].C <= 16
-    seqs = _states(torch.cat(T), torch.cat(p), torch.cat(u0), u, length, kernel)
+    seqs = walk(torch.cat(T), torch.cat(p), torch.cat(u0), u, length, kernel)
     return seqs.view(len(sources), n, length), torch.stack(chain_idx)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from analysis.sa_model import C, SATransformer, experts, layer1
 from markov import sample_chains, stationary
-from sa_model import C, SATransformer, experts, layer1
 
 
 def F_d(d_max: int, n_chains: int, alpha: float = 1.0, seed: int = 0) -> list[float]:

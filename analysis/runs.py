@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import train
 from markov import FreshChains, TaskSet, task_source
-from rundir import load_data
+from plumbing.rundir import load_data
 from transformer import Transformer
 
 

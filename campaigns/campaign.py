@@ -7,12 +7,12 @@ trains, evaluates and analyses within one call, and appends what the analysis ne
 configs, readouts and losses, circuit edges, task-vector results; never checkpoints. The figures are drawn from
 the ledger, so they can be redrawn on any machine.
 
-    python campaign.py status k1_paper                  # what is done, what remains
-    python campaign.py run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
-    python campaign.py call k1_paper tau_paper reweight_paper --budget-min 8 --out OUT   # one process, full ensembles
-    python campaign.py report k1_paper                   # figures/k1_paper.png and .json from the ledger
+    python -m campaigns status k1_paper                  # what is done, what remains
+    python -m campaigns run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
+    python -m campaigns call k1_paper tau_paper reweight_paper --budget-min 8 --out OUT   # one process, full ensembles
+    python -m campaigns report k1_paper                   # figures/k1_paper.png and .json from the ledger
 
-What each campaign trains and keeps, and what a piece costs, is campaign_specs.py's; this file runs them. The sizes
+What each campaign trains and keeps, and what a piece costs, is campaigns/specs.py's; this file runs them. The sizes
 of the pieces come from the seconds the committed ledgers measured (SPECS says how); on a card that has
 measured pieces of the campaign, the spec's predictions are calibrated by them (calibration: a fixed cost per
 ensemble and a factor on the spec's seconds, fit by least squares, plus the fit's largest overrun).
@@ -30,7 +30,7 @@ k1_paper        Figs. 7a, A9, 7c: K1* per seed by binary search over integer K (
 grids           fixed lists of (condition, K, seed) runs with given train settings; a piece is as many runs as fit
                 the budget, in the spec's order, trained together (ensembles on CUDA, one-thread processes on a
                 CPU); the ledger keeps per run its config, dense readouts and full evaluations. Each has its report
-                (campaign_reports.py):
+                (campaigns/reports.py):
   reweight_paper  Fig. 7c at the paper's w = 1/10: K = 94, 128, 192 x 2 seeds, 10^5 steps (x 1/w) against the
                   control's 10^4; per condition Fig. 7a / A9 (max phi_beta(2), L_gen) and each seed's K1* bracket.
   tau_paper       Fig. 7b: tau_2gen at K = 94 over 64 seeds, 10^4 steps, 'never' counted.
@@ -47,20 +47,18 @@ import tarfile
 import time
 from typing import NamedTuple
 
-import campaign_reports as reports
-import cli
-import grids
-import probes
-import runs
 import task_vectors
-import thresholds
 import trace
 import train
-from campaign_specs import (DENSE_KEYS, LEDGERS, METRIC_KEYS, SPECS, calibration, card, compact,
-                            config_record, grid_config, grid_cost, grid_ensembles, grid_keys, grid_pending, grid_records,
-                            k1_configs, k1_ensembles, k1_pending, k1_piece_cost, k1_state, ledger_path, load_ledger,
-                            nominal_rate, piece_rate, save_ledger, stamp)
+from analysis import runs, thresholds
+from campaigns import reports
+from campaigns.specs import (DENSE_KEYS, LEDGERS, METRIC_KEYS, SPECS, calibration, card, compact, config_record,
+                             grid_config, grid_cost, grid_ensembles, grid_keys, grid_pending, grid_records, k1_configs,
+                             k1_ensembles, k1_pending, k1_piece_cost, k1_state, ledger_path, load_ledger, nominal_rate,
+                             piece_rate, save_ledger, stamp)
 from markov import check_int
+from plumbing import cli
+from runners import grids, probes
 
 # ----------------------------------------------------------------------------- training a campaign's pieces
 
@@ -255,7 +253,7 @@ def pack(out: str, names: list[str], ledgers_dir: str, figures: str):
 def check_fillable(names: list[str]):
     for name in names:
         if SPECS[name]["kind"] not in ("k1", "grid"):
-            raise ValueError(f"{name} is a {SPECS[name]['kind']} campaign: `campaign.py run {name}` trains it")
+            raise ValueError(f"{name} is a {SPECS[name]['kind']} campaign: `python -m campaigns run {name}` trains it")
 
 
 def call(names: list[str], budget_min: float, device: str, root: str, jobs: int = 1, slots: int = 64,
@@ -437,6 +435,3 @@ def main():
         result = report(args.campaign, args.figures, args.ledgers)
         print(f"wrote {args.figures}/{args.campaign}.png and .json" if result else "the ledger has no piece yet")
 
-
-if __name__ == "__main__":
-    cli.run(main)

@@ -1,6 +1,6 @@
 """The figures and numbers of campaign.py's campaigns, from their ledgers alone (no run directory, no GPU):
 one function per kind of report, each returning what figures/<campaign>.json holds and drawing its figures with
-the drawing code of the experiment's own module (k1.py, grids.py, trace.py, task_vectors.py, train.py).
+the drawing code of the experiment's own module (k1.py, sweep.py, trace.py, task_vectors.py, train.py).
 """
 import json
 import os
@@ -9,12 +9,12 @@ import statistics
 import matplotlib.pyplot as plt
 import numpy as np
 
-import grids
 import k1
+import sweep
 import task_vectors
-import thresholds
 import trace
 import train
+from analysis import thresholds
 
 VOLATILE = ("card", "date", "seconds", "model_steps", "predicted")  # a piece's fields that differ between two identical runs
 
@@ -234,13 +234,13 @@ def tau(spec: dict, records: list[dict], pieces: list[dict], figures: str, name:
 
 
 def sweep(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
-    """Figs. 2b, 2c: grids.sweep_summary and draw_sweep on the ledger's full evaluations (the seeds trained so far
+    """Figs. 2b, 2c: sweep.sweep_summary and draw_sweep on the ledger's full evaluations (the seeds trained so far
     averaged at each K)."""
     by_K = {}
     for m in sorted(records, key=lambda m: (m["K"], m["seed"])):
         by_K.setdefault(m["K"], []).append((m["config"], m["full"]))
-    summary = grids.sweep_summary(by_K)
-    grids.draw_sweep(summary, os.path.join(figures, f"{name}.png"))
+    summary = sweep.sweep_summary(by_K)
+    sweep.draw_sweep(summary, os.path.join(figures, f"{name}.png"))
     return {"preset": spec["preset"], "iters": spec["train"]["iters"], **summary,
             "seeds": {K: [cfg["seed"] for cfg, _ in members] for K, members in by_K.items()},
             "pieces": stamps(pieces, "members")}

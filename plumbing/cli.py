@@ -12,6 +12,8 @@ the same way, defined once here so that a name means one thing everywhere:
   --out DIR               one run directory (train.py); --root DIR a directory of runs (k1.py, k2.py)
 """
 import argparse
+import ast
+import inspect
 import json
 import math
 import os
@@ -20,6 +22,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import fields
 
 import torch
 
@@ -148,6 +151,39 @@ def add_seeds(parser: argparse.ArgumentParser, default: str | None, what: str, f
     """A list of seed values in parse_list's syntax (parsed by the script, with parse_list)."""
     parser.add_argument(flag, *aliases, default=default, help=f"{what}: seed values, e.g. 0-15 or 0-3,7"
                         + ("" if default is None or "default" in what else f" (default: {default})"))
+
+
+def field_comments(cls) -> dict[str, str]:
+    """The comment after each field of the dataclass `cls` in its source: a field's help is written once, there."""
+    lines = inspect.getsource(cls).splitlines()
+    out = {}
+    for node in ast.parse("\n".join(lines)).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            tail = lines[node.end_lineno - 1][node.end_col_offset:]
+            if "#" in tail:
+                out[node.target.id] = tail.split("#", 1)[1].strip()
+    return out
+
+
+def add_fields(parser: argparse.ArgumentParser, cls, presets: dict[str, dict], skip: tuple[str, ...] = ()):
+    """A flag for every field of the dataclass `cls` but `skip` (--mlp-width for mlp_width; a bool field a switch),
+    default None so that what was given can be told from what was not; its help the field's comment, then its
+    default, or each preset's value where the presets set it."""
+    comments = field_comments(cls)
+    for f in fields(cls):
+        if f.name in skip:
+            continue
+        if all(f.name in values for values in presets.values()):
+            default = ", ".join(f"{name} {values[f.name]}" for name, values in presets.items())
+        else:
+            default = f"default {f.default}"
+        text = comments.get(f.name, "")
+        text = text if "default" in text or f.type is bool else f"{text} ({default})"
+        flag = f"--{f.name.replace('_', '-')}"
+        if f.type is bool:
+            parser.add_argument(flag, action="store_true", default=None, dest=f.name, help=text)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=None, dest=f.name, help=text)
 
 
 def add_figures(parser: argparse.ArgumentParser):

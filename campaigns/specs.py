@@ -10,9 +10,9 @@ from typing import NamedTuple
 import torch
 
 import k1
-import probes
-import thresholds
 import train
+from analysis import thresholds
+from runners import probes
 
 LEDGERS = "ledgers"
 

@@ -30,12 +30,12 @@ from types import SimpleNamespace
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-import fastdata
-import fastpath
-from evaluation import lm_loss, readouts
+from engine import fastdata, fastpath
+from evaluation import dense_readouts, lm_loss
 from markov import TaskSet
-from rundir import with_capturable
+from plumbing.rundir import with_capturable
 from transformer import Transformer
+
 
 def mixed_precision(enabled: bool, device: torch.device):
     """The forward of a training step under torch.autocast(bfloat16) when enabled (--bf16), as train.py's step
@@ -97,8 +97,8 @@ class Single:
         return self.module
 
     @torch.no_grad()
-    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {k: v[None] for k, v in readouts(self.module, train_seqs[0], gen_seqs[0], train_task[0]).items()}
+    def dense_readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v[None] for k, v in dense_readouts(self.module, train_seqs[0], gen_seqs[0], train_task[0]).items()}
 
     def member_state(self, e: int) -> dict:
         return {"model": self.module.state_dict(), "optimizer": self.opt.state_dict()}
@@ -165,14 +165,14 @@ class Ensemble:
         return scratch
 
     @torch.no_grad()
-    def readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
-        """readouts() of all members in one batched call: (E, n, N + 1) each, chains (E, n) -> dict of (E,)."""
+    def dense_readouts(self, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, train_task: torch.Tensor) -> dict[str, torch.Tensor]:
+        """dense_readouts() of all members in one batched call: (E, n, N + 1) each, chains (E, n) -> dict of (E,)."""
         params = self.params
         if self.padding is not None:  # a member's padding rows as the mean of its K rows (its zero rows add nothing)
             table = params[TASKS]
             K = (1 - self.padding).sum(1, keepdim=True)  # (E, 1, 1)
             params = {**params, TASKS: table + self.padding * (table.sum(1, keepdim=True) / K)}
-        return vmap(lambda p, b, tr, ge, t: readouts(self._member(p, b), tr, ge, t))(
+        return vmap(lambda p, b, tr, ge, t: dense_readouts(self._member(p, b), tr, ge, t))(
             params, self.buffers, train_seqs, gen_seqs, train_task)
 
     def member_state(self, e: int) -> dict:

@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-import cli
 from markov import check_int
+from plumbing import cli
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 

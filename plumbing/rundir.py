@@ -1,12 +1,12 @@
 """Run directories, checkpoints and progress lines: the bookkeeping of a run (train.py) and of an ensemble
 (grids.py) that is not the science. Imports no script of this repository.
 
-    check_run_dir, open_run_dir    a run directory is written only on purpose (--resume, --overwrite) and by one
+    check_run_dir, RunDir          a run directory is written only on purpose (--resume, --overwrite) and by one
                                    process at a time (OUT/.lock)
     load_data, load_checkpoint     a checkpoint is loaded as data only (weights_only) and must belong to the run
                                    that resumes it; with_capturable gives its AdamW state this run's kind of step
     save_atomic, append_row, read_rows, rewrite_rows    files written so that a kill never leaves half of one
-    check_finite, interrupted      a diverged run stops before it records NaN; Ctrl-C's one line
+    check_finite, interrupted      a diverged run stops before it records NaN; Ctrl-C's one line, read from the disk
     Progress                       the progress lines of a run or an ensemble, with an honest ETA
 """
 import fcntl
@@ -111,23 +111,45 @@ def load_checkpoint(path: str, cfgs: list) -> list[dict]:
     return members
 
 
-def open_runs(cfgs: list, ckpt_path: str, resume: bool, overwrite: bool) -> tuple[list[dict] | None, list]:
-    """The start of a run or ensemble: (the checkpoint's member entries with resume, else None; the held
-    locks of the run directories). Every check comes before anything is written."""
-    for cfg in cfgs:  # before reading the checkpoint: --resume --overwrite is one error, not two
-        check_run_dir(cfg.out, resume, overwrite, ckpt_path)
-    members = load_checkpoint(ckpt_path, cfgs) if resume else None
-    return members, [open_run_dir(cfg.out, resume, overwrite, ckpt_path) for cfg in cfgs]
+class RunDir:
+    """The run directories of a run or an ensemble, held for the training (`with RunDir(...) as run:`): every check
+    before anything is written, then each directory locked (OUT/.lock) until the end. members: the checkpoint's
+    entries with resume, else None. An interrupt before the training loop (the set-up: the held-out data, the
+    predictors, compilation) says what is on disk and what the same command will do, and leaves no directory that
+    holds nothing but its lock."""
 
+    def __init__(self, cfgs: list, ckpt_path: str, resume: bool, overwrite: bool):
+        for cfg in cfgs:  # before reading the checkpoint: --resume --overwrite is one error, not two
+            check_run_dir(cfg.out, resume, overwrite, ckpt_path)
+        self.cfgs, self.ckpt_path = cfgs, ckpt_path
+        self.members = load_checkpoint(ckpt_path, cfgs) if resume else None
+        self.new = [cfg.out for cfg in cfgs if not os.path.exists(cfg.out)]
+        self.locks = [open_run_dir(cfg.out, resume, overwrite, ckpt_path) for cfg in cfgs]
 
-def complete(cfgs: list, members: list[dict] | None, ckpt_path: str, quiet: bool) -> bool:
-    """Whether a resumed checkpoint is already at the last step (then say so: nothing is redone or rewritten)."""
-    if members is None or members[0]["step"] < cfgs[0].iters:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        for lock in self.locks:  # now: the frame may outlive the call, and a caller may train here next
+            lock.close()
+        if kind is KeyboardInterrupt:
+            for out in self.new:
+                if os.listdir(out) == [".lock"]:
+                    os.remove(os.path.join(out, ".lock"))
+                    os.rmdir(out)
+            if not str(error):  # not yet the loop's own message
+                raise interrupted(None, self.ckpt_path) from None
         return False
-    if not quiet:
-        where = cfgs[0].out if len(cfgs) == 1 else os.path.dirname(cfgs[0].out) + "/K*_s*"
-        print(f"{where} is already complete ({cfgs[0].iters} steps, {ckpt_path}); nothing to do", flush=True)
-    return True
+
+    def complete(self, quiet: bool) -> bool:
+        """Whether a resumed checkpoint is already at the last step (then say so: nothing is redone or rewritten)."""
+        c0 = self.cfgs[0]
+        if self.members is None or self.members[0]["step"] < c0.iters:
+            return False
+        if not quiet:
+            where = c0.out if len(self.cfgs) == 1 else os.path.dirname(c0.out) + "/K*_s*"
+            print(f"{where} is already complete ({c0.iters} steps, {self.ckpt_path}); nothing to do", flush=True)
+        return True
 
 
 def save_atomic(obj, path: str):
@@ -169,12 +191,19 @@ def check_finite(cfg, step: int, ckpt_path: str, loss: float | None = None, weig
                          f"(if any) keeps the last good state; a lower --lr with --overwrite starts afresh")
 
 
-def interrupted(step: int, saved: int | None, ckpt_path: str) -> KeyboardInterrupt:
-    """Ctrl-C's one line (cli.run prints it, exit 130): checkpoints are written atomically, so the last one stands."""
-    if saved is None:
-        return KeyboardInterrupt(f"interrupted at step {step}, before the first checkpoint: nothing to resume; the same "
+def interrupted(step: int | None, ckpt_path: str) -> KeyboardInterrupt:
+    """Ctrl-C's one line (cli.run prints it, exit 130), read from the disk: checkpoints are written atomically, so
+    the one at ckpt_path, if any, stands and --resume continues from it; without one the same command starts
+    afresh. step: where the training loop was (None: in the set-up, before it)."""
+    where = "during the set-up" if step is None else f"at step {step}"
+    if not os.path.exists(ckpt_path):
+        return KeyboardInterrupt(f"interrupted {where}, before the first checkpoint: nothing to resume; the same "
                                  "command starts afresh")
-    return KeyboardInterrupt(f"interrupted at step {step}; --resume continues from step {saved} ({ckpt_path})")
+    try:
+        saved = f"step {load_data(ckpt_path, 'cpu')['step']}"
+    except (ValueError, KeyError, TypeError):
+        saved = "its checkpoint"
+    return KeyboardInterrupt(f"interrupted {where}; --resume continues from {saved} ({ckpt_path})")
 
 
 def with_capturable(optimizer_state: dict, capturable: bool) -> dict:

@@ -1,0 +1,5 @@
+"""python -m campaigns: the paper-scale campaigns' command line (campaign.py's main)."""
+from campaigns.campaign import main
+from plumbing import cli
+
+cli.run(main)
