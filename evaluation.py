@@ -10,9 +10,9 @@
     held_out_sets                   all of a run's held-out sets, as train.py builds them
 
 `cfg` is a train.Config (N, task_seed, eval_train, eval_gen, eval_dense, per_chain, per_chain_tasks, C). Every
-set is drawn from its own seeded generator (held_out_generator), so the data of one evaluation never depends on another's
-flags. Evaluations are means over sequences, taken over chunks of them (chunks) so that the attention matrices stay
-small; a chunk's mean weighted by its share of the sequences makes the whole mean exact.
+set is drawn from its own seeded generator (held_out_generator), so the data of one evaluation never depends on
+another's flags. Evaluations are means over sequences, taken over chunks of them (chunks) so that the attention
+matrices stay small; a chunk's mean weighted by its share of the sequences makes the whole mean exact.
 """
 import math
 
@@ -186,7 +186,8 @@ def per_chain_scores(model: Transformer, data: dict, chunk: int = 256) -> torch.
     seqs, losses = data["seqs"], []
     for part, _ in chunks(seqs.shape[0], chunk):
         s = seqs[part]
-        logq = F.log_softmax(model(s[:, :-1], task=data["chain"][part] if data["chain"] is not None else None).float(), -1)
+        task = data["chain"][part] if data["chain"] is not None else None
+        logq = F.log_softmax(model(s[:, :-1], task=task).float(), -1)
         losses.append(nll(logq, s).mean(1))
     return (torch.cat(losses) - data["loss_2gen"]).view(data["chains"], -1).mean(1)
 

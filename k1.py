@@ -3,7 +3,7 @@ competition", Fig. 7a-c; Appendix "Memorization to Generalization Transition", "
 "Gradient Reweighting", Fig. A9).
 
 K1* separates the runs that leave the 1-Gen plateau for 1-Mem (K < K1*) from those that form the
-statistical induction head and enter 2-Gen (K > K1*). The paper's rule (thresholds.py): a run is in 2-Gen when
+statistical induction head and enter 2-Gen (K > K1*). The paper's rule (analysis/thresholds.py): a run is in 2-Gen when
 the induction-head order parameter phi_beta(2) exceeds phi_beta* = 0.45, and
 
     K > K1*  iff  max_{t <= T} phi_beta(2)(t) > phi_beta*        (T = 10^4 steps in the paper)

@@ -1,13 +1,13 @@
 """K2*: transient 2-Gen and partial memorization (Appendix "Transience and Partial Memorization", Figs. 8a-b,
 A10). Above K1* a run enters 2-Gen and leaves it for memorization after Delta tau_K steps, which diverges at K2*
 (fitted as a (K2* - K)^-gamma, and in the paper's form with a linear offset b + c K); the fraction of memorized
-chains has an asymptote that falls with K. The rules are thresholds.py's.
+chains has an asymptote that falls with K. The rules are analysis/thresholds.py's.
 
     python k2.py sweep                     # quick preset on the CPU: figures/k2.png and .json
     python k2.py sweep --print-commands    # the paper preset's runs, one command line each
     python k2.py dtau runs/k2_paper        # Delta tau of any K*_s* runs (a grid trained elsewhere)
 
-The estimators (the divergence and sigmoid fits, epsilon) are in estimators.py.
+The estimators (the divergence and sigmoid fits, epsilon) are in analysis/estimators.py.
 """
 import dataclasses
 import json

@@ -118,7 +118,7 @@ def uniforms(n: int, length: int, generator, dtype, device) -> tuple[torch.Tenso
     u (block, nb, n) for positions 1..length-1 (None when length = 1).
 
     Position t = k * block + j + 1 takes u[j, k], block ~ sqrt(length - 1): the layout in which the engine's
-    sqrt(L)-depth scan (fastdata.py) consumes them, so both samplers draw the same sequences from a seed."""
+    sqrt(L)-depth scan (engine/fastdata.py) consumes them, so both samplers draw the same sequences from a seed."""
     u0 = torch.rand(n, 1, generator=generator, device=device, dtype=dtype)
     if length == 1:
         return u0, None

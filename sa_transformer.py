@@ -3,12 +3,12 @@ transition from G1 to G2"; Appendix "Minimal Network for Generalization in the L
 "Dynamics of the SA-transformer", "Testing predictions"; Figs. 5b-c, 6, A4 (parameters over
 training), A7 (near-origin landscapes with the (beta, delta) trajectories) and the w_A..w_D figure).
 
-The model is in sa_model.py, the theory (F_d, F_1, I, early rates, landscape) in sa_theory.py, the
-fits and figures in sa_analysis.py. Here:
+The model is in analysis/sa_model.py, the theory (F_d, F_1, I, early rates, landscape) in analysis/sa_theory.py, the
+fits and figures in analysis/sa_analysis.py. Here:
 SGD on fresh chains (K = infinity) at the last position, tau_2Gen as the halfway crossing of the
 loss between the 1-Gen plateau and 2-Gen, the control and bias-ablation series of tau_2Gen(N) fitted
 against N / log N, and the runs of the non-autoregressive transformer without MLP1 (Fig. 6c bottom; its data,
-training and criterion in sa_transformer_tau.py).
+training and criterion in analysis/transformer_tau.py).
 
     python sa_transformer.py                 # quick preset (CPU: ~10 min on 2 cores; --transformer: ~2.5 h more, in a
                                              # --figures DIR of its own: the committed record's runs are the paper's)

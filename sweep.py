@@ -2,7 +2,7 @@
 against step and K (Sec. "Identifying in-context memorization and generalization regimes"); and any (K, seed) grid
 of train.py runs, one run directory per model.
 
-    python sweep.py                                      # the preset's K grid (quick: K = 4..1024), then figures/fig2bc.png
+    python sweep.py                                           # the preset's K grid, then figures/fig2bc.png
     python sweep.py --K 64,80,94 --seeds 0-3 --out runs/k1    # a grid (no figure unless --plot)
     python sweep.py --K 64,80 --seeds 0-15 --print-commands   # one train.py command line per model, for a scheduler
     python sweep.py --K 64,80 --seeds 0-1 --ensemble          # on a CPU, one process training an ensemble
@@ -77,8 +77,9 @@ def sweep_summary(by_K: dict) -> dict:
     steps = [r["step"] for r in by_K[Ks[0]][0][1]]
     summary = {"K": Ks, "step": steps}
     for key, _ in SWEEP_KEYS:
-        summary[key] = [[float(np.mean([rows[i][key] / (cfg["N"] if key.startswith("n_A") else 1) for cfg, rows in by_K[K]]))
-                         for i in range(len(steps))] for K in Ks]
+        scale = [[cfg["N"] if key.startswith("n_A") else 1 for cfg, _ in by_K[K]] for K in Ks]
+        summary[key] = [[float(np.mean([rows[i][key] / n for (_, rows), n in zip(by_K[K], scale[k])]))
+                         for i in range(len(steps))] for k, K in enumerate(Ks)]
     return summary
 
 

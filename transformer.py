@@ -22,7 +22,7 @@ Options used by later experiments (all off by default):
                     A_{i,i-1} = w A' + (1 - w) detach(A'), forward unchanged
 
 This file is plain PyTorch and imports only torch. On CUDA, train.py (unless --plain) and the ensembles run the
-same model with Triton kernels swapped in from outside (fastpath.py), tested equal to this one to the kernels'
+same model with Triton kernels swapped in from outside (engine/fastpath.py), tested equal to this one to the kernels'
 precision (the attention kernel's fp32 dots run in TF32); the kernels' tests compare against `attention_scores`
 and `attend` here.
 """

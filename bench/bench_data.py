@@ -1,5 +1,5 @@
 """Benchmark (not a test): the plain sampler and memorizing predictors of the reader's path (markov.py, bayes.py)
-against the engine's fast ones (fastdata.py), which compute the same numbers, timed in the same run, interleaved:
+against the engine's fast ones (engine/fastdata.py), which compute the same numbers, timed in the same run, interleaved:
 
   sampler         markov's loop over positions (TaskSet.batch) vs fastdata's sqrt(L)-depth scan (batches);
                   and for an ensemble, one TaskSet.batch per member vs one fastdata.batches call for all

@@ -1,7 +1,7 @@
 """Benchmark (not a test, CUDA only): the MLP kernel (kernels/mlp.py) against torch's two matmuls and GELU
 (what the model ran before it), forward + backward of the paper's MLP block (D = 64, F = 4D, B N = 32768 rows
 per model), for one model and for an ensemble's stacked members (torch: the same call under torch.func.vmap,
-as ensemble.py runs it), in bf16 and in fp32 with TF32 matmuls. GPU time: each call captured in a CUDA graph
+as engine/ensemble.py runs it), in bf16 and in fp32 with TF32 matmuls. GPU time: each call captured in a CUDA graph
 and replayed (bench_attention.gpu_ms).
 
     python bench/bench_mlp.py                  # E = 1 and 64, bf16 and TF32

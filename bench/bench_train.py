@@ -1,5 +1,5 @@
 """Benchmark (not a test): training throughput of train.py's loop body (sample each model's batch, one
-AdamW step) in model-steps/s, for a single run and for ensembles (ensemble.py), each against the single
+AdamW step) in model-steps/s, for a single run and for ensembles (engine/ensemble.py), each against the single
 eager run timed in the same process. Also GFLOP/s against this machine's matmul rate.
 
     python bench/bench_train.py                       # CUDA: single eager / graphed, ensembles of 8, 32, 64 graphed

@@ -9,7 +9,7 @@
 #      filled across the campaigns (the searches' next probes, the grids' runs that train the same way, then wider
 #      rounds of the searches), while the next piece fits the time left before TOTAL seconds from the start (default
 #      540) less REPORTS seconds (default 30) for the reports, each piece's time predicted from the pieces the
-#      ledgers measured on this card (campaign_specs.piece_rate)
+#      ledgers measured on this card (specs.piece_rate)
 #   3. after every piece, the ledgers (and at the end the reports' figures) packed into $OUT/campaign.tar.gz, so a
 #      call cut short returns every piece it finished; the log is $OUT/campaign.log
 # A circuits campaign is a piece of its own: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs it with `run`.

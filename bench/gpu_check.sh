@@ -2,7 +2,7 @@
 # The checks that need a CUDA GPU, as one script for a short lease (about 8 min on an H100 before the e2e stage and
 # bench_train's 5 runs per case were added; MLP=0 ATTENTION=0 GRID=0 keeps the tests, e2e and bench_train):
 #   1. the kernel, layer norm, MLP, embedding, Markov walk, model, fast path, ensemble and sampler tests, compiled on the GPU (with the card's name),
-#      and the transformer's batched seeds (sa_transformer_tau.train_seeds) on the card against the CPU
+#      and the transformer's batched seeds (transformer_tau.train_seeds) on the card against the CPU
 #   2. bench_mlp.py: the MLP kernel against torch's matmuls and GELU; MLP_SWEEP=1 (default) times its tile sets
 #      first and writes kernels/mlp_tiles.json, which the kernel reads (MLP=0 skips the stage); PREVIOUS_MLP=<file>
 #      times an earlier kernels/mlp.py beside it, with the same tiles

@@ -1,4 +1,4 @@
-"""python -m campaigns: the paper-scale campaigns' command line (campaign.py's main)."""
+"""python -m campaigns: the paper-scale campaigns' command line (campaigns/campaign.py's main)."""
 from campaigns.campaign import main
 from plumbing import cli
 

@@ -1,4 +1,4 @@
-"""The figures and numbers of campaign.py's campaigns, from their ledgers alone (no run directory, no GPU):
+"""The figures and numbers of campaigns/campaign.py's campaigns, from their ledgers alone (no run directory, no GPU):
 one function per kind of report, each returning what figures/<campaign>.json holds and drawing its figures with
 the drawing code of the experiment's own module (k1.py, sweep.py, trace.py, task_vectors.py, train.py).
 """

@@ -1,4 +1,4 @@
-"""What each paper-scale campaign trains and keeps (campaign.py runs them): the specs and the rates they were
+"""What each paper-scale campaign trains and keeps (campaigns/campaign.py runs them): the specs and the rates they were
 sized by, the ledgers (ledgers/<campaign>.json: what a piece trained, never checkpoints), the runs of each kind of
 campaign (K1* searches' probes, fixed grids) and what a piece of them is predicted to cost on a card.
 """

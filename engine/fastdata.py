@@ -12,7 +12,7 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
                                               from anchored log-likelihood sums instead of
                                               bayes.py's cumulative sum over every chain and position
 
-The ensembles (grids.py) and train.py's speed block sample through `batches` (E separate batch() calls cost more
+The ensembles (runners/grids.py) and train.py's speed block sample through `batches` (E separate batch() calls cost more
 than the step itself); on CUDA its walk along the chains is one Triton launch (kernels/markov_walk.py, the same
 numbers; WALK_KERNEL = False keeps the scan). Both pass `predict` to evaluation.make_eval_data (the paper
 preset's L_train levels: 8192 sequences of 257 states against K = 1024 chains and more).

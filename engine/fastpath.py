@@ -2,7 +2,7 @@
 
     fastpath.accelerate(model)    # in place: same parameters, state_dict and optimizer; the kernels' forward
 
-train.py calls it in its CUDA block, and ensemble.py's trainers for models on CUDA. tests/test_fastpath.py pins the
+train.py calls it in its CUDA block, and engine/ensemble.py's trainers on CUDA. tests/test_fastpath.py pins the
 accelerated model to the plain one, in values and gradients, also under an ensemble's vmap.
 
 accelerate re-classes the model and its blocks to the subclasses below. They add no parameters or buffers, so

@@ -15,7 +15,7 @@ Top to bottom, in the order of the Triton fused-attention tutorial:
   the inputs' checks and the rotary tables -> forward kernels (the rotary pre-pass, the online softmax) ->
   backward kernels (dq with delta and the bias gradient, then dk/dv) -> launchers -> torch.autograd.Function
   and its vmap rule -> the public `attention`, `attention_packed` and `attention_forward` (out and the rows'
-  log-sum-exp, from which fastpath.py reads the attention weights).
+  log-sum-exp, from which engine/fastpath.py reads the attention weights).
 
 The kernels take q, k, v with any batch and head strides and contiguous rows (the row stride a compile-time
 constant), so `attention_packed` reads them in place from one projection's output (3, B, H, N, d), rows 3 H d
@@ -434,7 +434,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, qkv, k, v, bias, rotary):
-        """torch.func.vmap over a leading model axis E (an ensemble, ensemble.py): E models of B sequences
+        """torch.func.vmap over a leading model axis E (an ensemble, engine/ensemble.py): E models of B sequences
         are E * B sequences, (E, B, H, N, d) -> (E * B, H, N, d), a view when the member axis leads (as
         the model's projections leave it), and the kernels run unchanged. A bias differs per model, and
         the kernels index it by head, so with a bias the member axis folds into the head axis instead:
@@ -484,7 +484,7 @@ def attention(q, k, v, bias=None, rotary=False):
 
 def attention_packed(qkv, bias=None, rotary=False):
     """attention(*qkv, bias, rotary) for q, k, v packed in one tensor qkv (3, B, H, N, d) of any strides with
-    contiguous rows, as one projection's output leaves them (fastpath.py: LN(x) W_QKV^T, (B, N, 3 D) viewed as
+    contiguous rows, as one projection's output leaves them (engine/fastpath.py: LN(x) W_QKV^T, (B, N, 3 D) viewed as
     (3, B, 1, N, D)): the kernels read the three in place, and the gradient is one tensor of qkv's layout,
     written in place, that the projection's backward takes in one matmul. Out (B, H, N, d) contiguous."""
     if triton is None:

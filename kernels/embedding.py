@@ -4,7 +4,7 @@ atomics.
     forward   x[t] = W_E[s_t]                                    (W_E (C, D), one row per state)
     backward  dW_E[c] = sum over positions t with s_t = c of dx[t]
 
-Why: torch's lookup under torch.func.vmap (an ensemble, ensemble.py) is a gather that reached ~0.4 TB/s on an
+Why: torch's lookup under torch.func.vmap (an ensemble, engine/ensemble.py) is a gather that reached ~0.4 TB/s on an
 H100, and its backward sorts every position by state before summing: together ~7 % of a 64-model training
 step (bench/bench_train.py --profile). Here the forward writes each row once; the backward gives each program
 one slice of the positions and all C classes: it adds a tile of gradient rows into a (C, D) accumulator through
@@ -103,7 +103,7 @@ class _Embedding(torch.autograd.Function):
 def embedding(s: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """W[s]: s integer states of any shape, W (C, D) -> (*s.shape, D); differentiable in W (as torch's
     F.embedding without its options). The states must lie in [0, C): checking them would make the GPU wait.
-    The rows are stored in out_dtype (default W's; fastpath.py looks up an fp32 table's rows in bf16 under
+    The rows are stored in out_dtype (default W's; engine/fastpath.py looks up an fp32 table's rows in bf16 under
     autocast), W's gradient summed in fp32 and returned in W's dtype. Works under torch.func.vmap."""
     if triton is None:
         raise RuntimeError("the embedding kernel needs triton")

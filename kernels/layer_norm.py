@@ -15,7 +15,7 @@ All arithmetic is in fp32; dx takes the input's dtype (fp32, bf16 or fp16), and 
 asks for another: under autocast (train.py --bf16) an fp32 residual stream gives bf16 rows straight to the
 next matmuls, which would otherwise each cast them (and each cast their gradients back). In bf16 the
 backward reads y as stored, rounded to bf16, where torch recomputes it from x: dx differs from torch's by ~1e-2.
-Works under torch.func.vmap (ensemble.py): the rows of all members are just more rows.
+Works under torch.func.vmap (engine/ensemble.py): the rows of all members are just more rows.
 
 add_layer_norm(x, r) = (s, LN(s)) with s = x + r: the model's residual add and the next block's norm in one
 pass (the residual stream, fp32 and D wide, is the largest tensor a training step moves). Its backward takes

@@ -21,7 +21,7 @@ in the inputs' dtype (bf16 under autocast; fp32 inputs as TF32, which is why the
 fp32 only when torch's matmuls are TF32 too), sums in fp32; the hidden activations are rounded to the
 inputs' dtype before W_out, as torch's bf16 path rounds them.
 
-A leading axis E of independent weight sets (an ensemble's members, ensemble.py) is a grid axis: the vmap
+A leading axis E of independent weight sets (an ensemble's members, engine/ensemble.py) is a grid axis: the vmap
 rule stacks the members' rows and weights, and every program reads only its member's.
 """
 import json

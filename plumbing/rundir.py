@@ -1,5 +1,5 @@
 """Run directories, checkpoints and progress lines: the bookkeeping of a run (train.py) and of an ensemble
-(grids.py) that is not the science. Imports no script of this repository.
+(runners/grids.py) that is not the science. Imports no script of this repository.
 
     check_run_dir, RunDir          a run directory is written only on purpose (--resume, --overwrite) and by one
                                    process at a time (OUT/.lock)

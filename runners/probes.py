@@ -1,9 +1,9 @@
 """The engine of the threshold experiments: their training runs ("probes") and the order they are trained in.
 
-thresholds.py states the rules (K1* criterion, tau_2gen, Delta tau, ...), k1.py and k2.py read the runs; this file only
+analysis/thresholds.py states the rules (K1* criterion, tau_2gen, Delta tau), k1.py and k2.py read the runs; this file only
 schedules them. A probe is one train.py run of an experiment preset (a dict of train.Config values and the
 experiment's own settings), in root/<condition>/K<K>_s<seed>. On CUDA a round's probes train together as
-ensembles (ensemble.py), one per training schedule; on a CPU as one-thread processes. A finished probe is read
+ensembles (engine/ensemble.py), one per training schedule; on a CPU as one-thread processes. A finished probe is read
 back, never trained again, so a killed search or a rerun redoes nothing that is done.
 
 K1*'s binary searches (estimators.Search), one per (condition, seed), advance in lockstep: each round trains the

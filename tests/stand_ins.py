@@ -72,7 +72,7 @@ def assert_one_line_error(proc, *words):
 
 # ----------------------------------------------------------------------------- CPU-sized campaigns
 
-# campaign.py's kinds (circuits, k1, grid) through the same code path on a CPU in seconds
+# campaigns/campaign.py's kinds (circuits, k1, grid) through the same code path on a CPU in seconds
 TINY_TRAIN = dict(N=16, batch=16, evals=6, eval_train=64, eval_gen=64, D=16)
 TINY_PROBE = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, D=8,
                   lo=2, hi=9, ratio=1.0, weight=0.5)

@@ -114,7 +114,7 @@ def test_gradients_do_not_depend_on_the_order_of_the_programs(monkeypatch):
 
 
 # layouts of a packed qkv (3, B, H, N, d), as the permutation that takes the named buffer there: one projection's
-# output (B, N, 3, H, d) (fastpath.py's, with rows 3 H d apart), a stack (3, B, H, N, d), and (B, H, 3, N, d)
+# output (B, N, 3, H, d) (engine/fastpath.py's, with rows 3 H d apart), a stack (3, B, H, N, d), and (B, H, 3, N, d)
 PACKINGS = {"projection": (2, 0, 3, 1, 4), "stacked": (0, 1, 2, 3, 4), "per head": (2, 0, 1, 3, 4)}
 
 

@@ -1,5 +1,5 @@
 """bayes.py against brute-force loops written from the appendix formulas (float64), and the engine's fast memorizing
-predictors (fastdata.py) against the same loops and against bayes.py."""
+predictors (engine/fastdata.py) against the same loops and against bayes.py."""
 import math
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""campaign.py: a campaign interrupted after every piece ends with the same ledger and figures as one uninterrupted
+"""campaigns: a campaign interrupted after every piece ends with the same ledger and figures as one uninterrupted
 call (K1* searches replayed from the ledger as they ran; fixed grids); ledgers of another spec are refused; the
 circuits campaigns' figures come from their ledgers alone; the grid reports compute what they draw on known ledgers;
 a piece's cost is calibrated on the pieces measured on its card, and the pieces are sized by it."""
@@ -134,7 +134,7 @@ def test_a_circuits_piece_that_does_not_fit_with_its_analysis_is_not_started(tmp
 @pytest.mark.parametrize("flags, word", [(["--max-probes", "0"], "--max-probes"), (["--max-pieces", "-1"], "--max-pieces"),
                                          (["--budget-min", "0"], "--budget-min")])
 def test_bad_run_flags_are_one_line_and_start_nothing(tmp_path, monkeypatch, capsys, flags, word):
-    monkeypatch.setattr(sys, "argv", ["campaign.py", "run", "tau_tiny", "--budget-min", "1", "--device", "cpu",
+    monkeypatch.setattr(sys, "argv", ["python -m campaigns", "run", "tau_tiny", "--budget-min", "1", "--device", "cpu",
                                       "--root", str(tmp_path / "runs"), "--ledgers", str(tmp_path / "ledgers"), *flags])
     with pytest.raises(SystemExit) as stop:
         cli.run(campaign.main)

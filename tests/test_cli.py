@@ -1,6 +1,6 @@
 """The command line as a new user meets it: every bad input is one line on stderr and exit code 2, with
 nothing created; a run directory is never clobbered; a diverging run stops; the shared flags are spelled
-the same in every script (cli.py). Each script's main() runs in this process as its `__main__` does
+the same in every script (plumbing/cli.py). Each script's main() runs in this process as its `__main__` does
 (through cli.run), which is ~5x faster than a subprocess per case; one test runs real processes."""
 import argparse
 import fcntl
@@ -572,7 +572,7 @@ def test_the_sweep_figure_goes_to_figures(tmp_path, run):
 
 @pytest.mark.parametrize("field", ["seed", "task_seed"])
 def test_make_config_rejects_negative_seeds_from_library_callers(field):
-    """thresholds.py and others build configs through make_config without the command line's parse_list."""
+    """analysis/thresholds.py and others build configs through make_config without the command line's parse_list."""
     values = {f.name: None for f in train.fields(train.Config)}
     with pytest.raises(ValueError, match=f"{field} must be an integer >= 0"):
         train.make_config(argparse.Namespace(**{**values, "preset": "quick", field: -1}))

@@ -62,7 +62,7 @@ def test_vmap_equals_a_loop(in_dims):
 
 @pytest.mark.parametrize("vmapped", [False, True])
 def test_rows_in_another_dtype(vmapped):
-    """An fp32 table's rows stored in bf16 (fastpath.py's LN(W_E)[s] under autocast): each row W[s] rounded once
+    """An fp32 table's rows stored in bf16 (engine/fastpath.py's LN(W_E)[s] under autocast): each row W[s] rounded once
     (the interpreter's casts truncate: there to one unit in the last place), and the table's gradient from bf16
     row gradients summed in fp32, returned in fp32 (not rounded to bf16)."""
     s, w = data((3, 70), 10, 64, seed=4, lead=(2,) if vmapped else ())

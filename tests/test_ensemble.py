@@ -1,4 +1,4 @@
-"""Ensembles (ensemble.py, grids.train_ensemble): every member is the single run with its K and seed,
+"""Ensembles (engine/ensemble.py, grids.train_ensemble): every member is the single run with its K and seed,
 a killed ensemble resumes exactly, grids on the command line, the kernel's vmap rule."""
 import os
 
@@ -200,7 +200,7 @@ def test_kernel_vmap_rule(use_bias, dims):
 @pytest.mark.parametrize("use_bias, H, dim, rotary", [(False, 1, 0, True), (True, 1, 0, True), (True, 1, 0, False),
                                                       (True, 2, 3, True), (False, 2, 1, False), (True, 1, None, False)])
 def test_kernel_vmap_rule_packed(monkeypatch, use_bias, H, dim, rotary):
-    """vmap over the packed kernel (fastpath.py's fused projection in an ensemble) = the reference per member,
+    """vmap over the packed kernel (engine/fastpath.py's fused projection in an ensemble) = the reference per member,
     values and gradients, the member axis at `dim` of a projection's output (E, B, N, 3, H, d), or the projection
     shared by all members (None: with a bias per member, an expanded view that must be copied, not folded into
     the heads with stride 0). With one head the members fold into the sequences (no bias) or the heads (bias) as

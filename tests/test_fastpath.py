@@ -1,4 +1,4 @@
-"""fastpath.py: the accelerated model is the plain one of transformer.py, in values and gradients, with every
+"""engine/fastpath.py: the accelerated model is the plain one of transformer.py, in values and gradients, with every
 kernel wired in where its block was, each switch of fastpath.Kernels on its own, and under an ensemble's vmap.
 On the CPU the kernels run in Triton's interpreter (conftest.py), on CUDA compiled."""
 import contextlib

@@ -1,5 +1,5 @@
 """K2*: K = inf training, the per-chain memorization scores, tau_2mem / Delta tau, the divergence and sigmoid
-fits (estimators.py), epsilon, and `k2.py sweep` end to end on a tiny preset."""
+fits (analysis/estimators.py), epsilon, and `k2.py sweep` end to end on a tiny preset."""
 import argparse
 import json
 import math

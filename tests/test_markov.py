@@ -1,5 +1,5 @@
 """markov.py against independent computations: numpy eigenvectors, sequential loops, sample statistics; and the
-engine's fast sampler (fastdata.py) against markov.py's loop, bit for bit."""
+engine's fast sampler (engine/fastdata.py) against markov.py's loop, bit for bit."""
 import numpy as np
 import pytest
 import torch

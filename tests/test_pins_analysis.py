@@ -1,4 +1,4 @@
-"""The fits behind Fig. 6b-c (sa_analysis.py) and Fig. 8f (mem_minimal.py) at the choices a symmetric test
+"""The fits behind Fig. 6b-c (analysis/sa_analysis.py) and Fig. 8f (mem_minimal.py) at the choices a symmetric test
 cannot see: which seeds' statistic (a mean, not a median), which points a window holds (both ends), the spread
 drawn as error bars, and the sign of the K2_hat criterion."""
 import math

@@ -1,4 +1,4 @@
-"""estimators.py pinned where a published number comes out of it (Fig. 7c's K1*, Fig. 8a's intervals, Fig. 8b's
+"""analysis/estimators.py pinned where a published number comes out of it (Fig. 7c's K1*, Fig. 8a's intervals, Fig. 8b's
 zero crossing, Fig. A10's asymptotes): each expected value is worked out by hand or computed independently
 (closed-form least squares, the binomial coverage of a median's order statistics, scipy's own optimizer)."""
 import math

@@ -117,7 +117,7 @@ def test_the_announced_work_is_what_the_sweeps_report(monkeypatch):
 def test_progress_eta_from_the_work_done_at_most_every_30_s(monkeypatch, capsys):
     now = [100.0]
     monkeypatch.setattr(predictor_scaling.time, "time", lambda: now[0])
-    progress = predictor_scaling.Progress({"K": 1.0, "N": 3.0})
+    progress = predictor_scaling.ScalingProgress({"K": 1.0, "N": 3.0})
     for t, part, u in [(110, "K", 0.5), (140, "K", 0.5), (150, "N", 1.0), (200, "N", 1.0)]:
         now[0] = t
         progress.add(part, u)

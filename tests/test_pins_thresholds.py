@@ -1,4 +1,4 @@
-"""thresholds.py's rules and its K2* analysis pinned by hand: tau_2gen, tau_2mem and Delta tau at their edges
+"""analysis/thresholds.py's rules and its K2* analysis pinned by hand: tau_2gen, tau_2mem and Delta tau at their edges
 (the same step, rows out of order), and analyze_k2 on run directories written here (config.json, dense rows,
 per-chain scores) whose every number - Delta tau and its censoring, epsilon, the memorized fractions, their
 asymptotes and Fig. 8b's zero crossing - is worked out in the test."""
@@ -300,7 +300,7 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
     preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
                   lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
     monkeypatch.setitem(k1.PRESETS, "quick", preset)
-    for module in (k1, probes):  # the searches' rounds (probes.py) and Fig. 7b's runs (k1.py)
+    for module in (k1, probes):  # the searches' rounds (runners/probes.py) and Fig. 7b's runs (k1.py)
         monkeypatch.setattr(module, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,

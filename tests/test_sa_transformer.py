@@ -1,4 +1,4 @@
-"""sa_model.py, sa_theory.py, sa_analysis.py, sa_transformer.py: exact limits of the SA-transformer, its
+"""analysis/sa_model.py, sa_theory.py, sa_analysis.py, sa_transformer.py: exact limits of the SA-transformer, its
 factorized attention, the theory, the fits and figures."""
 import itertools
 import json

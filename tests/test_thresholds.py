@@ -1,4 +1,4 @@
-"""thresholds.py and estimators.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
+"""analysis/thresholds.py and estimators.py: the K1* search on synthetic monotone rules, and the rule read from metrics rows."""
 import argparse
 import json
 import os
@@ -127,7 +127,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
     monkeypatch.setitem(k1.PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
-    monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as probes.py reads the probes
+    monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as runners/probes.py reads the probes
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
