@@ -29,6 +29,7 @@ from torch.func import vmap
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_attention import gpu_ms  # noqa: E402
+
 from kernels import mlp as mk  # noqa: E402
 from plumbing import cli  # noqa: E402
 

@@ -233,7 +233,7 @@ def tau(spec: dict, records: list[dict], pieces: list[dict], figures: str, name:
             "pieces": stamps(pieces, "members")}
 
 
-def sweep(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
+def phase_diagram(spec: dict, records: list[dict], pieces: list[dict], figures: str, name: str) -> dict:
     """Figs. 2b, 2c: sweep.sweep_summary and draw_sweep on the ledger's full evaluations (the seeds trained so far
     averaged at each K)."""
     by_K = {}
@@ -246,4 +246,4 @@ def sweep(spec: dict, records: list[dict], pieces: list[dict], figures: str, nam
             "pieces": stamps(pieces, "members")}
 
 
-GRID = {"reweight": reweight, "tau": tau, "sweep": sweep}  # a grid spec's "report"
+GRID = {"reweight": reweight, "tau": tau, "sweep": phase_diagram}  # a grid spec's "report"

@@ -218,7 +218,7 @@ def test_two_gen_converges_to_the_true_chain():
     assert abs(late - asymptotic_loss_2gen(T)) < 0.03 and early > late
 
 
-@pytest.mark.parametrize("mem", ["bayes", "fastdata"])
+@pytest.mark.parametrize("mem", ["bayes", "engine.fastdata"])
 def test_large_K_fits_in_memory(mem):
     """K = 8192, B = 256, L = 257 within 4 GB peak resident memory (measured in a fresh process), for the plain
     and the fast memorizing predictors: without their chunks, one (B, L, K) float32 array is 2.2 GB."""

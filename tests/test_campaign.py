@@ -12,10 +12,11 @@ import pytest
 from matplotlib.figure import Figure
 
 import k1
+import sweep
 import trace
 from campaigns import campaign, specs
 from plumbing import cli
-from runners import grids, probes
+from runners import probes
 from stand_ins import tiny_campaigns  # noqa: F401 (the fixture below)
 
 pytestmark = pytest.mark.usefixtures("tiny_campaigns")  # campaign.SPECS with the CPU-sized campaigns
@@ -52,7 +53,7 @@ def _calls(call) -> int:
 @pytest.fixture
 def rule_on_K(monkeypatch):
     """Searches with a known answer whatever the tiny runs learn: K1* = 4 + seed (several rounds each)."""
-    monkeypatch.setattr(campaign_specs, "probe_generalizes", lambda record: record["K"] > 4 + record["seed"])
+    monkeypatch.setattr(specs, "probe_generalizes", lambda record: record["K"] > 4 + record["seed"])
 
 
 def test_an_interrupted_k1_campaign_equals_an_uninterrupted_one(tmp_path, rule_on_K):
@@ -198,7 +199,7 @@ def _ledger(tmp_path, name: str, members: list[dict]) -> str:
 def drawn(monkeypatch):
     """The drawing functions the reports call, recording their arguments (and still drawing)."""
     calls = {}
-    for module, fn in ((k1, "plot_grid"), (k1, "draw_tau_histogram"), (grids, "draw_sweep")):
+    for module, fn in ((k1, "plot_grid"), (k1, "draw_tau_histogram"), (sweep, "draw_sweep")):
         real = getattr(module, fn)
 
         def spy(*args, _real=real, _fn=fn):
