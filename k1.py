@@ -289,12 +289,16 @@ def grid_brackets(table: dict) -> dict[int, list]:
     return brackets
 
 
-def grid(args):
+def summary(args):
+    """Figs. 7a / A9 of a fixed (K, seed) grid from its bench summary JSON: what it reads and writes first, then
+    each K's max phi_beta(2)."""
     with open(args.json) as f:
         summary = json.load(f)
-    table = grid_table(bench_members(summary))
     cli.writable_dir(args.figures, "--figures")
     name = args.name
+    print(f"{args.json}: a fixed (K, seed) grid on {summary['device']}, Figs. 7a / A9; writing "
+          f"{args.figures}/{name}.png and .json", flush=True)
+    table = grid_table(bench_members(summary))
     title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
     plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
     with open(os.path.join(args.figures, f"{name}.json"), "w") as f:
@@ -380,7 +384,7 @@ def main():
     cli.add_figures(p)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"search": k1, "grid": k1_grid, "summary": grid}[args.command](args)
+    {"search": k1, "grid": k1_grid, "summary": summary}[args.command](args)
 
 
 if __name__ == "__main__":

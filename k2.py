@@ -270,9 +270,10 @@ def plot_k2(result: dict, path: str):
         ax8a.set_xscale("log", base=2)
         ax8a.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the arrows and labels of censored K do not autoscale
         shown = [v for K in Ks for v in dtau[K] if v] + list(lower.values())
+        bars = [min(hi, 10 * med) for med, lo, hi in medians.values() if math.isfinite(med)]  # the bars' tops
         if shown:  # limits set after the log scale, from the values: a linear autoscale's bottom can be <= 0
             ax8a.set_yscale("log")
-            ax8a.set_ylim(0.5 * min(shown), 3 * max(shown))  # room for the arrows; a bar to an unbounded CI is cut
+            ax8a.set_ylim(0.5 * min(shown), 1.5 * max(shown + bars + [2 * max(shown)]))  # every bar and arrow whole
         ax8a.set_xlabel("K")
         ax8a.set_ylabel("Delta tau_K = tau_2mem - tau_2gen (steps)")
         if fit["K2_star"] is not None or off["K2_star"] is not None:
@@ -294,12 +295,12 @@ def plot_k2(result: dict, path: str):
             if zero is not None and zero <= 10 * max(Ks):
                 top = int(np.argmax(means))
                 ax8b.plot([shown[top], zero], [means[top], 0], "--", color=colour, lw=1,
-                          label=f"linear in log K: 0 at K = {zero:.0f}")
+                          label=f"{label or 'fraction'}: 0 at K = {zero:.0f} (line in log K)")
             elif zero is not None:  # a line that barely falls: its zero is no estimate
-                ax8b.plot([], [], " ", label=f"line in log K: 0 only at K = {zero:.0e}")
+                ax8b.plot([], [], " ", label=f"{label or 'fraction'}: 0 only at K = {zero:.0e} (line in log K)")
             failed = max(failed, sum(len(values[K]) - len(fitted[K]) for K in Ks))
-        if ax8b.get_legend_handles_labels()[0]:
-            ax8b.legend(fontsize=8)
+        if ax8b.get_legend_handles_labels()[0]:  # under the panel: the points and bars stay in view
+            ax8b.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
@@ -342,7 +343,7 @@ def plot_k2(result: dict, path: str):
             axeps.set_ylabel("fraction of chains at the end")
             axeps.set_title(f"the null: each model on {result['null']['chains']} fresh chains\n"
                             f"(epsilon from {len(eps['per_model'])} models at K = inf)", fontsize=10)
-            axeps.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 0.06))
+            axeps.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)  # beside: no point hidden
         else:
             axeps.hist(eps["scores"], bins=40, color="tab:blue")
             axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
@@ -465,6 +466,14 @@ def k2(args):
     print(f"wrote {args.figures}/k2.png and k2.json in {result['minutes_this_call']} min")
 
 
+def replot(args):
+    result = cli.read_json(args.json, ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
+                           "replot")
+    path = os.path.splitext(args.json)[0] + ".png"
+    plot_k2(result, path)
+    print(f"wrote {path} from {args.json}")
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -477,9 +486,11 @@ def main():
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
                    "command wrote (its analysis redone from the per-run rows)")
     p.add_argument("--json", default=None, help="also write everything to this JSON file")
+    p = sub.add_parser("replot", help="only redraw a sweep's figure from its JSON (figures/k2*.json), as a PNG beside it")
+    p.add_argument("json", help="a JSON `k2.py sweep` wrote")
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"sweep": k2, "dtau": dtau}[args.command](args)
+    {"sweep": k2, "dtau": dtau, "replot": replot}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -400,8 +400,8 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
                 transform=ax.transAxes, ha="center", va="top", fontsize=8, color="0.3")
     for node, (x, y) in NODE_XY.items():
         on = node in used
-        ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=2, color="k" if on else "0.7",
-                bbox=dict(boxstyle="round,pad=0.25", fc="w" if on else "0.95", ec="k" if on else "0.8"))
+        ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=2, color="k" if on else "0.45",
+                bbox=dict(boxstyle="round,pad=0.25", fc="w" if on else "0.95", ec="k" if on else "0.6", ls="-" if on else "--"))
     ax.set_xlim(-3.1, 3.0)
     ax.set_ylim(-0.5, 5.5)
     ax.axis("off")
@@ -446,10 +446,9 @@ def plot_circuits(phases: dict, path: str):
                      + (f", next x{result['ratio']:.2f}" if "ratio" in result else "")
                      + (f"\n{result['note']}" if result.get("note") else ""), fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
-    fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats); graphs: the edges above "
-                 f"{THRESHOLD} of the phase's strongest, width and colour by that ratio; nodes without edges grey\n"
-                 "dashed (its ratio under the graph): an edge under the cut on the strongest path from Token to Linear "
-                 "or through a drawn edge; dotted: an attention block's value path (no edge of Table I)", fontsize=11)
+    fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats). Graphs: edges above "
+                 f"{THRESHOLD} of the phase's strongest (dashed: under the cut, on the strongest path; dotted: a value "
+                 "path); nodes without edges in grey", fontsize=11)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     bar = fig.add_axes((0.35, 0.05, 0.3, 0.015))  # under the graphs: what an edge's colour means
     fig.colorbar(plt.cm.ScalarMappable(Normalize(THRESHOLD, 1), EDGE_CMAP), cax=bar, orientation="horizontal",

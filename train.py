@@ -279,8 +279,13 @@ def plot_run(rows: list[dict], cfg: Config, path: str):
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.8))
     for ax, split, title in ((axes[0], "train", "L_train (sequences from S)"), (axes[1], "gen", "L_gen (fresh chains)")):
         ax.plot(steps, [r[f"{split}_loss"] for r in rows], "k.-", label="transformer")
-        for name in names:
-            ax.axhline(rows[0][f"{split}_loss_{name}"], color=COLORS[name], ls=dashes[name], lw=1.5, label=LABELS[name])
+        drawn = {}
+        for name in names:  # a level within 0.002 nats of one drawn before is on its line: the label says so
+            level = rows[0][f"{split}_loss_{name}"]
+            near = [other for other, at in drawn.items() if abs(at - level) < 2e-3]
+            label = LABELS[name] + (f" (on {LABELS[near[0]]}'s line, {level - drawn[near[0]]:+.3f})" if near else "")
+            ax.axhline(level, color=COLORS[name], ls=dashes[name], lw=1.5, label=label)
+            drawn[name] = level
         ax.set_title(title)
         ax.set_ylabel("loss (nats)")
         legend_below(ax)

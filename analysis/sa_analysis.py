@@ -310,6 +310,25 @@ def plot_trajectories(origin: dict, runs: dict, path: str):
     return fig
 
 
+PAPER_EXPONENTS = {"beta": ("t", "t"), "delta": ("t", "t$^2$")}  # control, ablation (Sec. "Testing predictions")
+
+
+def exponent_title(key: str, result: dict) -> str:
+    """A beta or delta panel's title: the full model's exponents in the stated window, their range over the three
+    windows the fits were tried in, and the paper's."""
+    parts = []
+    for setting in ("control", "ablation"):
+        value = result.get(f"{key}_exponent_{setting}")
+        windows = list(result.get("exponents", {}).get(f"full_{setting}", {}).get(key, {}).values())
+        if value is not None and np.isfinite(value):
+            parts.append(f"{setting} t$^{{{value:.2f}}}$" + (f" [{min(windows):.2f}, {max(windows):.2f}]" if windows else ""))
+        else:
+            parts.append(f"{setting}: not fitted")
+    paper = PAPER_EXPONENTS[key]
+    return (f"$\\{key}(t)$, full model: " + ", ".join(parts)
+            + f"\n[ ]: over the three fit windows; paper: {paper[0]} (control), {paper[1]} (ablation)")
+
+
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     """Fig. 6b-c: beta and delta against t (control vs ablation; full, reduced and frozen-w models),
     tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
@@ -338,8 +357,8 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_ylim(bottom=max(1e-5, ax.get_ylim()[0]))
         ax.set_xlabel("iteration t")
         ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
-        ax.set_title(f"$\\{key}(t)$; exponents in sa_scaling.json", fontsize=10)
-        ax.legend(fontsize=8)
+        ax.set_title(exponent_title(key, result), fontsize=9)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
     # the transformer's panel draws the power law in N / log N its runs give (the slope the README quotes), with the
     # paper's law as a labelled reference: in the quick preset its tau falls with N (N = 24..64), and the law's fit
     # alone would draw a rising line
@@ -414,8 +433,10 @@ def plot_transformer_tau(ax, summary: dict):
             ax.errorbar(n, m["median"], [[m["median"] - m["interval"][0]], [max(0.0, m["interval"][1] - m["median"])]],
                         fmt="s", color="k", capsize=3)
     ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
-    ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing (old)")
-    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)")
+    ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing")
+    head = summary["fit_head"]["vs_N_over_logN"]
+    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)" if head is None else
+            f"head formed: slope {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]")
     statuses = {status for row in summary["N"].values() for status in row["status"]}  # a marker in the legend if drawn
     if "censored" in statuses:
         ax.plot([], [], "^", color="k", label="censored at the cap (bound)")
@@ -424,7 +445,7 @@ def plot_transformer_tau(ax, summary: dict):
     ax.errorbar([], [], [], fmt="s", color="k", label="median, exact interval")
     line = fit["vs_N_over_logN"]
     Ns = np.array(sorted(int(N) for N in summary["N"]), float)
-    title = "transformer, no MLP1, non-AR: tau_2Gen as a sustained drop"
+    title = "transformer (no MLP1, non-AR): tau_2Gen = the loss's sustained drop"
     if line is not None:
         kept = np.array([N for N in Ns if int(N) not in fit["left_out"]])
         x = kept / np.log(kept)
@@ -433,11 +454,9 @@ def plot_transformer_tau(ax, summary: dict):
         ax.plot(kept, a * x ** line["slope"], "-", color=COLORS["control"], label=f"fit: (N / log N)^{line['slope']:.2f}")
         ax.plot(kept, fit["prefactor"] * x, "--", color="gray", label=f"paper's law, {fit['prefactor']:.0f} N / log N")
         lo, hi = line["slope_ci"]
-        title += (f"\nslope vs N / log N {line['slope']:.2f} [{lo:.2f}, {hi:.2f}], vs N {fit['vs_N']['slope']:.2f}; "
-                  f"seeds per N {line['seeds']} (paper: 1)")
-    head = summary["fit_head"]["vs_N_over_logN"]
-    if head is not None:
-        title += f"\nhead formed: slope vs N / log N {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]"
+        seeds = set(line["seeds"])
+        title += (f"\nslope vs N / log N {line['slope']:.2f} [{lo:.2f}, {hi:.2f}], vs N {fit['vs_N']['slope']:.2f} (paper: 1)"
+                  + (f", {seeds.pop()} seeds per N" if len(seeds) == 1 else f", seeds per N {line['seeds']}"))
     if fit["left_out"]:
         title += f"; left out (median beyond the runs): N = {fit['left_out']}"
     ax.set_xscale("log", base=2)

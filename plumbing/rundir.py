@@ -218,11 +218,12 @@ def with_capturable(optimizer_state: dict, capturable: bool) -> dict:
 PROGRESS_SECONDS = 30  # a progress line at least this often: late log-spaced evaluations are far apart
 
 
-def run_header(cfgs: list, where: str, resume_step: int | None) -> str:
-    """The first lines of a run: what it will do (the same command is a 10^6-step run on a GPU) and where it writes."""
+def run_header(cfgs: list, where: str, resume_step: int | None, evals: int) -> str:
+    """The first lines of a run: what it will do (the same command is a 10^6-step run on a GPU) and where it writes.
+    evals: how many full evaluations it writes (log-spaced steps that round to the same one count once)."""
     c0 = cfgs[0]
-    what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {c0.evals} log-spaced "
-            f"evaluations, on {c0.device} in {precision(c0)}")
+    what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {evals} full evaluations at "
+            f"log-spaced steps, on {c0.device} in {precision(c0)}")
     return "\n".join([what, where] + ([] if resume_step is None else [f"resuming from step {resume_step}"]))
 
 
@@ -274,7 +275,7 @@ class Progress:
         self.eval_seconds, self.evals_done = 0.0, 0  # this process's full evaluations
         self.readout_seconds = 0.0  # and dense readouts
         if not quiet:
-            print(run_header(cfgs, where, resume_step), flush=True)
+            print(run_header(cfgs, where, resume_step, len(evals)), flush=True)
 
     def begin(self):
         """The training loop starts now: the rate is counted from here."""

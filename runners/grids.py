@@ -171,7 +171,8 @@ def train_grid(args: argparse.Namespace, cfgs: list, out: str):
     os.makedirs(out, exist_ok=True)
     if not ensembles:
         print(rundir.run_header(cfgs, f"{len(cfgs)} runs as one-thread processes, {jobs} at a time, writing {out}/K*_s*/ "
-                                      f"(their output in {out}/K*_s*.log)", None), flush=True)
+                                      f"(their output in {out}/K*_s*.log)", None,
+                                len(train.eval_steps(cfgs[0].iters, cfgs[0].evals))), flush=True)
         run_processes(member_commands(args, cfgs), jobs)
         return
     for i in range(0, len(cfgs), size):

@@ -307,7 +307,7 @@ def test_k1_grid_h100_from_its_bench_summary(tmp_path, monkeypatch, capsys):
     (max phi_beta(2), L_gen, the heads per K; README: the head in 0, 1, 4, 4, 4 of 4 seeds) is the committed one."""
     d = committed("k1_grid_h100.json")
     monkeypatch.chdir(ROOT)  # the command as run from the repository's root
-    k1.grid(argparse.Namespace(json=d["source"], figures=str(tmp_path), name="k1_grid_h100"))
+    k1.summary(argparse.Namespace(json=d["source"], figures=str(tmp_path), name="k1_grid_h100"))
     assert json.loads((tmp_path / "k1_grid_h100.json").read_text()) == d
     assert [row["heads"] for row in d["K"].values()] == [0, 1, 4, 4, 4]
 

@@ -10,6 +10,7 @@ import mem_minimal as mm
 import sa_transformer as sa
 import task_vectors as tv
 import trace
+from stand_ins import run  # noqa: F401 (a fixture)
 
 FIGURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures")
 
@@ -96,3 +97,30 @@ def test_trace_replot_leaves_its_json(tmp_path, capsys):
     trace.replot(str(tmp_path))
     assert_unchanged(tmp_path, before)
     assert capsys.readouterr().out == f"wrote {tmp_path}/circuits.png from {tmp_path}/circuits.json\n"
+
+
+# ----------------------------------------------------------------------------- the documented redraw commands
+
+
+@pytest.mark.parametrize("script, args, jsons, pngs", [
+    ("train.py", ["--replot", "{tmp}/fig2a_K256.json"], ["fig2a_K256.json"], ["fig2a_K256.png"]),
+    ("sweep.py", ["--replot", "{tmp}/fig2bc.json"], ["fig2bc.json"], ["fig2bc.png"]),
+    ("k2.py", ["replot", "{tmp}/k2.json"], ["k2.json"], ["k2.png"]),
+    ("k1.py", ["search", "--replot", "--figures", "{tmp}"], ["k1.json"], ["k1.png"]),
+    ("k1.py", ["summary", os.path.join("bench", "results", "2026-11-26_h100_k1_grid_d.json"), "--figures", "{tmp}"],
+     ["k1_grid_h100.json"], ["k1_grid_h100.png"]),
+])
+def test_a_documented_redraw_writes_its_png_and_leaves_the_numbers_as_committed(tmp_path, run, script, args, jsons, pngs):
+    """Each documented redraw, pointed at a copy of figures/, leaves every committed JSON byte for byte as it was and
+    writes no file but its PNG: a clone's `git status` stays clean after it, but for PNGs drawn by an older drawing
+    code or another matplotlib (their pixels are not pinned: fonts and versions differ between machines)."""
+    before = committed(tmp_path, **{name: name for name in jsons})
+    if script == "k1.py" and args[0] == "summary":  # it writes its JSON anew, from the bench summary
+        before = {name: (tmp_path / name).read_bytes() for name in jsons}
+        for name in jsons:
+            (tmp_path / name).unlink()
+    proc = run(script, *[a.format(tmp=tmp_path) for a in args])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(jsons + pngs)
+    for name, text in before.items():
+        assert (tmp_path / name).read_bytes() == text, f"{name} differs from the committed one"

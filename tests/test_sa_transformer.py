@@ -473,7 +473,8 @@ def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_
 def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp_path):
     """README: the transformer's sustained-drop tau_2Gen against N / log N has slope -0.44 [-0.48, -0.38] over
     N = 32-256 (8 seeds per N), the head's formation 0.09 [0.06, 0.12]; the panel says the same, from the runs
-    re-read (an earlier panel printed N^-0.12, the slope against N, where the text quoted N / log N)."""
+    re-read (an earlier panel printed N^-0.12, the slope against N, where the text quoted N / log N); the head's slope
+    in the legend, beside its marker."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
     result["transformer_tau"] = sa.transformer_summary(result["transformer_runs"])
@@ -481,8 +482,8 @@ def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp
     frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
     fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
     title = fig.axes[3].get_title()
-    assert "slope vs N / log N -0.44 [-0.48, -0.38], vs N -0.34; seeds per N [8, 8, 8, 8] (paper: 1)" in title
-    assert "head formed: slope vs N / log N 0.09 [0.06, 0.12]" in title
+    assert "slope vs N / log N -0.44 [-0.48, -0.38], vs N -0.34 (paper: 1), 8 seeds per N" in title
+    assert "head formed: slope 0.09 [0.06, 0.12]" in [t.get_text() for t in fig.axes[3].get_legend().get_texts()]
     assert [ax.get_ylabel() for ax in fig.axes] == [r"$\beta$ (mean over seeds)", r"$\delta$ (mean over seeds)",
                                                     "tau_2Gen (iterations)", "tau_2Gen (iterations)"]
 
@@ -807,7 +808,7 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     assert fit["N"]["64"]["median"] == pytest.approx(2100.0)
     assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
     fig = sa_analysis.plot_scaling(*committed_dynamics(again), again, os.devnull)
-    assert "seeds per N [3, 3, 3]" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
+    assert "3 seeds per N" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
     assert_panel_readable(fig.axes[3])
     legacy = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
     legacy["tau_fits"] = {key: sa_analysis.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}

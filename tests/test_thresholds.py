@@ -165,7 +165,7 @@ def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
     summary = tmp_path / "grid.json"
     summary.write_text(json.dumps({"device": "card", "command": "python train.py", "members": members}))
     args = type("Args", (), dict(json=str(summary), figures=str(tmp_path / "fig"), name="g"))
-    k1.grid(args)
+    k1.summary(args)
     assert json.load(open(tmp_path / "fig" / "g.json"))["K"]["80"]["heads"] == 1
     assert (tmp_path / "fig" / "g.png").exists()
 
