@@ -196,11 +196,12 @@ def model_for(N: int, seed: int) -> Transformer:
     return model
 
 
-def start(N: int, seed: int, iters: int, eval_batch: int, device) -> tuple[dict, torch.Tensor, torch.Tensor]:
+def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict = TRAINING
+          ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(the run's record, the eval context and target on `device`): one eval set per N, from its own seed, so every
     seed and device is measured on the same sequences."""
     context, target = fresh_batch(eval_batch, N, torch.Generator().manual_seed(10**6 + N))
-    run = {"N": N, "seed": seed, "cap": iters, "device": torch.device(device).type, **TRAINING, "eval_batch": eval_batch,
+    run = {"N": N, "seed": seed, "cap": iters, "device": torch.device(device).type, **training, "eval_batch": eval_batch,
            "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
     return run, context.to(device), target.to(device)
 
@@ -213,7 +214,7 @@ def record(run: dict, t: int, logits, A2, context, target) -> bool:
     return not math.isnan(sustained_drop(run["t"], run["loss"], halfway(run["levels"]))[0])
 
 
-def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024) -> dict:
+def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: dict = TRAINING) -> dict:
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
     run until its drop has held through its window or for `iters` steps (the cap). The record: TRAINING, the levels,
     and the trajectory t, loss (last position, all eval samples) and phi (induction).
@@ -223,19 +224,19 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024) -> dict:
     loss is still above the threshold after 4000 steps, while lr 0.05 reaches it at ~3750; batch 64
     at lr 0.05 had not left the plateau by 3500, and at N = 16 lr 0.3 drifts upwards."""
     g = torch.Generator().manual_seed(seed)
-    run, eval_context, eval_target = start(N, seed, iters, eval_batch, "cpu")
+    run, eval_context, eval_target = start(N, seed, iters, eval_batch, "cpu", training)
     model = model_for(N, seed)
     params = dict(model.named_parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=TRAINING["lr"], momentum=TRAINING["momentum"])
+    opt = torch.optim.SGD(model.parameters(), lr=training["lr"], momentum=training["momentum"])
     for t in range(iters + 1):
-        if t % TRAINING["eval_every"] == 0 or t == iters:
+        if t % training["eval_every"] == 0 or t == iters:
             with torch.no_grad():
                 done = record(run, t, *last_position(params, eval_context), eval_context, eval_target)
             if done:
                 break
         if t == iters:
             break
-        context, target = fresh_batch(TRAINING["batch"], N, g)
+        context, target = fresh_batch(training["batch"], N, g)
         loss = F.cross_entropy(last_position(params, context)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
