@@ -422,7 +422,7 @@ def plot_transformer_tau(ax, summary: dict):
                                                    row["head"]):
             if status == "tau":
                 ax.plot(n, tau, "o", color=COLORS["control"], alpha=0.5)
-            else:
+            elif status != "diverged":
                 ax.plot(n, bound if status == "censored" else tau, "^", color="k" if status == "censored" else "tab:orange")
             if math.isfinite(first):
                 ax.plot(n, first, "o", mfc="none", color="gray", alpha=0.6)

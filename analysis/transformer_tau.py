@@ -143,6 +143,8 @@ def tau_2gen_drop(run: dict) -> dict:
     head = sustained_drop(run["t"], [-p for p in run["phi"]], -PHI_FORMED)[0]  # phi's rise is -phi's drop
     out = {"first_crossing": crossing(run["t"], run["loss"], level), "steps": run["t"][-1],
            "head": None if math.isnan(head) else head}
+    if not all(math.isfinite(y) for y in run["loss"]):  # the loss went to NaN or infinity: no tau, no bound
+        return {**out, "status": "diverged", "tau": None, "bound": None, "phi_max": math.nan}
     if math.isnan(tau):
         return {**out, "status": "censored", "tau": None, "bound": run["t"][-1], "phi_max": max(run["phi"])}
     phi_max = max(phi for s, phi in zip(run["t"], run["phi"]) if s <= end)
@@ -207,17 +209,20 @@ def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict
 
 
 def record(run: dict, t: int, logits, A2, context, target) -> bool:
-    """Append an evaluation; True once the run is finished: its drop has held through its window."""
+    """Append an evaluation; True once the run is finished: its drop has held through its window, or it diverged."""
     run["t"].append(t)
     run["loss"].append(F.cross_entropy(logits, target).item())
     run["phi"].append(induction(A2, context).item())
-    return not math.isnan(sustained_drop(run["t"], run["loss"], halfway(run["levels"]))[0])
+    return not math.isfinite(run["loss"][-1]) or not math.isnan(sustained_drop(run["t"], run["loss"],
+                                                                               halfway(run["levels"]))[0])
 
 
 def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: dict = TRAINING) -> dict:
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
-    run until its drop has held through its window or for `iters` steps (the cap). The record: TRAINING, the levels,
-    and the trajectory t, loss (last position, all eval samples) and phi (induction).
+    run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
+    training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
+    initial values). The record: the settings, the levels, and the trajectory t, loss (last position, all eval
+    samples) and phi (induction).
 
     The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
     batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
@@ -227,7 +232,9 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     run, eval_context, eval_target = start(N, seed, iters, eval_batch, "cpu", training)
     model = model_for(N, seed)
     params = dict(model.named_parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=training["lr"], momentum=training["momentum"])
+    frozen = set(training.get("frozen", ()))  # parameters kept at their initial values (tau_settings.py)
+    opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
+                          momentum=training["momentum"])
     for t in range(iters + 1):
         if t % training["eval_every"] == 0 or t == iters:
             with torch.no_grad():

@@ -1,0 +1,193 @@
+"""Why the transformer's tau_2Gen(N) does not grow with N (Fig. 6c bottom; Sec. "The transition from G1 to G2",
+Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other SGD settings, each a test that can fail.
+
+At the settings of the committed record (sa_transformer.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
+128; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
+while the theory's rate H_N / N falls x5.3 over that range. Which difference from the theory's regime takes the runs
+out of it?
+
+    gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr. If noise
+                     made the escape N-flat, the quieter runs would bring back tau ~ N / log N.
+    the optimizer    momentum 0 at lr 0.5, the same step in the small-lr limit (lr / (1 - momentum)); and lr 0.0125
+                     at momentum 0.9, a quarter of the step (gradient flow, slower in steps). If the runs sat in
+                     that limit, momentum 0 would change nothing and the smaller lr would take 4x the steps.
+    the readout      phi_beta(2) at the last position plays beta: its early growth rate (before the head forms)
+                     against the theory's H_N / N, from every run here and from the committed record's.
+    position bias    the theory's rate has layer 2 attend uniformly over the N positions (the SA-transformer's P2
+                     stays at zero); the transformer learns P2 and can attend to a window of recent positions whose
+                     size does not grow with N. Held at zero, tau should grow with N again if that is the reason.
+
+    python tau_settings.py                  # the screen: every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~2 h on 2
+                                            # cores), then figures/tau_settings.png and .json
+    python tau_settings.py --replot         # only redraw from figures/tau_settings.json
+
+Each run is train_one's (analysis/transformer_tau.py) with the setting's SGD: its own seed's model, batches and
+evaluation set, so a setting's run is paired with the committed record's run of the same (N, seed). Each finished run
+is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
+"""
+import json
+import math
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis.estimators import median_ci
+from analysis.transformer_tau import TRAINING, rounded_run, tau_2gen_drop, train_one
+from markov import check_int
+from plumbing import cli
+from sa_transformer import transformer_summary
+
+SETTINGS = {  # name: (the SGD settings, what it tests)
+    "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
+    "momentum0": ({**TRAINING, "lr": 0.5, "momentum": 0.0}, "no momentum, the same small-lr step"),
+    "lr0.0125": ({**TRAINING, "lr": 0.0125}, "a quarter of the step"),
+    "frozenP2": ({**TRAINING, "frozen": ["att2.P"]}, "layer 2's position bias held at zero"),
+}
+CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "frozenP2": 20000}  # steps; the smaller step needs ~4x the baseline's
+SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048)  # eval_batch: the committed record's (its eval sets)
+HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
+
+
+def run_path(root: str, name: str, N: int, seed: int) -> str:
+    return os.path.join(root, f"{name}_N{N}_s{seed}.json")
+
+
+def _train_job(job: tuple) -> dict:
+    root, name, N, seed = job
+    run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0]))
+    path = run_path(root, name, N, seed)
+    with open(path + ".tmp", "w") as f:
+        json.dump(run, f)
+    os.replace(path + ".tmp", path)  # atomic: a killed screen leaves whole runs only
+    return run
+
+
+def early_rate(run: dict) -> float:
+    """phi_beta(2)'s growth per step on the plateau: the least-squares slope of phi against t over the evaluations
+    before HEAD_FRACTION of the head's formation (all of them for a run whose head never formed)."""
+    head = tau_2gen_drop(run)["head"]
+    t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
+    keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
+    return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
+
+
+def harmonic(N: int) -> float:
+    return sum(1 / k for k in range(1, N + 1))
+
+
+def compare(runs: dict, baseline: dict) -> dict:
+    """Per setting ({name: {N: {seed: run}}}, and "baseline", the committed record's {N: {seed: run}}): the
+    head's formation and tau (transformer_summary), each run's head against the baseline run of the same (N, seed)
+    (their ratio), and the early rates of phi per N with the ratio of their medians to the theory's H_N / N."""
+    out = {}
+    for name, by_N in {"baseline": baseline, **runs}.items():
+        summary = transformer_summary(by_N)
+        rates = {N: [early_rate(r) for r in by_N[N].values()] for N in by_N}
+        row = {"summary": summary, "early_rate": rates,
+               "early_rate_median": {N: median_ci(v)[0] for N, v in rates.items()},
+               "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
+        if name != "baseline":
+            row["head_vs_baseline"] = {N: {s: (r_head / b_head if r_head is not None and b_head is not None else None)
+                                           for s, r in by_N[N].items()
+                                           for r_head, b_head in [(tau_2gen_drop(r)["head"],
+                                                                   tau_2gen_drop(baseline[N][s])["head"])]}
+                                       for N in by_N if N in baseline}
+        out[name] = row
+    return out
+
+
+def plot(result: dict, path: str):
+    """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
+    through the baseline's first median; right: phi's early growth rate against N, with H_N / N likewise."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green"}
+    for name, row in result["compare"].items():
+        label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
+            f"{name}: {SETTINGS[name][1]}"
+        heads = row["summary"]["N"]
+        Ns = sorted(heads, key=int)
+        for N in Ns:
+            done = [h for h in heads[N]["head"] if h is not None]
+            left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
+            censored = len(heads[N]["head"]) - len(done)
+            if censored:
+                left.plot(int(N), max(heads[N]["steps"]), "^", color=colours[name])
+        medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
+        left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
+        rates = row["early_rate_median"]
+        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=colours[name], label=label)
+    base = result["compare"]["baseline"]
+    Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
+    first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
+    left.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
+    r0 = base["early_rate_median"][str(int(Ns[0]))]
+    right.plot(Ns, [r0 * harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0]) for n in Ns], "--", color="gray",
+               label="theory: H_N / N")
+    for ax, what in ((left, "head formed (steps; triangles: not by the cap)"), (right, "phi_beta(2)'s early growth per step")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(Ns, [str(int(n)) for n in Ns])
+        ax.set_xlabel("N")
+        ax.set_ylabel(what)
+    left.set_title("the induction head's formation against N, per SGD setting")
+    right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def collect(root: str, figures: str) -> dict:
+    """Every finished run under root, set beside the committed record's runs of the same N, into
+    FIGURES/tau_settings.json and .png."""
+    with open(os.path.join(figures, "sa_scaling.json")) as f:
+        record = json.load(f)["transformer_runs"]
+    runs = {}
+    for name in SETTINGS:
+        for N in SCREEN["N"]:
+            for seed in SCREEN["seeds"]:
+                path = run_path(root, name, N, seed)
+                if os.path.exists(path):
+                    with open(path) as f:
+                        runs.setdefault(name, {}).setdefault(str(N), {})[str(seed)] = json.load(f)
+    if not runs:
+        raise ValueError(f"no runs under {root}: `python tau_settings.py` trains them")
+    baseline = {N: record[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in record}
+    result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]} for name in runs},
+              "baseline": "figures/sa_scaling.json's transformer_runs (all their seeds)", "runs": runs,
+              "compare": compare(runs, baseline)}
+    with open(os.path.join(figures, "tau_settings.json"), "w") as f:
+        json.dump(result, f)
+    plot(result, os.path.join(figures, "tau_settings.png"))
+    return result
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=os.path.join("runs", "tau_settings"), help="where each run's JSON goes")
+    cli.add_jobs(parser)
+    cli.add_figures(parser)
+    parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
+    args = parser.parse_args()
+    cli.writable_dir(args.figures, "--figures")
+    if args.replot:
+        result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
+        plot(result, os.path.join(args.figures, "tau_settings.png"))
+        print(f"wrote {args.figures}/tau_settings.png from {args.figures}/tau_settings.json")
+        return
+    os.makedirs(args.root, exist_ok=True)
+    jobs = [(args.root, name, N, seed) for name in SETTINGS for N in SCREEN["N"] for seed in SCREEN["seeds"]
+            if not os.path.exists(run_path(args.root, name, N, seed))]
+    print(f"Fig. 6c bottom at other SGD settings: {len(jobs)} runs to train ({', '.join(SETTINGS)}; N = "
+          f"{list(SCREEN['N'])}, seeds {list(SCREEN['seeds'])}), {args.jobs} at a time on the CPU; writing {args.root}/ "
+          f"and {args.figures}/tau_settings.png and .json", flush=True)
+    cli.parallel_map(_train_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
+                     cost=[CAPS[j[1]] * j[2] for j in jobs])
+    collect(args.root, args.figures)
+    print(f"wrote {args.figures}/tau_settings.png and .json")
+
+
+if __name__ == "__main__":
+    cli.run(main)
