@@ -14,7 +14,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
-SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_transformer", "mem_minimal", "k1", "k2")
+SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_transformer", "tau_settings", "mem_minimal", "k1",
+           "k2")
 # each top-level module or package, by level: a module may import its own level and those below, never one above
 LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plumbing",), ("engine",), ("train",),
           ("analysis",), ("runners",), SCRIPTS, ("campaigns",)]
