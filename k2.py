@@ -24,7 +24,8 @@ from analysis.estimators import (censored_median, divergence, epsilon_calibratio
                                  fit_sigmoid, line_through_medians, median_ci, median_coverage, median_rank)
 from analysis.runs import load_run, read_metrics, read_per_chain
 from analysis.thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau,
-                                 finite_json, memorized_fraction, null_epsilon, score_noise, tau_2gen, tau_2mem)
+                                 finite_json, gaussian_noise_model, memorized_fraction, null_epsilon, score_noise,
+                                 tau_2gen, tau_2mem)
 from evaluation import make_per_chain_data, per_chain_scores
 from markov import task_source
 from plumbing import cli
@@ -171,6 +172,7 @@ def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dic
                                            "false_positive": false, "specific": specific, "epsilon_null": eps_null,
                                            "two_sets": two_sets, "two_sets_raw": noise["fraction"],
                                            "two_sets_false_positive": noise_null["fraction"],
+                                           "noise_free": corrected(noise["noise_free"], noise_null["noise_free"]),
                                            **{key: noise[key] for key in ("disagree", "sigma", "signal_share")}})
     measured = [K for K in Ks if dtau[K]]
     medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
@@ -467,11 +469,19 @@ def k2(args):
 
 
 def replot(args):
+    """Redraw a sweep's figure from its JSON; then, per K at the end (seed means, raw), one set's fraction, the two-set
+    rule's, and a Gaussian model's prediction of the latter and of the noise-free fraction (gaussian_noise_model)."""
     result = cli.read_json(args.json, ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
                            "replot")
-    path = os.path.splitext(args.json)[0] + ".png"
-    plot_k2(result, path)
-    print(f"wrote {path} from {args.json}")
+    plot_k2(result, os.path.splitext(args.json)[0] + ".png")
+    print(f"wrote {os.path.splitext(args.json)[0]}.png from {args.json}")
+    for K in result["K"] if all("two_sets_raw" in c for cs in result["memorized_curves"].values() for c in cs) else []:
+        cs = result["memorized_curves"][str(K)]
+        model = [gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
+                                      result["epsilon"]["value"]) for c in cs]
+        print(f"K = {K} at the end: one set {np.mean([c['fraction_raw'][-1] for c in cs]):.2f}, two-set rule "
+              f"{np.mean([c['two_sets_raw'][-1] for c in cs]):.2f}; Gaussian model: two-set rule "
+              f"{np.mean([m['two_sets'] for m in model]):.2f}, noise-free {np.mean([m['noise_free'] for m in model]):.2f}")
 
 
 def main():

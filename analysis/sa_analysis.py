@@ -58,7 +58,8 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
 def fit_tau(tau_by_N: dict) -> dict:
     """tau_2Gen(N) against the prediction tau ~ N / H_N ~ N / log N: the slope of log(mean tau) against
     log(N / log N) (1 if the prediction holds; tau = prefactor_vs_N_over_logN (N / log N)^slope) and against
-    log N, and the prefactor a of the one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that
+    log N and against log(N / H_N) (the harmonic number, the theory's form before H_N ~ log N), and the prefactor a of
+    the one-parameter fit tau = a N / log N (geometric mean of tau log N / N). Seeds that
     never crossed are left out; an N with no crossing is left out; nan with fewer than two N. Each fit has its
     residual sum of squares in log tau (which of the two laws the points follow better).
 
@@ -72,9 +73,11 @@ def fit_tau(tau_by_N: dict) -> dict:
                 "prefactor_vs_N": math.nan, "prefactor": math.nan, "N": list(finite)}
     Ns = np.array(list(finite), float)
     x = Ns / np.log(Ns)
+    x_H = Ns / np.array([sum(1 / k for k in range(1, int(N) + 1)) for N in Ns])  # N / H_N, the theory's own form
 
     def slopes(means):
-        return np.polyfit(np.log(x), np.log(means), 1)[0], np.polyfit(np.log(Ns), np.log(means), 1)[0]
+        return (np.polyfit(np.log(x), np.log(means), 1)[0], np.polyfit(np.log(Ns), np.log(means), 1)[0],
+                np.polyfit(np.log(x_H), np.log(means), 1)[0])
 
     means = np.array([t.mean() for t in finite.values()])
     slope, intercept = np.polyfit(np.log(Ns), np.log(means), 1)
@@ -82,7 +85,7 @@ def fit_tau(tau_by_N: dict) -> dict:
     rows = [np.asarray(tau_by_N.get(N, tau_by_N.get(str(N))), float) for N in finite]
     n_seeds = max(len(r) for r in rows)
     per_seed = np.array([slopes([r[i] for r in rows]) if all(len(r) > i and np.isfinite(r[i]) for r in rows)
-                         else (math.nan, math.nan) for i in range(n_seeds)])
+                         else (math.nan, math.nan, math.nan) for i in range(n_seeds)])
 
     def rss(X):
         return float(np.sum((np.log(means) - np.polyval(np.polyfit(np.log(X), np.log(means), 1), np.log(X))) ** 2))
@@ -96,6 +99,7 @@ def fit_tau(tau_by_N: dict) -> dict:
             "prefactor": float(np.exp(np.mean(np.log(means / x)))), "N": Ns.astype(int).tolist(),
             "slope_vs_N_over_logN_seeds": per_seed[:, 0].tolist(), "slope_vs_N_seeds": per_seed[:, 1].tolist(),
             "slope_vs_N_over_logN_range": spread(per_seed[:, 0]), "slope_vs_N_range": spread(per_seed[:, 1]),
+            "slope_vs_N_over_HN": float(slopes(means)[2]), "slope_vs_N_over_HN_range": spread(per_seed[:, 2]),
             "rss_vs_N_over_logN": rss(x), "rss_vs_N": rss(Ns)}
 
 

@@ -54,6 +54,24 @@ NULL_ALPHA = 0.05  # the false-positive rate of the chain-specific-advantage rul
 #     probability 5 %; the fresh chains, scored twice the same way, give that rule's f0 for the correction above.
 
 Z_ONE_SIDED = 1.6448536269514722  # the standard normal's 95 % quantile: a one-sided test at 5 %
+# What each number is: one set's fraction (Delta^k < epsilon) estimates the memorized fraction with the scores' noise in
+# it (chains near epsilon cross it both ways); the two-set rule's is a lower bound, the chains significantly below
+# epsilon; noise_free_fraction estimates the fraction of chains whose noise-free score is below epsilon.
+
+
+def noise_free_fraction(a: np.ndarray, b: np.ndarray, epsilon: float) -> float:
+    """The fraction of chains whose noise-free score lies below epsilon, by simulation-extrapolation (SIMEX, Cook and
+    Stefanski 1994) from one set of chains scored on two independent sets of sequences, a and b: the mean
+    m = (a + b) / 2 carries noise of variance sigma^2 / 2, and d = (a - b) / 2 is noise of that same variance,
+    independent of m for Gaussian noise, so m +- sqrt(lam) d carries (1 + lam) sigma^2 / 2 (lam = 1: a and b
+    themselves). The fractions below epsilon at lam = 0, 1, 3 (both signs averaged), a quadratic in lam through them,
+    extrapolated to lam = -1: no noise. Not clipped: an estimate, whose own sampling noise can take it past 0 or 1."""
+    m, d = (np.asarray(a, float) + np.asarray(b, float)) / 2, (np.asarray(a, float) - np.asarray(b, float)) / 2
+
+    def below(lam: float) -> float:
+        return 0.5 * (float(np.mean(m + math.sqrt(lam) * d < epsilon)) + float(np.mean(m - math.sqrt(lam) * d < epsilon)))
+
+    return 8 / 3 * below(0.0) - 2 * below(1.0) + 1 / 3 * below(3.0)  # the quadratic through lam = 0, 1, 3 at -1
 
 
 def max_phi_beta(rows: list[dict], iters: int | None = None) -> float:
@@ -110,11 +128,11 @@ def score_noise(a_rows: list[dict], b_rows: list[dict], epsilon: float, z: float
     """The two-set rule and the noise it states, per evaluation step (in step order), from the rows {"step", "delta"}
     of one set of chains scored on two independent sets of sequences: {"step", "fraction" (the two-set rule's
     passing fraction), "disagree" (the fraction passing Delta^k < epsilon on exactly one set), "sigma" (one set's
-    noise), "signal_share"}."""
+    noise), "signal_share", "noise_free" (noise_free_fraction)}."""
     a_rows, b_rows = (sorted(rows, key=lambda r: r["step"]) for rows in (a_rows, b_rows))
     if [r["step"] for r in a_rows] != [r["step"] for r in b_rows]:
         raise ValueError("the two sets of scores are not of the same steps")
-    out = {"step": [], "fraction": [], "disagree": [], "sigma": [], "signal_share": []}
+    out = {"step": [], "fraction": [], "disagree": [], "sigma": [], "signal_share": [], "noise_free": []}
     for ra, rb in zip(a_rows, b_rows):
         a, b = np.asarray(ra["delta"], float), np.asarray(rb["delta"], float)
         sigma = float(np.std(a - b, ddof=1) / math.sqrt(2)) if len(a) > 1 else math.nan
@@ -124,7 +142,21 @@ def score_noise(a_rows: list[dict], b_rows: list[dict], epsilon: float, z: float
         out["disagree"].append(float(np.mean((a < epsilon) != (b < epsilon))))
         out["sigma"].append(sigma)
         out["signal_share"].append(max(0.0, 1 - sigma**2 / var) if var > 0 else 0.0)
+        out["noise_free"].append(noise_free_fraction(a, b, epsilon))
     return out
+
+
+def gaussian_noise_model(one_set: float, sigma: float, share: float, epsilon: float, z: float = Z_ONE_SIDED) -> dict:
+    """What the scores' noise does to the two rules if the chains' true scores were Gaussian: from one set's passing
+    fraction, the noise sigma and the signal share (score_noise's, at one step), the true scores' mean and spread
+    (var(a) = sigma^2 / (1 - share), their spread share var(a)); then the two-set rule's passing fraction it
+    predicts, and the fraction of true scores below epsilon (noise-free)."""
+    from scipy.stats import norm  # imported here: ~0.6 s that every other use of this module does not need
+    var_a = sigma**2 / max(1 - share, 1e-12)
+    spread = math.sqrt(share * var_a)
+    mean = epsilon - math.sqrt(var_a) * norm.ppf(min(max(one_set, 1e-9), 1 - 1e-9))
+    return {"two_sets": float(norm.cdf((epsilon - z * sigma / math.sqrt(2) - mean) / math.sqrt(spread**2 + sigma**2 / 2))),
+            "noise_free": float(norm.cdf((epsilon - mean) / spread)) if spread > 0 else float(mean < epsilon)}
 
 
 def null_epsilon(null_rows: list[dict], alpha: float = NULL_ALPHA) -> list[float]:

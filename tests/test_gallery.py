@@ -20,7 +20,7 @@ import pytest
 
 import sa_transformer as sa
 import trace
-from analysis import sa_analysis
+from analysis import sa_analysis, thresholds
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
 from bayes import PREDICTORS
@@ -251,9 +251,22 @@ def k2():
     def end(key: str, K: int) -> str:  # the seeds' mean at the end of the runs
         return f(np.mean([r[key] for r in d["runs"] if r["K"] == K]), 2)
 
-    return [n(d["fit"]["K2_star"]), n(d["fit"]["K2_star_ci"][0]), n(len(d["delta_tau"][str(Ks[0])])),
-            f(d["fit"]["gamma"], 1), end("memorized_final", Ks[0]), end("memorized_final", Ks[-1]),
-            end("memorized_two_sets_final", Ks[0]), end("memorized_two_sets_final", Ks[-1]), n(d["memorized_zero"])]
+    # the K whose median a resample can lose: finite, with a seed still in 2-Gen; the share of resamples that draw
+    # that seed twice or more of its n (its median then beyond the run)
+    K_c = next(K for K in Ks if d["median"][str(K)][0] is not None and None in d["delta_tau"][str(K)])
+    seeds = d["delta_tau"][str(K_c)]
+    p, m = seeds.count(None) / len(seeds), len(seeds)
+    lost = 1 - (1 - p) ** m - m * p * (1 - p) ** (m - 1)
+
+    def noise_free(K: int) -> str:  # the Gaussian model's noise-free fraction at the end, the seeds' mean
+        return f(np.mean([thresholds.gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
+                                                         d["epsilon"]["value"])["noise_free"]
+                          for c in d["memorized_curves"][str(K)]]), 2)
+
+    return [n(d["fit"]["K2_star"]), n(d["fit"]["K2_star_ci"][0]), n(len(d["delta_tau"][str(Ks[0])])), n(100 * lost),
+            n(K_c), f(d["fit"]["gamma"], 1), f(d["fit"]["gamma_ci"][0], 1), end("memorized_final", Ks[0]),
+            end("memorized_final", Ks[-1]), end("memorized_two_sets_final", Ks[0]), end("memorized_two_sets_final", Ks[-1]),
+            noise_free(Ks[0]), noise_free(Ks[-1]), n(d["memorized_zero"])]
 
 
 def k2_no_fit(name: str):
@@ -314,9 +327,14 @@ def sa_scaling():
     drop, head = tt["fit"], tt["fit_head"]
     line, head_line = drop["vs_N_over_logN"], head["vs_N_over_logN"]
     seeds = sa.PRESETS["paper"]["seeds_transformer"]  # an N with fewer is said so: "k of its 8 seeds"
+    windows = e["full_ablation"]["delta"].values()
+    agree = max(fits[k]["slope_vs_N_over_logN_range"][1] - fits[k]["slope_vs_N_over_logN_range"][0]
+                for k in ("tau", "tau_ablation"))
     return [f(e["full_ablation"]["beta"]["0.05-0.5"], 1), f(e["full_ablation"]["delta"]["0.05-0.5"], 2),
+            f(min(windows), 2), f(max(windows), 2),
             f(e["full_control"]["beta"]["0.05-0.5"], 1), f(e["full_control"]["delta"]["0.05-0.5"], 2),
             f(fits["tau"]["slope_vs_N_over_logN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_logN"], 2),
+            f(fits["tau"]["slope_vs_N_over_HN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_HN"], 2), f(agree, 3),
             n(seeds)] + [n(drop["N"][N]["median"]) for N in Ns] + Ns \
         + [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)] \
         + [n(head["N"][N]["median"]) for N in Ns] \

@@ -16,7 +16,7 @@ import train
 from analysis import estimators, runs, thresholds
 from analysis.estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
                                  fit_sigmoid, median_ci, sigmoid)
-from analysis.thresholds import censored_after, delta_tau, memorized_fraction, tau_2mem
+from analysis.thresholds import censored_after, delta_tau, memorized_fraction, score_noise, tau_2mem
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
 from plumbing import cli
@@ -494,3 +494,17 @@ def test_k2_figure_from_its_json_ticks_every_K_and_leaves_out_an_empty_inset(tmp
         inset = fig.axes[1]
         assert inset.get_title() == "Fig. 8a inset: the divergence"
         assert sorted(inset.get_xticks()) == [20, 24, 28, 32] and len(inset.get_xticks(minor=True)) == 0
+
+
+def test_the_gaussian_noise_model_predicts_gaussian_chains_two_rules():
+    """Chains with Gaussian true scores (mean -0.004, spread 0.006; noise 0.007), simulated: from one set's fraction
+    and the measured noise and signal share alone, the model gives the two-set rule's fraction and the fraction of
+    true scores below epsilon that the simulation counts (within its sampling noise, 20000 chains)."""
+    rng, n, eps = np.random.default_rng(4), 20000, 0.0
+    mu = rng.normal(-0.004, 0.006, n)
+    a, b = mu + rng.normal(0, 0.007, n), mu + rng.normal(0, 0.007, n)
+    noise = score_noise([{"step": 0, "delta": a.tolist()}], [{"step": 0, "delta": b.tolist()}], eps)
+    model = thresholds.gaussian_noise_model(float(np.mean(a < eps)), noise["sigma"][0], noise["signal_share"][0], eps)
+    assert model["two_sets"] == pytest.approx(noise["fraction"][0], abs=0.01)
+    assert model["noise_free"] == pytest.approx(np.mean(mu < eps), abs=0.01)
+    assert abs(model["noise_free"] - noise["fraction"][0]) > 0.2  # the two-set rule is no estimate of it: a bound

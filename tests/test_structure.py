@@ -30,6 +30,8 @@ LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training
                           "estimate, and the three figures drawn from one JSON",
         "trace.py": "Figs. 3, A2, A3 end to end: the explicit forward over Table I's edges, their importance, the phases' "
                     "checkpoints, and the circuit graphs with the one rule that chooses their edges",
+        "k2.py": "Figs. 8a-b, A10 end to end: the sweep's runs, Delta tau and the memorized fractions with their "
+                 "noise, and the figure drawn from one JSON with its redraw",
         "kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
                                 "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500
