@@ -102,17 +102,17 @@ fi
 open_log grid grid.log
 for precision in "" "--bf16"; do
     t0=$SECONDS
-    timeout 75 $PY train.py --K 94 --seeds 0-3 --preset paper --iters 3000 --evals 5 --eval-every 100 --tf32 $precision \
+    timeout 75 $PY sweep.py --K 94 --seeds 0-3 --preset paper --iters 3000 --evals 5 --eval-every 100 --tf32 $precision \
         --overwrite --out "/tmp/gpu_check_grid$precision" 2>&1 | tail -n 6 | tee -a "$OUT/grid.log"
     echo "grid ${precision:-tf32}: exit ${PIPESTATUS[0]}, $((SECONDS - t0)) s wall (a killed grid's rows are partial)" | tee -a "$OUT/grid.log"
 done
 $PY - "$OUT/grid.json" <<'EOF' 2>&1 | tee -a "$OUT/grid.log"
 import glob, json, os, sys
-import thresholds, train
+from analysis import runs, thresholds
 summary = {}
 for precision in ("", "--bf16"):
     for run in sorted(glob.glob(f"/tmp/gpu_check_grid{precision}/K*_s*/")):
-        cfg, dense = train.read_metrics(run, dense=True)
+        cfg, dense = runs.read_metrics(run, dense=True)
         last = dense[-1]
         summary[f"{precision or 'tf32'} {os.path.basename(os.path.dirname(run))}"] = dict(
             max_phi_beta_2=round(max(r["phi_beta_2"] for r in dense), 4), tau_2gen=thresholds.tau_2gen(dense),
