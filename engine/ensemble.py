@@ -2,9 +2,9 @@
 K1* and K2* (Sec. "Transition between memorization and generalization", Fig. 7) are hundreds of small
 models, each too small to fill a GPU on its own.
 
-Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by
-the ensembles (grids.train_ensemble, which runs train.py's loop) and by bench/bench_train.py (both take bf16=True
-for mixed precision, --bf16):
+Two interchangeable "trainers" own the weights and the AdamW state, with one interface used by the ensembles
+(runners/grids.train_ensemble, whose loop is train.py's over the members) and by bench/bench_train.py (both take
+bf16=True for mixed precision, --bf16):
   Single    one Transformer and its AdamW, an ensemble of one (train.py's single run writes its step itself).
   Ensemble  E Transformers whose weights are stacked along a leading member axis
             (torch.func.stack_module_state); one call of the model per step through
