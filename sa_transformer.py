@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from analysis.sa_analysis import (fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plot_parameters, plot_scaling,
-                                  plot_theory, plot_trajectories, seed_mean, summarize_exponents)
+from analysis.sa_analysis import (EXPONENT_WINDOWS, fit_rate, fit_tau, fit_tau_censored, plot_dynamics, plot_parameters,
+                                  plot_scaling, plot_theory, plot_trajectories, seed_exponents, seed_mean,
+                                  summarize_exponents)
 from analysis.sa_model import SATransformer, target_loss
 from analysis.sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
 from analysis.transformer_tau import (TRAINING, crossing, fresh_batch, predictor_levels, rounded_run, tau_2gen_drop,
@@ -283,13 +284,12 @@ def transformer_summary(stored: dict) -> dict:
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
     """Exponents of beta(t), delta(t) over windows of the plateau (fractions of tau), the measured
     early rates against eq. (parameter_dynamics_simplest), and the mixture weights."""
-    windows = [(0.05, 0.5), (0.02, 0.3), (0.1, 0.7)]
-    exponents = {f"{'reduced' if red else 'full'}_{'ablation' if abl else 'control'}": summarize_exponents(runs, windows)
-                 for (red, abl), runs in dyn.items()}
-    exponents.update({f"frozen_{'ablation' if abl else 'control'}": summarize_exponents(runs, windows, tau_control)
+    exponents = {f"{'reduced' if red else 'full'}_{'ablation' if abl else 'control'}":
+                 summarize_exponents(runs, EXPONENT_WINDOWS) for (red, abl), runs in dyn.items()}
+    exponents.update({f"frozen_{'ablation' if abl else 'control'}": summarize_exponents(runs, EXPONENT_WINDOWS, tau_control)
                       for abl, runs in frozen.items()})  # on the full control model's clock
-    default = f"{windows[0][0]:g}-{windows[0][1]:g}"
-    out = {"exponents": exponents, "exponent_window": f"t in [{windows[0][0]}, {windows[0][1]}] x mean tau"}
+    default = f"{EXPONENT_WINDOWS[0][0]:g}-{EXPONENT_WINDOWS[0][1]:g}"
+    out = {"exponents": exponents, "exponent_window": f"t in [{EXPONENT_WINDOWS[0][0]}, {EXPONENT_WINDOWS[0][1]}] x mean tau"}
     for setting in ("control", "ablation"):
         for key in ("beta", "delta"):
             out[f"{key}_exponent_{setting}"] = exponents[f"full_{setting}"][key][default]
@@ -425,6 +425,8 @@ def replot(figures: str, train: tuple | None = None):
     if "transformer_runs" in result:
         result["transformer_tau"] = transformer_summary(result["transformer_runs"])
     result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
+    if "runs" in result and "exponents" in result:  # each seed's exponents in the stated window, beside their mean's
+        result["exponents_seeds"] = seed_exponents(result["runs"], result["exponents"])
     result = settle(result, before)
     write_figures(result, figures)
     if result == before:

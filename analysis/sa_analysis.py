@@ -55,6 +55,19 @@ def summarize_exponents(runs: list[dict], windows: list[tuple[float, float]], ta
     return out
 
 
+EXPONENT_WINDOWS = [(0.05, 0.5), (0.02, 0.3), (0.1, 0.7)]  # the plateau, in fractions of the mean tau; the first stated
+
+
+def seed_exponents(runs: dict, exponents: dict, window: tuple[float, float] = EXPONENT_WINDOWS[0]) -> dict:
+    """Each seed's own power of t for beta and delta, {setting: {key: [one per seed]}}, over the window (fractions of
+    the setting's mean tau, exponents[setting]["tau_mean"]) in which summarize_exponents fits the seeds' mean: the
+    spread the seeds give beside the windows' (three seeds: a spread, not an interval)."""
+    lo, hi = window
+    return {name: {key: [fit_power(r["t"], r[key], lo * exponents[name]["tau_mean"], hi * exponents[name]["tau_mean"])
+                         for r in rs] for key in ("beta", "delta")}
+            for name, rs in runs.items() if name in exponents}
+
+
 def fit_tau(tau_by_N: dict) -> dict:
     """tau_2Gen(N) against the prediction tau ~ N / H_N ~ N / log N: the slope of log(mean tau) against
     log(N / log N) (1 if the prediction holds; tau = prefactor_vs_N_over_logN (N / log N)^slope) and against
@@ -324,13 +337,15 @@ def exponent_title(key: str, result: dict) -> str:
     for setting in ("control", "ablation"):
         value = result.get(f"{key}_exponent_{setting}")
         windows = list(result.get("exponents", {}).get(f"full_{setting}", {}).get(key, {}).values())
+        seeds = result.get("exponents_seeds", {}).get(f"full_{setting}", {}).get(key, [])
         if value is not None and np.isfinite(value):
-            parts.append(f"{setting} t$^{{{value:.2f}}}$" + (f" [{min(windows):.2f}, {max(windows):.2f}]" if windows else ""))
+            parts.append(f"{setting} t$^{{{value:.2f}}}$" + (f" [{min(windows):.2f}, {max(windows):.2f}]" if windows else "")
+                         + (f" {{{min(seeds):.2f}, {max(seeds):.2f}}}" if seeds else ""))
         else:
             parts.append(f"{setting}: not fitted")
     paper = PAPER_EXPONENTS[key]
     return (f"$\\{key}(t)$, full model: " + ", ".join(parts)
-            + f"\n[ ]: over the three fit windows; paper: {paper[0]} (control), {paper[1]} (ablation)")
+            + f"\n[ ]: over the three fit windows, {{ }}: over the seeds; paper: {paper[0]} (control), {paper[1]} (ablation)")
 
 
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):

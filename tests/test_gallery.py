@@ -331,7 +331,8 @@ def sa_scaling():
     agree = max(fits[k]["slope_vs_N_over_logN_range"][1] - fits[k]["slope_vs_N_over_logN_range"][0]
                 for k in ("tau", "tau_ablation"))
     return [f(e["full_ablation"]["beta"]["0.05-0.5"], 1), f(e["full_ablation"]["delta"]["0.05-0.5"], 2),
-            f(min(windows), 2), f(max(windows), 2),
+            f(min(windows), 2), f(max(windows), 2), f(min(d["exponents_seeds"]["full_ablation"]["delta"]), 2),
+            f(max(d["exponents_seeds"]["full_ablation"]["delta"]), 2), n(len(d["exponents_seeds"]["full_ablation"]["delta"])),
             f(e["full_control"]["beta"]["0.05-0.5"], 1), f(e["full_control"]["delta"]["0.05-0.5"], 2),
             f(fits["tau"]["slope_vs_N_over_logN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_logN"], 2),
             f(fits["tau"]["slope_vs_N_over_HN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_HN"], 2), f(agree, 3),
