@@ -828,3 +828,24 @@ def test_a_results_tables_numbers_are_its_files(anchor, nth):
     assert len(expected) == len(rows), anchor
     for row, want in zip(rows, expected):
         assert row_numbers(row) == want, (anchor, row[0])
+
+
+def test_the_intervals_and_slopes_results_states_in_prose_are_their_files():
+    """Numbers RESULTS.md gives in its text rather than a table: what K2*'s intervals rest on, the SA slopes against
+    N / H_N, and the Gaussian model of the scores' noise, each recomputed from its JSON."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    wide = load("k2_width32_5000.json")["fit"]
+    assert f"from the {wide['resamples_fitted']} of 1000 resamples that could be fitted; the other " \
+           f"{1000 - wide['resamples_fitted']} have" in text
+    assert f"K2* in [{n(wide['K2_star_ci'][0])}, ∞)" in text
+    fits = load("sa_scaling.json")["tau_fits"]
+    assert (f"{f(fits['tau']['slope_vs_N_over_HN'], 2)} control, {f(fits['tau_ablation']['slope_vs_N_over_HN'], 2)} "
+            "ablation") in text
+    d = load("k2.json")
+    model = {K: [thresholds.gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
+                                                 d["epsilon"]["value"]) for c in d["memorized_curves"][str(K)]]
+             for K in d["K"]}
+    two = ", ".join(f(np.mean([m["two_sets"] for m in model[K]]), 2) for K in d["K"])
+    free = ", ".join(f(np.mean([m["noise_free"] for m in model[K]]), 2) for K in d["K"])
+    assert f"reproduces the two-set fractions ({two} against" in text and f"noise-free fraction of {free}:" in text
