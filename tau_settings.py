@@ -79,14 +79,18 @@ def harmonic(N: int) -> float:
 def compare(runs: dict, baseline: dict) -> dict:
     """Per setting ({name: {N: {seed: run}}}, and "baseline", the committed record's {N: {seed: run}}): the
     head's formation and tau (transformer_summary), each run's head against the baseline run of the same (N, seed)
-    (their ratio), and the early rates of phi per N with the ratio of their medians to the theory's H_N / N."""
+    (their ratio), and the early rates of phi per N: their medians, and the slope of log median against
+    log(H_N / N), which is 1 if phi grows at the theory's rate."""
     out = {}
     for name, by_N in {"baseline": baseline, **runs}.items():
         summary = transformer_summary(by_N)
         rates = {N: [early_rate(r) for r in by_N[N].values()] for N in by_N}
-        row = {"summary": summary, "early_rate": rates,
-               "early_rate_median": {N: median_ci(v)[0] for N, v in rates.items()},
+        medians = {N: median_ci(v)[0] for N, v in rates.items()}
+        row = {"summary": summary, "early_rate": rates, "early_rate_median": medians,
                "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
+        kept = [N for N in by_N if math.isfinite(medians[N]) and medians[N] > 0]
+        row["early_rate_slope"] = (float(np.polyfit(np.log([row["theory_rate"][N] for N in kept]),  # theory: 1
+                                                    np.log([medians[N] for N in kept]), 1)[0]) if len(kept) >= 2 else None)
         if name != "baseline":
             row["head_vs_baseline"] = {N: {s: (r_head / b_head if r_head is not None and b_head is not None else None)
                                            for s, r in by_N[N].items()
@@ -101,7 +105,8 @@ def plot(result: dict, path: str):
     """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
     through the baseline's first median; right: phi's early growth rate against N, with H_N / N likewise."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green"}
+    colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
+               "frozenP2": "tab:purple"}
     for name, row in result["compare"].items():
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
             f"{name}: {SETTINGS[name][1]}"
@@ -110,9 +115,11 @@ def plot(result: dict, path: str):
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
             left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
-            censored = len(heads[N]["head"]) - len(done)
-            if censored:
-                left.plot(int(N), max(heads[N]["steps"]), "^", color=colours[name])
+            for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
+                if head is None:  # never formed: by the cap (a lower bound), or the run diverged at `steps`
+                    left.plot(int(N), steps, "x" if status == "diverged" else "^", color=colours[name])
+        if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
+            label += " (x: diverged)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
         left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
         rates = row["early_rate_median"]
