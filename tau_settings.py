@@ -146,6 +146,31 @@ def plot(result: dict, path: str):
     plt.close(fig)
 
 
+def table(result: dict) -> list[str]:
+    """The comparison as markdown rows (RESULTS.md's table): per setting the head's formation at each N for seeds 0
+    and 1, its range as a multiple of the record's run of the same seed, the slope of the head's medians against
+    N / log N with its interval and seeds, and the early rate's slope against H_N / N."""
+    def num(x: float) -> str:  # a typographic minus, as the tables write it
+        return f"{x:.2f}".replace("-", "−")
+
+    rows = []
+    for name, row in result["compare"].items():
+        by_N = row["summary"]["N"]
+        heads = " / ".join(", ".join("—" if h is None else f"{h:.0f}" for s, h in zip(v["seeds"], v["head"]) if s < 2)
+                           for v in by_N.values())
+        ratios = [r for by_seed in row.get("head_vs_baseline", {}).values() for r in by_seed.values() if r is not None]
+        diverged = [steps for v in by_N.values() for status, steps in zip(v["status"], v["steps"]) if status == "diverged"]
+        line = row["summary"]["fit_head"]["vs_N_over_logN"]
+        slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
+            if line else "—"
+        rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"])
+        what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {SETTINGS[name][1]}"
+        times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
+            f"diverged by step {max(diverged)}" if diverged else "—"
+        rows.append(f"| {what} | {heads} | {times} | {slope} | {rate} |")
+    return rows
+
+
 def collect(root: str, figures: str) -> dict:
     """Every finished run under root, set beside the committed record's runs of the same N, into
     FIGURES/tau_settings.json and .png."""
@@ -183,6 +208,7 @@ def main():
         result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
         plot(result, os.path.join(args.figures, "tau_settings.png"))
         print(f"wrote {args.figures}/tau_settings.png from {args.figures}/tau_settings.json")
+        print("\n".join(table(result)))
         return
     os.makedirs(args.root, exist_ok=True)
     jobs = [(args.root, name, N, seed) for name in SETTINGS for N in SCREEN["N"] for seed in SCREEN["seeds"]
@@ -192,8 +218,9 @@ def main():
           f"and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(_train_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
                      cost=[CAPS[j[1]] * j[2] for j in jobs])
-    collect(args.root, args.figures)
+    result = collect(args.root, args.figures)
     print(f"wrote {args.figures}/tau_settings.png and .json")
+    print("\n".join(table(result)))
 
 
 if __name__ == "__main__":

@@ -370,6 +370,34 @@ def mem_trend():
     return [n(d["K"]), n(d["D_phi"]), f(d["train_minus_2gen"][-1], 3), n(d["iters"][-1])]
 
 
+def tau_settings():
+    d = load("tau_settings.json")
+    c = d["compare"]
+
+    def ratios(name):
+        return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values() if r is not None]
+
+    def slope(name):
+        line = c[name]["summary"]["fit_head"]["vs_N_over_logN"]
+        return [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)]
+
+    screen = [name for name in d["runs"]]
+    seeds = [len(by_seed) for name in screen for by_seed in d["runs"][name].values()]
+    Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
+    diverged = [r["t"][-1] for by_seed in d["runs"]["momentum0"].values() for r in by_seed.values()
+                if not all(math.isfinite(y) for y in r["loss"])]
+    rates = [c[name]["early_rate_slope"] for name in screen if c[name]["early_rate_slope"] is not None]
+    base = c["baseline"]["summary"]["N"]
+    layer = int(d["settings"]["frozenP2"]["frozen"][0].split(".")[0][-1])  # att2.P: layer 2's
+    return ([n(Ns[0]), n(Ns[-1]), n(min(seeds)), n(max(seeds)), n(d["settings"]["batch512"]["batch"]),
+             f(min(ratios("batch512")), 2), f(max(ratios("batch512")), 2)] + slope("batch512")
+            + [n(max(diverged)), n(len(diverged)), f(min(ratios("lr0.0125")), 1), f(max(ratios("lr0.0125")), 1),
+               n(d["settings"]["batch512"]["lr"] / d["settings"]["lr0.0125"]["lr"])] + slope("lr0.0125")
+            + [n(layer), f(min(ratios("frozenP2")), 2), f(max(ratios("frozenP2")), 2)] + slope("frozenP2")
+            + [f(c["baseline"]["early_rate_slope"], 2), n(min(len(v["seeds"]) for v in base.values())),
+               f(min(rates), 2), f(max(rates), 2), n(1)])  # the theory's exponent
+
+
 GALLERY = {
     "predictor_scaling.png": predictor_scaling, "fig2a_K256.png": fig2a_K256, "fig2a_K1024.png": fig2a_K1024,
     "fig2a_K16.png": fig2a_K16, "fig2a_K64.png": fig2a_K64, "fig2bc.png": fig2bc, "circuits.png": circuits,
@@ -379,7 +407,7 @@ GALLERY = {
     "k2_width32_5000.png": k2_width32_5000, "k2_width256_4000.png": k2_width256_4000, "sa_dynamics.png": sa_dynamics,
     "sa_parameters.png": sa_parameters, "sa_theory.png": sa_theory, "sa_trajectories.png": sa_trajectories,
     "sa_scaling.png": sa_scaling, "mem_heatmaps.png": mem_heatmaps, "mem_depths_6000.png": mem_depths_6000,
-    "mem_trend.png": mem_trend,
+    "mem_trend.png": mem_trend, "tau_settings.png": tau_settings,
 }
 
 

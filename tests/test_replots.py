@@ -124,3 +124,15 @@ def test_a_documented_redraw_writes_its_png_and_leaves_the_numbers_as_committed(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(jsons + pngs)
     for name, text in before.items():
         assert (tmp_path / name).read_bytes() == text, f"{name} differs from the committed one"
+
+
+def test_tau_settings_replot_leaves_its_json_and_prints_results_table(tmp_path, run):
+    """The redraw leaves figures/tau_settings.json as committed, and the table it prints is RESULTS.md's, row for row."""
+    before = committed(tmp_path, **{"tau_settings.json": "tau_settings.json"})
+    proc = run("tau_settings.py", "--replot", "--figures", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert_unchanged(tmp_path, before)
+    rows = proc.stdout.strip().splitlines()[1:]
+    with open(os.path.join(os.path.dirname(FIGURES), "RESULTS.md")) as fh:
+        text = fh.read()
+    assert len(rows) == 5 and all(row in text for row in rows), rows
