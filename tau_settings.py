@@ -139,9 +139,10 @@ def plot(result: dict, path: str):
         ax.set_ylabel(what)
     left.set_title("the induction head's formation against N, per SGD setting")
     right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
-    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.tight_layout()
+    handles, labels = left.get_legend_handles_labels()  # one legend for both panels: the settings' colours are shared
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
+    right.legend(*[x[-1:] for x in right.get_legend_handles_labels()], fontsize=8, loc="lower left")  # the theory
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
