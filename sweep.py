@@ -77,9 +77,11 @@ def sweep_summary(by_K: dict) -> dict:
     steps = [r["step"] for r in by_K[Ks[0]][0][1]]
     summary = {"K": Ks, "step": steps}
     for key, _ in SWEEP_KEYS:
-        scale = [[cfg["N"] if key.startswith("n_A") else 1 for cfg, _ in by_K[K]] for K in Ks]
-        summary[key] = [[float(np.mean([rows[i][key] / n for (_, rows), n in zip(by_K[K], scale[k])]))
-                         for i in range(len(steps))] for k, K in enumerate(Ks)]
+        def value(cfg: dict, row: dict) -> float:  # n_A as a fraction of N
+            return row[key] / (cfg["N"] if key.startswith("n_A") else 1)
+
+        summary[key] = [[float(np.mean([value(cfg, rows[i]) for cfg, rows in by_K[K]])) for i in range(len(steps))]
+                        for K in Ks]
     return summary
 
 

@@ -76,6 +76,12 @@ def harmonic(N: int) -> float:
     return sum(1 / k for k in range(1, N + 1))
 
 
+def head_ratio(run: dict, base: dict) -> float | None:
+    """The head's formation in `run` as a multiple of the baseline run's (None where either never formed)."""
+    head, base_head = tau_2gen_drop(run)["head"], tau_2gen_drop(base)["head"]
+    return None if head is None or base_head is None else head / base_head
+
+
 def compare(runs: dict, baseline: dict) -> dict:
     """Per setting ({name: {N: {seed: run}}}, and "baseline", the committed record's {N: {seed: run}}): the
     head's formation and tau (transformer_summary), each run's head against the baseline run of the same (N, seed)
@@ -92,10 +98,7 @@ def compare(runs: dict, baseline: dict) -> dict:
         row["early_rate_slope"] = (float(np.polyfit(np.log([row["theory_rate"][N] for N in kept]),  # theory: 1
                                                     np.log([medians[N] for N in kept]), 1)[0]) if len(kept) >= 2 else None)
         if name != "baseline":
-            row["head_vs_baseline"] = {N: {s: (r_head / b_head if r_head is not None and b_head is not None else None)
-                                           for s, r in by_N[N].items()
-                                           for r_head, b_head in [(tau_2gen_drop(r)["head"],
-                                                                   tau_2gen_drop(baseline[N][s])["head"])]}
+            row["head_vs_baseline"] = {N: {s: head_ratio(r, baseline[N][s]) for s, r in by_N[N].items()}
                                        for N in by_N if N in baseline}
         out[name] = row
     return out
