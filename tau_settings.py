@@ -9,8 +9,10 @@ out of it?
     gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr. If noise
                      made the escape N-flat, the quieter runs would bring back tau ~ N / log N.
     the optimizer    momentum 0 at lr 0.5, the same step in the small-lr limit (lr / (1 - momentum)); and lr 0.0125
-                     at momentum 0.9, a quarter of the step (gradient flow, slower in steps). If the runs sat in
-                     that limit, momentum 0 would change nothing and the smaller lr would take 4x the steps.
+                     and 0.003125 at momentum 0.9, a quarter and a sixteenth of the step (towards gradient flow,
+                     slower in steps). If the runs sat in that limit, momentum 0 would change nothing and the smaller
+                     lr would take 4x (16x) the steps; if the flatness came from leaving it, the smaller steps would
+                     bring back tau ~ N / log N.
     the readout      phi_beta(2) at the last position plays beta: its early growth rate (before the head forms)
                      against the theory's H_N / N, from every run here and from the committed record's.
     position bias    the theory's rate has layer 2 attend uniformly over the N positions (the SA-transformer's P2
@@ -42,9 +44,11 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
     "momentum0": ({**TRAINING, "lr": 0.5, "momentum": 0.0}, "no momentum, the same small-lr step"),
     "lr0.0125": ({**TRAINING, "lr": 0.0125}, "a quarter of the step"),
+    "lr0.003125": ({**TRAINING, "lr": 0.003125}, "a sixteenth of the step"),
     "frozenP2": ({**TRAINING, "frozen": ["att2.P"]}, "layer 2's position bias held at zero"),
 }
-CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "frozenP2": 20000}  # steps; the smaller step needs ~4x the baseline's
+CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
+        "frozenP2": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's ~2500 to the head
 SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048)  # eval_batch: the committed record's (its eval sets)
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
 
@@ -109,7 +113,7 @@ def plot(result: dict, path: str):
     through the baseline's first median; right: phi's early growth rate against N, with H_N / N likewise."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
-               "frozenP2": "tab:purple"}
+               "lr0.003125": "tab:olive", "frozenP2": "tab:purple"}
     for name, row in result["compare"].items():
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
             f"{name}: {SETTINGS[name][1]}"
