@@ -382,14 +382,14 @@ def tau_settings():
         return [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)]
 
     screen = [name for name in d["runs"]]
-    seeds = [len(by_seed) for name in screen for by_seed in d["runs"][name].values()]
+    seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
     diverged = [r["t"][-1] for by_seed in d["runs"]["momentum0"].values() for r in by_seed.values()
                 if not all(math.isfinite(y) for y in r["loss"])]
     rates = [c[name]["early_rate_slope"] for name in screen if c[name]["early_rate_slope"] is not None]
     base = c["baseline"]["summary"]["N"]
     layer = int(d["settings"]["frozenP2"]["frozen"][0].split(".")[0][-1])  # att2.P: layer 2's
-    return ([n(Ns[0]), n(Ns[-1]), n(min(seeds)), n(max(seeds)), n(d["settings"]["batch512"]["batch"]),
+    return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [n(d["settings"]["batch512"]["batch"]),
              f(min(ratios("batch512")), 2), f(max(ratios("batch512")), 2)] + slope("batch512")
             + [n(max(diverged)), n(len(diverged)), f(min(ratios("lr0.0125")), 1), f(max(ratios("lr0.0125")), 1),
                n(d["settings"]["batch512"]["lr"] / d["settings"]["lr0.0125"]["lr"])] + slope("lr0.0125")
