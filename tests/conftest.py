@@ -7,6 +7,7 @@ TEST_THREADS=2 runs it with two, which sums in another order: every pin must hol
 import math
 import os
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -27,6 +28,14 @@ def _same_numbers(a, b, rel=1e-6):
     if isinstance(a, float):
         return math.isclose(a, b, rel_tol=rel, abs_tol=rel)
     return a == b
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close what a test left open: the tests that spy on plt.close keep their figures to look at them, and
+    pyplot warns once more than 20 are open in the process."""
+    yield
+    plt.close("all")
 
 
 @pytest.fixture
