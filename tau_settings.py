@@ -19,8 +19,9 @@ out of it?
                      stays at zero); the transformer learns P2 and can attend to a window of recent positions whose
                      size does not grow with N. Held at zero, tau should grow with N again if that is the reason.
 
-    python tau_settings.py                  # the screen: every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~2 h on 2
-                                            # cores), then figures/tau_settings.png and .json
+    python tau_settings.py                  # the screen: every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~3 h on 2
+                                            # cores, the sixteenth step's 6 runs 62 min of it), then
+                                            # figures/tau_settings.png and .json
     python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
 Each run is train_one's (analysis/transformer_tau.py) with the setting's SGD: its own seed's model, batches and

@@ -23,6 +23,7 @@ import trace
 from analysis import sa_analysis, thresholds
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
+from analysis.transformer_tau import tau_2gen_drop
 from bayes import PREDICTORS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -377,6 +378,10 @@ def tau_settings():
     def ratios(name):
         return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values() if r is not None]
 
+    def between(name, other):  # name's heads as multiples of other's, for the same (N, seed)
+        return [r / c[other]["head_vs_baseline"][N][seed] for N, by_seed in c[name]["head_vs_baseline"].items()
+                for seed, r in by_seed.items()]
+
     def slope(name):
         line = c[name]["summary"]["fit_head"]["vs_N_over_logN"]
         return [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)]
@@ -393,6 +398,8 @@ def tau_settings():
              f(min(ratios("batch512")), 2), f(max(ratios("batch512")), 2)] + slope("batch512")
             + [n(max(diverged)), n(len(diverged)), f(min(ratios("lr0.0125")), 1), f(max(ratios("lr0.0125")), 1),
                n(d["settings"]["batch512"]["lr"] / d["settings"]["lr0.0125"]["lr"])] + slope("lr0.0125")
+            + [f(min(between("lr0.003125", "lr0.0125")), 1), f(max(between("lr0.003125", "lr0.0125")), 1),
+               n(d["settings"]["lr0.0125"]["lr"] / d["settings"]["lr0.003125"]["lr"])] + slope("lr0.003125")
             + [n(layer), f(min(ratios("frozenP2")), 2), f(max(ratios("frozenP2")), 2)] + slope("frozenP2")
             + [f(c["baseline"]["early_rate_slope"], 2), n(min(len(v["seeds"]) for v in base.values())),
                f(min(rates), 2), f(max(rates), 2), n(1)])  # the theory's exponent
@@ -860,7 +867,8 @@ def test_a_results_tables_numbers_are_its_files(anchor, nth):
 
 def test_the_intervals_and_slopes_results_states_in_prose_are_their_files():
     """Numbers RESULTS.md gives in its text rather than a table: what K2*'s intervals rest on, the SA slopes against
-    N / H_N, and the Gaussian model of the scores' noise, each recomputed from its JSON."""
+    N / H_N, the Gaussian model of the scores' noise, and the sixteenth step's heads against the quarter step's, each
+    recomputed from its JSON."""
     with open(os.path.join(ROOT, "RESULTS.md")) as fh:
         text = " ".join(fh.read().split())
     wide = load("k2_width32_5000.json")["fit"]
@@ -877,3 +885,7 @@ def test_the_intervals_and_slopes_results_states_in_prose_are_their_files():
     two = ", ".join(f(np.mean([m["two_sets"] for m in model[K]]), 2) for K in d["K"])
     free = ", ".join(f(np.mean([m["noise_free"] for m in model[K]]), 2) for K in d["K"])
     assert f"reproduces the two-set fractions ({two} against" in text and f"noise-free fraction of {free}:" in text
+    runs = load("tau_settings.json")["runs"]
+    steps = [tau_2gen_drop(run)["head"] / tau_2gen_drop(runs["lr0.0125"][N][seed])["head"]
+             for N, by_seed in runs["lr0.003125"].items() for seed, run in by_seed.items()]
+    assert f"takes {f(min(steps), 2)}–{f(max(steps), 2)} × the quarter's steps for the same (N, seed)" in text
