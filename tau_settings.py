@@ -47,9 +47,13 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "lr0.0125": ({**TRAINING, "lr": 0.0125}, "a quarter of the step"),
     "lr0.003125": ({**TRAINING, "lr": 0.003125}, "a sixteenth of the step"),
     "frozenP2": ({**TRAINING, "frozen": ["att2.P"]}, "layer 2's position bias held at zero"),
+    "smallstart": ({**TRAINING, "init": {"scale": {f"att{l}.W_{m}.weight": 0.05 for l in (1, 2) for m in "QK"},
+                                         "zero": ["W_U.weight"]}}, "the theory's start: W_Q, W_K x 0.05, W_U at zero"),
+    "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
 }
 CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
-        "frozenP2": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's ~2500 to the head
+        "frozenP2": 20000, "smallstart": 20000, "window1": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's
+# ~2500 to the head; the knock-outs get the record's paper-protocol cap
 SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048)  # eval_batch: the committed record's (its eval sets)
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
 
@@ -114,7 +118,7 @@ def plot(result: dict, path: str):
     through the baseline's first median; right: phi's early growth rate against N, with H_N / N likewise."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
-               "lr0.003125": "tab:olive", "frozenP2": "tab:purple"}
+               "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan"}
     for name, row in result["compare"].items():
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
             f"{name}: {SETTINGS[name][1]}"
@@ -181,11 +185,14 @@ def table(result: dict) -> list[str]:
 
 
 def collect(root: str, figures: str) -> dict:
-    """Every finished run under root, set beside the committed record's runs of the same N, into
+    """Every finished run under root, added to the runs FIGURES/tau_settings.json already holds (a run under root
+    replaces the stored one of its setting, N and seed), set beside the committed record's runs of the same N, into
     FIGURES/tau_settings.json and .png."""
     with open(os.path.join(figures, "sa_scaling.json")) as f:
         record = json.load(f)["transformer_runs"]
-    runs = {}
+    stored = os.path.join(figures, "tau_settings.json")
+    runs = cli.read_json(stored, ("runs",), "tau_settings.py")["runs"] if os.path.exists(stored) else {}
+    runs = {name: by_N for name, by_N in runs.items() if name in SETTINGS}
     for name in SETTINGS:
         for N in SCREEN["N"]:
             for seed in SCREEN["seeds"]:
@@ -211,7 +218,12 @@ def main():
     cli.add_jobs(parser)
     cli.add_figures(parser)
     parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help=f"the settings to train, comma-separated (default all: {','.join(SETTINGS)})")
     args = parser.parse_args()
+    names = args.settings.split(",")
+    if any(name not in SETTINGS for name in names):
+        parser.error(f"--settings {args.settings}: each must be one of {', '.join(SETTINGS)}")
     cli.writable_dir(args.figures, "--figures")
     if args.replot:
         result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
@@ -220,9 +232,9 @@ def main():
         print("\n".join(table(result)))
         return
     os.makedirs(args.root, exist_ok=True)
-    jobs = [(args.root, name, N, seed) for name in SETTINGS for N in SCREEN["N"] for seed in SCREEN["seeds"]
+    jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in SCREEN["seeds"]
             if not os.path.exists(run_path(args.root, name, N, seed))]
-    print(f"Fig. 6c bottom at other SGD settings: {len(jobs)} runs to train ({', '.join(SETTINGS)}; N = "
+    print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
           f"{list(SCREEN['N'])}, seeds {list(SCREEN['seeds'])}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(_train_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",

@@ -192,10 +192,30 @@ def induction(A2: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
 TRAINING = dict(lr=0.05, momentum=0.9, batch=128, eval_every=50)  # Fig. 6c bottom's SGD (why: train_one)
 
 
-def model_for(N: int, seed: int) -> Transformer:
+def model_for(N: int, seed: int, init: dict | None = None) -> Transformer:
+    """The seed's model. init (a knock-out of tau_settings.py): {"scale": {name: factor}} multiplies those
+    initial weights, {"zero": [name, ...]} sets them to zero, after the seed's draw (so the rest is the seed's)."""
     model = Transformer(C, 64, position="bias", mlp1=False, max_len=N)
     model.reset_parameters(torch.Generator().manual_seed(seed))
+    if init:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, factor in init.get("scale", {}).items():
+                params[name].mul_(factor)
+            for name in init.get("zero", ()):
+                params[name].zero_()
     return model
+
+
+def gradient_masks(params: dict, trainable: dict) -> dict:
+    """{name: 0/1 mask} for parameters of which only some entries train: trainable {name: [index, ...]} along the
+    last axis (e.g. {"att1.P": [0, 1]}: layer 1's position bias learns at lags 0 and 1 only)."""
+    masks = {}
+    for name, keep in trainable.items():
+        mask = torch.zeros_like(params[name])
+        mask[..., list(keep)] = 1.0
+        masks[name] = mask
+    return masks
 
 
 def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict = TRAINING
@@ -217,12 +237,14 @@ def record(run: dict, t: int, logits, A2, context, target) -> bool:
                                                                                halfway(run["levels"]))[0])
 
 
-def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: dict = TRAINING) -> dict:
+def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: dict = TRAINING,
+              measure=None) -> dict:
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
     run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
-    initial values). The record: the settings, the levels, and the trajectory t, loss (last position, all eval
-    samples) and phi (induction).
+    initial values; "trainable": {name: indices} that alone train, gradient_masks; "init": model_for's knock-out).
+    measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
+    settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (induction).
 
     The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
     batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
@@ -230,13 +252,16 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     at lr 0.05 had not left the plateau by 3500, and at N = 16 lr 0.3 drifts upwards."""
     g = torch.Generator().manual_seed(seed)
     run, eval_context, eval_target = start(N, seed, iters, eval_batch, "cpu", training)
-    model = model_for(N, seed)
+    model = model_for(N, seed, training.get("init"))
     params = dict(model.named_parameters())
     frozen = set(training.get("frozen", ()))  # parameters kept at their initial values (tau_settings.py)
+    masks = gradient_masks(params, training.get("trainable", {}))  # entries outside the mask keep their start
     opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
                           momentum=training["momentum"])
     for t in range(iters + 1):
         if t % training["eval_every"] == 0 or t == iters:
+            if measure is not None:
+                measure(t, params)
             with torch.no_grad():
                 done = record(run, t, *last_position(params, eval_context), eval_context, eval_target)
             if done:
@@ -247,6 +272,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
         loss = F.cross_entropy(last_position(params, context)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        for name, mask in masks.items():
+            params[name].grad.mul_(mask)
         opt.step()
     return run
 
