@@ -66,8 +66,9 @@ class Run:
     stop_after: float = 0.0  # if > 0, stop at stop_after x tau once the loss has crossed (saves time)
 
 
-def train_sa(run: Run) -> dict:
-    """SGD (lr 1, batch 256) on fresh chains; the trajectory of losses and parameters.
+def train_sa(run: Run, measure=None) -> dict:
+    """SGD (lr 1, batch 256) on fresh chains; the trajectory of losses and parameters. measure(t, model), if given,
+    is called at every evaluation, before that step's update.
 
     tau_2Gen: the first time the masked eval loss falls halfway from the model's 1-Gen plateau
     (the raw frequencies its experts compute at beta = delta = 0) to the Bayes 2-Gen loss."""
@@ -84,6 +85,8 @@ def train_sa(run: Run) -> dict:
     traj["snapshots"] = {}
     for t in range(run.iters + 1):
         if t % run.eval_every == 0 or t == run.iters:
+            if measure is not None:
+                measure(t, model)
             with torch.no_grad():
                 raw, present = target_loss(model(eval_context), eval_target)
             beta, delta = model.beta_delta()

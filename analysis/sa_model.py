@@ -38,17 +38,23 @@ def layer1(seqs: torch.Tensor, X: torch.Tensor, M1: torch.Tensor, P1: torch.Tens
     return numerator / numerator.sum(-1, keepdim=True)
 
 
-def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -> torch.Tensor:
-    """The four experts' predictive distributions at the last position, (B, 4, C): the paths
-    x_N, h_N, sum_i A2_iN x_i and sum_i A2_iN h_i through the two attention layers (h: layer 1's
-    output, when already computed)."""
-    B, N = seqs.shape
+def layers(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None):
+    """(X, h, A2): the one-hot states (B, N, C), layer 1's output h (B, N, C; computed unless given) and layer 2's
+    attention at the last position A2_iN (B, N)."""
     X = F.one_hot(seqs, C).to(P1.dtype)  # (B, N, C)
     h = layer1(seqs, X, M1, P1) if h is None else h
     x1 = torch.cat([X, h], -1)  # (B, N, 2C)
     query = x1[:, -1] @ M2.T  # (B, 2C): M2 x1_N
     scores = (x1 @ query.unsqueeze(-1)).squeeze(-1) + P2.flip(0)  # (B, N): x1_i . M2 x1_N + P2[N - i]
-    A2 = torch.softmax(scores, -1).unsqueeze(1)  # (B, 1, N)
+    return X, h, torch.softmax(scores, -1)
+
+
+def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -> torch.Tensor:
+    """The four experts' predictive distributions at the last position, (B, 4, C): the paths
+    x_N, h_N, sum_i A2_iN x_i and sum_i A2_iN h_i through the two attention layers (h: layer 1's
+    output, when already computed)."""
+    X, h, A2 = layers(seqs, M1, P1, M2, P2, h)
+    A2 = A2.unsqueeze(1)  # (B, 1, N)
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
 
