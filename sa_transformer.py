@@ -36,7 +36,7 @@ from analysis.sa_analysis import (EXPONENT_WINDOWS, fit_rate, fit_tau, fit_tau_c
                                   plot_scaling, plot_theory, plot_trajectories, seed_exponents, seed_mean,
                                   summarize_exponents)
 from analysis.sa_model import SATransformer, target_loss
-from analysis.sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates
+from analysis.sa_theory import F1_exact, F_d, I_coefficient, landscape, predicted_rates, w_driven
 from analysis.transformer_tau import (TRAINING, crossing, fresh_batch, predictor_levels, rounded_run, tau_2gen_drop,
                                       train_one, train_seeds)
 from markov import check_int
@@ -363,6 +363,31 @@ def run_records(dyn: dict, frozen: dict) -> dict:
     return records
 
 
+W_THIRD = dict(N=(64, 128), seeds=5, w=(0.0, 1 / 3, 1 / 3, 1 / 3))  # the theory's 1-Gen weights, held fixed
+
+
+def train_w_third(result: dict, jobs: int) -> dict:
+    """Fig. 6b's exponents with w's drift removed: the full model (eq. base_model) with w_A..w_D held at the
+    theory's (0, 1/3, 1/3, 1/3), control and ablation, W_THIRD's N and seeds, each run to 0.75 x the full model's
+    mean tau at its N and setting (the record's), its exponents fitted on that tau's clock over EXPONENT_WINDOWS.
+    {"runs": {N: {setting: [trajectories]}}, "exponents": {N: {setting: summarize_exponents}}}."""
+    taus = {(N, ablate): float(np.mean(result["tau_ablation" if ablate else "tau"][str(N)]))
+            for N in W_THIRD["N"] for ablate in (False, True)}
+    runs = [Run(N=N, seed=s, ablate=ablate, iters=int(0.75 * taus[N, ablate]), freeze_weights=W_THIRD["w"],
+                eval_batch=PRESETS["quick"]["eval_batch"])
+            for N in W_THIRD["N"] for ablate in (False, True) for s in range(W_THIRD["seeds"])]
+    done = cli.parallel_map(train_sa, runs, jobs, progress="runs with w held at (0, 1/3, 1/3, 1/3)",
+                            cost=[r.iters for r in runs])
+    out = {"runs": {}, "exponents": {}}
+    for N in W_THIRD["N"]:
+        for ablate, setting in ((False, "control"), (True, "ablation")):
+            group = [d for r, d in zip(runs, done) if r.N == N and r.ablate == ablate]
+            out["runs"].setdefault(str(N), {})[setting] = [significant({k: r[k] for k in TRAJECTORY}) for r in group]
+            out["exponents"].setdefault(str(N), {})[setting] = summarize_exponents(group, EXPONENT_WINDOWS,
+                                                                                   taus[N, ablate])
+    return out
+
+
 def write_figures(result: dict, out: str):
     """The five SA figures from `result` (sa_scaling.json's content, its trajectories under "runs")."""
     runs = result["runs"]
@@ -414,11 +439,11 @@ def write_record(result: dict, path: str):
     os.replace(path + ".tmp", path)
 
 
-def replot(figures: str, train: tuple | None = None):
+def replot(figures: str, train: tuple | None = None, w_third: int | None = None):
     """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted and the transformer's criterion
     re-read from its stored trajectories (cheap; a record without them keeps its first crossings); train: (preset,
     jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are trained and merged in first,
-    the JSON written as they finish. The JSON is rewritten only when a number in it changed beyond float noise, and then
+    the JSON written as they finish; w_third: the number of processes for train_w_third's runs. The JSON is rewritten only when a number in it changed beyond float noise, and then
     with the others' last digits as they were (settle), so a pure redraw leaves a clone's record as it was."""
     path = os.path.join(figures, "sa_scaling.json")
     result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
@@ -430,6 +455,12 @@ def replot(figures: str, train: tuple | None = None):
     result["tau_fits"] = {key: fit_tau(result[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
     if "runs" in result and "exponents" in result:  # each seed's exponents in the stated window, beside their mean's
         result["exponents_seeds"] = seed_exponents(result["runs"], result["exponents"])
+        result["exponents_w_driven"] = {  # eq. (parameter_dynamics_simplest) along each run's own w(t)
+            name: summarize_exponents([{**r, **w_driven(r, result["I"]), "tau": r["tau"]} for r in result["runs"][name]],
+                                      EXPONENT_WINDOWS, result["exponents"][name]["tau_mean"])
+            for name in ("full_control", "full_ablation")}
+    if w_third is not None:
+        result["w_third"] = train_w_third(result, w_third)
     result = settle(result, before)
     write_figures(result, figures)
     if result == before:
@@ -455,12 +486,15 @@ def main():
                         help="only the transformer runs (Fig. 6c bottom) at the preset's (N, seed) whose trajectory "
                              "FIGURES/sa_scaling.json does not hold yet, merged into it as they finish; then --replot. "
                              "On CUDA the seeds of an N train as one batched model")
+    parser.add_argument("--w-third", action="store_true",
+                        help="only the full model with w held at (0, 1/3, 1/3, 1/3) (W_THIRD: N = 64, 128, 5 seeds, "
+                             "control and ablation; CPU ~20 min on one core), into FIGURES/sa_scaling.json; then --replot")
     args = parser.parse_args()
     device = cli.device(args.device)
-    if args.replot or args.transformer_only:
+    if args.replot or args.transformer_only or args.w_third:
         cli.writable_dir(args.figures, "--figures")
         train = (PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1), device) if args.transformer_only else None
-        replot(args.figures, train)
+        replot(args.figures, train, check_int("--jobs", args.jobs, 1) if args.w_third else None)
         return
     preset = cli.preset(args.preset)
     cli.set_threads(args.threads)

@@ -41,6 +41,21 @@ def predicted_rates(N: int, I: float, w_B: float = 1 / 3, w_C: float = 1 / 3) ->
     return {"dbeta_dt": w_C * I * H / N, "ddelta_dt": w_B * F1_exact() / N}
 
 
+def w_driven(run: dict, I: float) -> dict:
+    """Eq. (parameter_dynamics_simplest) integrated along a run's own mixture weights w(t) (lr 1, the trapezoid rule
+    over its evaluations): beta(t) = int_0^t w_C I H_N / (N C) ds (the full model's mean diagonal, predicted_rates)
+    and delta(t) = int_0^t w_B F_1 / N ds. The first-order theory with w as the run had it: with w constant both
+    grow as t, so their powers of t measure what w's drift alone does to the exponents."""
+    t, w = np.asarray(run["t"], float), np.asarray(run["w"], float)
+    N = run["run"]["N"]
+    rates = [predicted_rates(N, I, w_B, w_C) for _, w_B, w_C, _ in w]
+    out = {"t": t.tolist()}
+    for key, rate, scale in (("beta", "dbeta_dt", 1 / C), ("delta", "ddelta_dt", 1.0)):
+        r = np.array([x[rate] for x in rates]) * scale
+        out[key] = np.concatenate([[0.0], np.cumsum(0.5 * (r[1:] + r[:-1]) * np.diff(t))]).tolist()
+    return out
+
+
 def landscape(context, target, betas, deltas, em_steps: int = 5000) -> np.ndarray:
     """Reduced-model loss over a (delta, beta) grid with w_A..w_D optimized at every point
     (masked samples). With the experts fixed, the optimal mixture weights come from EM:
