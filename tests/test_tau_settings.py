@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tau_settings as ts
 from analysis import transformer_tau as st
@@ -64,3 +65,154 @@ def test_a_frozen_parameter_stays_where_training_moves_it_and_a_diverged_run_sto
     run = st.train_one(8, 0, 400, eval_batch=64, training={**st.TRAINING, "lr": 1e4, "eval_every": 4})
     assert not math.isfinite(run["loss"][-1]) and run["t"][-1] < 400  # stopped at its first non-finite evaluation
     assert st.tau_2gen_drop(run)["status"] == "diverged"
+
+
+# ----------------------------------------------------------------------------- the knock-outs
+
+
+def test_the_knockouts_change_what_they_say_and_nothing_else(monkeypatch):
+    """smallstart: W_Q, W_K of both layers at 0.05 x the seed's draw, W_U at zero, the rest the seed's; window1: after
+    training, layer 1's position bias has moved at lags 0 and 1 and nowhere else."""
+    init = ts.SETTINGS["smallstart"][0]["init"]
+    base, small = st.model_for(8, 3), st.model_for(8, 3, init)
+    for (name, a), b in zip(base.named_parameters(), small.parameters()):
+        factor = 0.0 if name == "W_U.weight" else init["scale"].get(name, 1.0)
+        assert torch.equal(b, a * factor), name
+    assert sum(f != 1.0 for f in init["scale"].values()) == 4
+    models = []
+    make = st.model_for
+    monkeypatch.setattr(st, "model_for", lambda N, seed, init=None: models.append(make(N, seed, init)) or models[-1])
+    st.train_one(8, 0, 12, eval_batch=64, training={**ts.SETTINGS["window1"][0], "eval_every": 4})
+    P = models[0].att1.P.detach()[0]
+    assert (P[:2] != 0).all() and torch.equal(P[2:], torch.zeros_like(P[2:]))
+    assert (models[0].att2.P.detach() != 0).any()  # layer 2's bias trains as before
+
+
+# ----------------------------------------------------------------------------- the theory's coordinates, measured
+
+
+def random_transformer(N, seed):
+    model = st.model_for(N, seed)
+    with torch.no_grad():  # position biases off zero, so that every path of the coordinates is exercised
+        for P in (model.att1.P, model.att2.P):
+            P.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed))
+    return model, dict(model.named_parameters())
+
+
+def random_sa(N, seed, dtype=torch.float32):
+    model = ts.SATransformer(N).to(dtype)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model, dict(model.named_parameters())
+
+
+def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
+    """dq/dt = -<grad q, grad L> against a central difference of q along -grad L (L the mean over both batches), for
+    every coordinate of both models; the velocity of the loss itself is -|grad L|^2 < 0."""
+    batches = [ts.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (1, 2)]
+    context = batches[0][0]
+    cases = []
+    model, params = random_transformer(10, 0)
+    cases.append((params, lambda c, y, p=params: F.cross_entropy(st.last_position(p, c)[0], y),
+                  lambda p=params, m=model: ts.transformer_coordinates(m, p, context)))
+    sa, sa_params = random_sa(10, 1)
+    cases.append((sa_params, lambda c, y, m=sa: ts.target_loss(m(c), y)[0].mean(),
+                  lambda m=sa: ts.sa_coordinates(m, context)))
+    for params, loss, coordinates in cases:
+        out = ts.velocities(loss, coordinates(), params, batches)
+        leaves = list(params.values())
+        grad = torch.autograd.grad(sum(loss(c, y) for c, y in batches) / len(batches), leaves)
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grad))
+        eps = 2e-3 / norm  # a step of 2e-3 along -grad L: float32's rounding well below the change it makes
+        shifted = {}
+        for sign in (1, -1):
+            with torch.no_grad():
+                for p, g in zip(leaves, grad):
+                    p.sub_(sign * eps * g)
+                shifted[sign] = {k: float(v) for k, v in coordinates().items()}
+                for p, g in zip(leaves, grad):
+                    p.add_(sign * eps * g)
+        for name, row in out.items():
+            finite = (shifted[1][name] - shifted[-1][name]) / (2 * eps)
+            assert row["velocity"] == pytest.approx(finite, rel=0.02, abs=1e-4 * norm), name
+            assert row["value"] == pytest.approx(float(coordinates()[name].detach()), rel=1e-6)
+        assert any(abs(row["velocity"]) > 1e-6 for row in out.values())
+        self_rate = ts.velocities(loss, {"loss": sum(loss(c, y) for c, y in batches) / 2}, params, batches)["loss"]
+        assert self_rate["velocity"] == pytest.approx(-norm ** 2, rel=1e-5)
+
+
+def test_the_coordinates_are_what_they_say():
+    """The transformer's: beta against a loop over query and key states, delta the lag-1 entry of layer 1's bias,
+    phi_beta(2) the induction readout of last_position's attention, phi_delta(1) the full model's layer-1 attention of
+    the last position on the one before. The SA-transformer's: M2's h.x diagonal, P1[1], and its layer-2 attention."""
+    model, params = random_transformer(9, 4)
+    context = ts.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
+    got = {k: float(v) for k, v in ts.transformer_coordinates(model, params, context).items()}
+    E = ts.layer_norm(params["W_E.weight"])
+    D = E.shape[1]
+    score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
+                    @ ts.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
+             for a in range(st.C)]
+    diag = np.mean([score[a][a] for a in range(st.C)])
+    off = np.mean([score[a][b] for a in range(st.C) for b in range(st.C) if a != b])
+    assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
+    assert got["delta"] == float(params["att1.P"][0, 1]) != float(params["att1.P"][0, 0])
+    assert got["phi_beta2"] == pytest.approx(float(st.induction(st.last_position(params, context)[1], context)), rel=1e-6)
+    A1 = model(context, cache=True)[1]["A1"]
+    assert got["phi_delta1"] == pytest.approx(float(A1[:, -1, -2].mean()), rel=1e-6)
+    assert got["phi_delta1"] != pytest.approx(float(A1[:, -1, -1].mean()), rel=1e-3)  # not the diagonal
+    sa, sa_params = random_sa(9, 6)
+    out = {k: float(v) for k, v in ts.sa_coordinates(sa, context).items()}
+    assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[st.C + i, i]) for i in range(st.C)])), rel=1e-6)
+    assert out["delta"] == float(sa.P1[1])
+    A2 = ts.layers(context, *sa.attention_parameters())[2]
+    match = np.array([[float(s[i - 1] == s[-1]) for i in range(1, 9)] for s in context.tolist()])
+    assert out["phi_beta2"] == pytest.approx(float((A2[:, 1:].detach().numpy() * match).sum(1).mean()), rel=1e-6)
+
+
+def test_the_measure_hooks_read_the_run_without_changing_it():
+    """A measured run (velocities at t = 0 and 4) is the unmeasured run, step for step, in both models."""
+    torch.set_num_threads(1)
+    batches = [ts.fresh_batch(8, 8, torch.Generator().manual_seed(9))]
+    template, seen = st.model_for(8, 0), []
+
+    def hook(t, params):
+        if t in (0, 4):
+            loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
+            seen.append(ts.velocities(loss, ts.transformer_coordinates(template, params, batches[0][0]), params, batches))
+
+    training = {**st.TRAINING, "eval_every": 2}
+    assert st.train_one(8, 0, 8, 64, training, measure=hook) == st.train_one(8, 0, 8, 64, training) and len(seen) == 2
+    run = ts.Run(N=8, iters=8, eval_every=2, eval_batch=64)
+
+    def sa_hook(t, model):
+        loss = lambda c, y: ts.target_loss(model(c), y)[0].mean()  # noqa: E731
+        seen.append(ts.velocities(loss, ts.sa_coordinates(model, batches[0][0]), dict(model.named_parameters()), batches))
+
+    assert ts.train_sa(run, sa_hook)["beta"] == ts.train_sa(run)["beta"] and len(seen) == 7
+
+
+def measured(model, N, seed, velocity, phi_rate, stages=3):
+    """A stored measurement run: every coordinate's velocity velocity(N, stage), phi rising at phi_rate(N)."""
+    t = list(range(0, 500, 25))
+    return {"model": model, "N": N, "seed": seed, "t": t, "phi": [0.1 + phi_rate(N) * s for s in t],
+            "loss": [2.3] * len(t), "times": {str(100 * i): {name: {"value": 0.0, "velocity": velocity(N, i), "se": 0.0}
+                                                          for name in ("beta", "delta")} for i in range(stages)}}
+
+
+def test_the_velocities_scaling_against_N_and_phis_early_rate_against_HN_over_N():
+    """Slopes of log |median over seeds| against log N (a falling velocity and a negative one alike), the theory's
+    slopes (beta: that of H_N / N, delta: -1), and phi's early rate growing as (H_N / N)^2 read as 2."""
+    Ns = (32, 64, 128)
+    runs = [measured("sa", N, s, lambda N, i, s=s: -(1 + 0.1 * s) * N ** -(1 + i / 2),
+                     lambda N, s=s: (1 + 0.01 * s) * (ts.harmonic(N) / N) ** 2) for N in Ns for s in (0, 1, 2)]
+    runs.append(measured("sa", 64, 3, lambda N, i: 100.0, lambda N: 1.0))  # one outlier seed: the median ignores it
+    out = ts.measure_summary(runs, {})["sa"]
+    assert [row["slope"] for row in out["beta"]] == pytest.approx([-1.0, -1.5, -2.0], abs=1e-3)
+    assert out["delta"][0]["theory"] == -1.0
+    assert out["beta"][0]["theory"] == pytest.approx(np.polyfit(np.log(Ns), np.log([ts.harmonic(N) / N for N in Ns]),
+                                                                1)[0])
+    assert out["early_phi"]["slope_vs_HN_over_N"] == pytest.approx(2.0, abs=0.02)
+    assert "record_match" not in out
