@@ -907,3 +907,24 @@ def test_the_trajectory_figure_has_readable_ticks_and_a_labelled_colour_bar(tmp_
             assert len(boxes) >= 3
             assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
     assert [ax.get_ylabel() for ax in fig.axes[2:]] == ["loss - loss at (0, 0) (nats)"] * 2
+
+
+def test_the_w_driven_theory_integrates_the_rates_along_the_runs_own_weights():
+    """Constant w: beta and delta grow as t at eq. (parameter_dynamics_simplest)'s rates (beta's 1/C for the mean
+    diagonal); w_C rising linearly from 0.2 to 0.6 over the run: beta = the integral of that line (t^2 in it), the
+    exponent over a late window above 1; delta follows w_B, not w_C."""
+    I, N = 0.07, 64
+    t = np.arange(0, 2001, 25.0)
+    rates = sa_theory.predicted_rates(N, I, 1 / 3, 1 / 3)
+    flat = sa_theory.w_driven({"t": t.tolist(), "w": [[0.0, 1 / 3, 1 / 3, 1 / 3]] * len(t), "run": {"N": N}}, I)
+    assert flat["beta"] == pytest.approx((rates["dbeta_dt"] / sa_model.C * t).tolist(), rel=1e-9, abs=1e-15)
+    assert flat["delta"] == pytest.approx((rates["ddelta_dt"] * t).tolist(), rel=1e-9, abs=1e-15)
+    w_C = 0.2 + 0.4 * t / t[-1]
+    w = np.stack([np.zeros_like(t), 0.5 - w_C / 2, w_C, 0.5 - w_C / 2], 1)
+    rising = sa_theory.w_driven({"t": t.tolist(), "w": w.tolist(), "run": {"N": N}}, I)
+    per_w = sa_theory.predicted_rates(N, I, 1.0, 1.0)  # the rates per unit weight
+    exact = per_w["dbeta_dt"] / sa_model.C * (0.2 * t + 0.2 * t ** 2 / t[-1])
+    assert rising["beta"] == pytest.approx(exact.tolist(), rel=1e-9, abs=1e-15)  # a quadratic: the trapezoid is exact
+    assert rising["delta"] == pytest.approx((per_w["ddelta_dt"] * (0.4 * t - 0.1 * t ** 2 / t[-1])).tolist(), rel=1e-9,
+                                            abs=1e-15)
+    assert sa_analysis.fit_power(t, rising["beta"], 1000, 2000) > 1.2
