@@ -64,6 +64,7 @@ class Run:
     freeze_weights: tuple | None = None  # hold (w_A..w_D) fixed (reduced model during the plateau)
     snapshots: tuple = ()  # iterations at which to store P1, P2, M2
     stop_after: float = 0.0  # if > 0, stop at stop_after x tau once the loss has crossed (saves time)
+    readout: str = "mixture"  # "softmax": the hybrid of tau_settings.py's ladder (SATransformer)
 
 
 def train_sa(run: Run, measure=None) -> dict:
@@ -76,7 +77,7 @@ def train_sa(run: Run, measure=None) -> dict:
     eval_context, eval_target = fresh_batch(run.eval_batch, run.N, torch.Generator().manual_seed(10**6 + run.N), run.ablate)
     levels = predictor_levels(eval_context, eval_target)
     threshold = 0.5 * (levels["masked_loss_frequencies"] + levels["masked_loss_2gen"])
-    model = SATransformer(run.N, run.reduced)
+    model = SATransformer(run.N, run.reduced, run.readout)
     if run.freeze_weights is not None:
         model.fixed_weights = torch.tensor(run.freeze_weights, dtype=torch.float32)
         model.logits.requires_grad_(False)

@@ -1,30 +1,33 @@
 """Why the transformer's tau_2Gen(N) does not grow with N (Fig. 6c bottom; Sec. "The transition from G1 to G2",
-Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other SGD settings, each a test that can fail.
+Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other settings, each a rung that can restore the
+theory's tau ~ N / log N, and the theory's coordinates measured in both models.
 
 At the settings of the committed record (sa_transformer.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
-128; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
+128, ours; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
 while the theory's rate H_N / N falls x5.3 over that range. Which difference from the theory's regime takes the runs
-out of it?
+out of it? The SGD settings first:
 
-    gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr. If noise
-                     made the escape N-flat, the quieter runs would bring back tau ~ N / log N.
+    gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr.
     the optimizer    momentum 0 at lr 0.5, the same step in the small-lr limit (lr / (1 - momentum)); and lr 0.0125
                      and 0.003125 at momentum 0.9, a quarter and a sixteenth of the step (towards gradient flow,
-                     slower in steps). If the runs sat in that limit, momentum 0 would change nothing and the smaller
-                     lr would take 4x (16x) the steps; if the flatness came from leaving it, the smaller steps would
-                     bring back tau ~ N / log N.
-    the readout      phi_beta(2) at the last position plays beta: its early growth rate (before the head forms)
-                     against the theory's H_N / N, from every run here and from the committed record's.
-    position bias    the theory's rate has layer 2 attend uniformly over the N positions (the SA-transformer's P2
-                     stays at zero); the transformer learns P2 and can attend to a window of recent positions whose
-                     size does not grow with N. Held at zero, tau should grow with N again if that is the reason.
+                     slower in steps: in that limit 4x and 16x the steps).
+    position bias    layer 2's held at zero: the theory's layer 2 attends uniformly over the N positions at the start
+                     (the SA-transformer's P2 starts at zero); a learned recency window would cut the 1 / N dilution.
+then the model's differences from the SA-transformer (knock-outs):
+    the start        the theory starts at uniform attention and the 1-Gen readout: W_Q, W_K of both layers x 0.05
+                     (attention near uniform) and W_U at zero.
+    layer 1          a recency window: layer 1's position bias learns at lags 0 and 1 only.
+and the readout: phi_beta(2)'s early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it),
+from every run here and from the committed record's. A rung restores the law when the head's slope against
+N / log N is >= 0.6; <= 0.3 it does not.
 
-    python tau_settings.py                  # the screen: every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~3 h on 2
-                                            # cores, the sixteenth step's 6 runs 62 min of it), then
+    python tau_settings.py                  # every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~5 h on 2 cores), then
                                             # figures/tau_settings.png and .json
-    python tau_settings.py --replot         # only redraw from figures/tau_settings.json
+    python tau_settings.py --settings window1   # only those settings' runs, added to the committed JSON's
+    python tau_settings.py --measure        # the theory's coordinates (MEASURE), figures/tau_velocities.png and .json
+    python tau_settings.py --replot         # only redraw both figures from their JSON
 
-Each run is train_one's (analysis/transformer_tau.py) with the setting's SGD: its own seed's model, batches and
+Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
 evaluation set, so a setting's run is paired with the committed record's run of the same (N, seed). Each finished run
 is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
 """
@@ -40,8 +43,8 @@ import torch.nn.functional as F
 
 from analysis.estimators import median_ci
 from analysis.sa_model import C, SATransformer, layers, target_loss
-from analysis.transformer_tau import (TRAINING, fresh_batch, induction, last_position, model_for, rounded_run,
-                                      tau_2gen_drop, train_one)
+from analysis.transformer_tau import (PHI_FORMED, TRAINING, fresh_batch, induction, last_position, model_for,
+                                      predictor_levels, rounded_run, sustained_drop, tau_2gen_drop, train_one)
 from markov import check_int
 from plumbing import cli
 from sa_transformer import Run, train_sa, transformer_summary
@@ -60,12 +63,23 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
 CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
         "frozenP2": 20000, "smallstart": 20000, "window1": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's
 # ~2500 to the head; the knock-outs get the record's paper-protocol cap
-SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048)  # eval_batch: the committed record's (its eval sets)
+HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests)
+    "sa": ("mixture", "the SA-transformer itself (its head, read as the transformer's)"),
+    "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
+}
+HYBRID_CAP = 10000  # steps: the SA-transformer's tau at N = 128 is ~2800
+DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()}}
+SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048,  # eval_batch: the committed record's (its eval sets)
+              eval_every=50)  # the hybrids' (the transformer's: TRAINING's)
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
 
 
 def run_path(root: str, name: str, N: int, seed: int) -> str:
     return os.path.join(root, f"{name}_N{N}_s{seed}.json")
+
+
+def _run_job(job: tuple) -> dict:
+    return _hybrid_job(job) if job[1] in HYBRIDS else _train_job(job)
 
 
 def _train_job(job: tuple) -> dict:
@@ -75,6 +89,39 @@ def _train_job(job: tuple) -> dict:
     with open(path + ".tmp", "w") as f:
         json.dump(run, f)
     os.replace(path + ".tmp", path)  # atomic: a killed screen leaves whole runs only
+    return run
+
+
+class _HeadHeld(Exception):
+    """Raised by a hybrid run's measure hook once the head's rise has held through its window: the run is done."""
+
+
+def _hybrid_job(job: tuple) -> dict:
+    """One SA-transformer run of the ladder (sa_transformer.train_sa, its own SGD: lr 1, batch 256), recorded as the
+    transformer's runs are (t, loss over all samples, phi, the levels, on the transformer's evaluation set of that N)
+    and stopped as they are once the head's rise through PHI_FORMED has held, so that its head is read alike."""
+    root, name, N, seed = job
+    context, target = fresh_batch(SCREEN["eval_batch"], N, torch.Generator().manual_seed(10**6 + N))
+    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, "readout": HYBRIDS[name][0],
+           "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
+
+    def measure(t, model):
+        with torch.no_grad():
+            run["t"].append(t)
+            run["loss"].append(round(float(target_loss(model(context), target)[0].mean()), 5))
+            run["phi"].append(round(float(sa_coordinates(model, context)["phi_beta2"]), 4))
+        if not math.isnan(sustained_drop(run["t"], [-p for p in run["phi"]], -PHI_FORMED)[0]):
+            raise _HeadHeld
+
+    try:
+        train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"], eval_batch=64,
+                     readout=HYBRIDS[name][0]), measure)
+    except _HeadHeld:
+        pass
+    path = run_path(root, name, N, seed)
+    with open(path + ".tmp", "w") as f:
+        json.dump(run, f)
+    os.replace(path + ".tmp", path)
     return run
 
 
@@ -101,7 +148,7 @@ def compare(runs: dict, baseline: dict) -> dict:
     """Per setting ({name: {N: {seed: run}}}, and "baseline", the committed record's {N: {seed: run}}): the
     head's formation and tau (transformer_summary), each run's head against the baseline run of the same (N, seed)
     (their ratio), and the early rates of phi per N: their medians, and the slope of log median against
-    log(H_N / N), which is 1 if phi grows at the theory's rate."""
+    log(H_N / N), which is 2 if phi grows at the theory's rate."""
     out = {}
     for name, by_N in {"baseline": baseline, **runs}.items():
         summary = transformer_summary(by_N)
@@ -110,57 +157,79 @@ def compare(runs: dict, baseline: dict) -> dict:
         row = {"summary": summary, "early_rate": rates, "early_rate_median": medians,
                "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
         kept = [N for N in by_N if math.isfinite(medians[N]) and medians[N] > 0]
-        row["early_rate_slope"] = (float(np.polyfit(np.log([row["theory_rate"][N] for N in kept]),  # theory: 1
+        row["early_rate_slope"] = (float(np.polyfit(np.log([row["theory_rate"][N] for N in kept]),  # theory: 2
                                                     np.log([medians[N] for N in kept]), 1)[0]) if len(kept) >= 2 else None)
-        if name != "baseline":
+        if name in SETTINGS:
             row["head_vs_baseline"] = {N: {s: head_ratio(r, baseline[N][s]) for s, r in by_N[N].items()}
                                        for N in by_N if N in baseline}
         out[name] = row
     return out
 
 
+RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
+
+
 def plot(result: dict, path: str):
     """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
-    through the baseline's first median; right: phi's early growth rate against N, with H_N / N likewise."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    through the baseline's first median; middle: phi's early growth rate against N, with (H_N / N)^2 likewise;
+    right: the ladder, each setting's slope against N / log N with its nominal 95 % interval and its seeds per N."""
+    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
-               "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan"}
+               "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
+               "sa": "tab:brown", "sa_softmax": "tab:pink"}
+    names = list(result["compare"])
     for name, row in result["compare"].items():
-        label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
-            f"{name}: {SETTINGS[name][1]}"
+        label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         heads = row["summary"]["N"]
         Ns = sorted(heads, key=int)
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
             left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
-            for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
-                if head is None:  # never formed: by the cap (a lower bound), or the run diverged at `steps`
-                    left.plot(int(N), steps, "x" if status == "diverged" else "^", color=colours[name])
+            for status, head in zip(heads[N]["status"], heads[N]["head"]):
+                if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
+                    left.plot(int(N), CAPS.get(name, HYBRID_CAP), "^", color=colours[name])
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
-            label += " (x: diverged)"
+            label += " (diverged: not drawn)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
         left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
         rates = row["early_rate_median"]
         right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=colours[name], label=label)
+        line = row["summary"]["fit_head"]["vs_N_over_logN"]
+        y = len(names) - 1 - names.index(name)
+        if line:
+            lo, hi = line["slope_ci"]
+            ladder.errorbar(line["slope"], y, xerr=[[line["slope"] - lo], [hi - line["slope"]]], fmt="o",
+                            color=colours[name], capsize=3)
+            ladder.annotate(f"{line['slope']:.2f}, seeds {'/'.join(str(k) for k in line['seeds'])}",
+                            (line["slope"], y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        else:
+            ladder.annotate("no slope (diverged)", (0.5, y), ha="center", va="center", fontsize=7, color=colours[name])
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
     left.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
     r0 = base["early_rate_median"][str(int(Ns[0]))]
-    right.plot(Ns, [r0 * harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0]) for n in Ns], "--", color="gray",
-               label="theory: H_N / N")
-    for ax, what in ((left, "head formed (steps; triangles: not by the cap)"), (right, "phi_beta(2)'s early growth per step")):
+    right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
+               label="theory: (H_N / N)^2")
+    for ax, what in ((left, "head formed (steps; ^: not by the cap)"), (right, "phi_beta(2)'s early growth per step")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(Ns, [str(int(n)) for n in Ns])
         ax.set_xlabel("N")
         ax.set_ylabel(what)
-    left.set_title("the induction head's formation against N, per SGD setting")
+    left.set_title("the induction head's formation against N, per setting")
     right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
-    handles, labels = left.get_legend_handles_labels()  # one legend for both panels: the settings' colours are shared
+    for x, style, text in ((1.0, "--", "theory"), (RESTORES, ":", "restores"), (DOES_NOT, ":", "does not")):
+        ladder.axvline(x, color="gray", ls=style, lw=1)
+        ladder.annotate(text, (x, len(names) - 0.4), ha="center", fontsize=7, color="gray")
+    ladder.set_yticks(range(len(names)), list(reversed(names)), fontsize=8)
+    ladder.set_ylim(-0.6, len(names) - 0.2)
+    ladder.set_xlabel("slope of the head's medians against N / log N\n(nominal 95 % interval, seeds per N)")
+    ladder.set_title("the ladder: does a rung restore tau ~ N / log N?")
+    handles, labels = left.get_legend_handles_labels()  # one legend for the panels: the settings' colours are shared
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     right.legend(*[x[-1:] for x in right.get_legend_handles_labels()], fontsize=8, loc="lower left")  # the theory
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.tight_layout(rect=(0, 0.15, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -168,7 +237,7 @@ def plot(result: dict, path: str):
 def table(result: dict) -> list[str]:
     """The comparison as markdown rows (RESULTS.md's table): per setting the head's formation at each N for seeds 0
     and 1, its range as a multiple of the record's run of the same seed, the slope of the head's medians against
-    N / log N with its interval and seeds, and the early rate's slope against H_N / N."""
+    N / log N with its interval and seeds, and the early rate's slope against H_N / N (the theory's: 2)."""
     def num(x: float) -> str:  # a typographic minus, as the tables write it
         return f"{x:.2f}".replace("-", "−")
 
@@ -183,8 +252,9 @@ def table(result: dict) -> list[str]:
         slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
             if line else "—"
         rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"])
-        what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {SETTINGS[name][1]}"
-        times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
+        what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
+        times = "1" if name == "baseline" else "(another model)" if name in HYBRIDS else \
+            f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"
         rows.append(f"| {what} | {heads} | {times} | {slope} | {rate} |")
     return rows
@@ -425,8 +495,8 @@ def collect(root: str, figures: str) -> dict:
         record = json.load(f)["transformer_runs"]
     stored = os.path.join(figures, "tau_settings.json")
     runs = cli.read_json(stored, ("runs",), "tau_settings.py")["runs"] if os.path.exists(stored) else {}
-    runs = {name: by_N for name, by_N in runs.items() if name in SETTINGS}
-    for name in SETTINGS:
+    runs = {name: by_N for name, by_N in runs.items() if name in DESCRIBE}
+    for name in DESCRIBE:
         for N in SCREEN["N"]:
             for seed in SCREEN["seeds"]:
                 path = run_path(root, name, N, seed)
@@ -436,7 +506,10 @@ def collect(root: str, figures: str) -> dict:
     if not runs:
         raise ValueError(f"no runs under {root}: `python tau_settings.py` trains them")
     baseline = {N: record[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in record}
-    result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]} for name in runs},
+    result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]}
+                           for name in runs if name in SETTINGS},
+              "hybrids": {name: {"readout": HYBRIDS[name][0], "cap": HYBRID_CAP, "tests": HYBRIDS[name][1]}
+                          for name in runs if name in HYBRIDS},
               "baseline": "figures/sa_scaling.json's transformer_runs (all their seeds)", "runs": runs,
               "compare": compare(runs, baseline)}
     with open(os.path.join(figures, "tau_settings.json"), "w") as f:
@@ -453,12 +526,12 @@ def main():
     parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
     parser.add_argument("--measure", action="store_true", help="measure the theory's coordinates instead (MEASURE: "
                         "~1 h on one core) into FIGURES/tau_velocities.png and .json")
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"the settings to train, comma-separated (default all: {','.join(SETTINGS)})")
+    parser.add_argument("--settings", default=",".join(DESCRIBE),
+                        help=f"the settings and hybrids to train, comma-separated (default all: {','.join(DESCRIBE)})")
     args = parser.parse_args()
     names = args.settings.split(",")
-    if any(name not in SETTINGS for name in names):
-        parser.error(f"--settings {args.settings}: each must be one of {', '.join(SETTINGS)}")
+    if any(name not in DESCRIBE for name in names):
+        parser.error(f"--settings {args.settings}: each must be one of {', '.join(DESCRIBE)}")
     cli.writable_dir(args.figures, "--figures")
     if args.replot:
         result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
@@ -490,8 +563,8 @@ def main():
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
           f"{list(SCREEN['N'])}, seeds {list(SCREEN['seeds'])}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
-    cli.parallel_map(_train_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
-                     cost=[CAPS[j[1]] * j[2] for j in jobs])
+    cli.parallel_map(_run_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
+                     cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.2 * HYBRID_CAP * j[2] for j in jobs])
     result = collect(args.root, args.figures)
     print(f"wrote {args.figures}/tau_settings.png and .json")
     print("\n".join(table(result)))

@@ -58,12 +58,21 @@ def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
 
-class SATransformer(nn.Module):
-    """Eq. (base_model). reduced=True: eq. (minimal_simple), parameters beta, delta and the weights."""
+READOUTS = ("mixture", "softmax")
 
-    def __init__(self, N: int, reduced: bool = False):
+
+class SATransformer(nn.Module):
+    """Eq. (base_model). reduced=True: eq. (minimal_simple), parameters beta, delta and the weights.
+    readout="softmax": a hybrid with the transformer's kind of readout in place of the mixture, pi = softmax(W_R e)
+    of the four experts' outputs e (4C) through a learned map W_R (C x 4C, at zero: the uniform prediction), for
+    tau_settings.py's ladder; the mixture weights then take no part."""
+
+    def __init__(self, N: int, reduced: bool = False, readout: str = "mixture"):
         super().__init__()
-        self.N, self.reduced = N, reduced
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        self.N, self.reduced, self.readout = N, reduced, readout
+        self.W_R = nn.Parameter(torch.zeros(C, 4 * C)) if readout == "softmax" else None
         self.logits = nn.Parameter(torch.zeros(3))  # w_B, w_C, w_D relative to w_A (fixed logit 0)
         self.fixed_weights = None  # set to a (4,) tensor to hold w_A..w_D fixed
         if reduced:
@@ -97,7 +106,10 @@ class SATransformer(nn.Module):
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         """pi (B, C): the predictive distribution of s_{N+1} given seqs (B, N)."""
-        return torch.einsum("e,bec->bc", self.weights(), experts(seqs, *self.attention_parameters()))
+        e = experts(seqs, *self.attention_parameters())  # (B, 4, C)
+        if self.readout == "softmax":
+            return torch.softmax(e.flatten(1) @ self.W_R.T, -1)
+        return torch.einsum("e,bec->bc", self.weights(), e)
 
 
 def target_loss(pi: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

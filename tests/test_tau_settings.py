@@ -1,6 +1,7 @@
 """tau_settings.py: Fig. 6c bottom at other SGD settings. Each setting bites (it changes the run of the same seed),
 a diverged run stops and says so, and the two numbers the comparison rests on (the head against the baseline run of
 the same (N, seed), phi's early growth rate) come out of hand-made trajectories as they were made."""
+import json
 import math
 
 import numpy as np
@@ -217,3 +218,47 @@ def test_the_velocities_scaling_against_N_and_phis_early_rate_against_HN_over_N(
                                                                 1)[0])
     assert out["early_phi"]["slope_vs_HN_over_N"] == pytest.approx(2.0, abs=0.02)
     assert "record_match" not in out
+
+
+# ----------------------------------------------------------------------------- the hybrids
+
+
+def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
+    """readout="softmax": uniform at W_R = 0; with W_R selecting one expert (expert-major columns, as e.flatten(1)
+    lays them out) at scale s, softmax(s x that expert) of the parent's experts; the mixture readout is the parent."""
+    N = 12
+    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    hybrid, _ = random_sa(N, 7)
+    hybrid.W_R = torch.nn.Parameter(torch.zeros(st.C, 4 * st.C))
+    hybrid.readout = "softmax"
+    assert torch.allclose(hybrid(seqs), torch.full((64, st.C), 1 / st.C))
+    parent = ts.SATransformer(N)
+    parent.load_state_dict({k: v for k, v in hybrid.state_dict().items() if k != "W_R"})
+    e = ts.layers(seqs, *parent.attention_parameters())
+    experts = torch.stack([e[0][:, -1], e[1][:, -1], (e[2].unsqueeze(1) @ e[0]).squeeze(1),
+                           (e[2].unsqueeze(1) @ e[1]).squeeze(1)], 1)  # (B, 4, C), from the layers alone
+    with torch.no_grad():
+        hybrid.W_R.zero_()
+        hybrid.W_R[:, 2 * st.C:3 * st.C] = 5.0 * torch.eye(st.C)  # the third expert, sum_i A2_iN x_i
+    assert torch.allclose(hybrid(seqs), torch.softmax(5.0 * experts[:, 2], -1), atol=1e-6)
+    assert torch.allclose(parent(seqs), torch.einsum("e,bec->bc", parent.weights(), experts), atol=1e-6)
+    assert not torch.allclose(hybrid(seqs), parent(seqs), atol=1e-3)
+    with pytest.raises(ValueError, match="readout"):
+        ts.SATransformer(N, readout="mlp")
+
+
+def test_a_hybrid_run_is_read_as_the_transformers_and_stops_once_its_head_held(monkeypatch, tmp_path):
+    """The run records t, loss, phi on the transformer's evaluation set of that N, and stops when phi's rise through
+    PHI_FORMED has held through the window (here a level the SA-transformer's phi passes within a few hundred steps)."""
+    torch.set_num_threads(1)
+    monkeypatch.setitem(ts.SCREEN, "eval_batch", 256)
+    monkeypatch.setitem(ts.SCREEN, "eval_every", 20)
+    monkeypatch.setattr(ts, "HYBRID_CAP", 1000)
+    monkeypatch.setattr(ts, "PHI_FORMED", 0.105)
+    run = ts._hybrid_job((str(tmp_path), "sa", 16, 0))
+    head = ts.sustained_drop(run["t"], [-p for p in run["phi"]], -0.105)
+    assert run["t"][-1] < 1000 and head[1] == run["t"][-1]  # stopped at the end of the head's window
+    assert run["phi"][0] == pytest.approx(float(ts.sa_coordinates(ts.SATransformer(16).requires_grad_(False), ts.fresh_batch(
+        256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]), abs=1e-4)
+    with open(tmp_path / "sa_N16_s0.json") as fh:
+        assert json.load(fh) == run
