@@ -138,6 +138,27 @@ def harmonic(N: int) -> float:
     return sum(1 / k for k in range(1, N + 1))
 
 
+def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 0.95) -> tuple:
+    """(slope, [lo, hi]): the slope of log median rate against log theory rate over the N ({N: [rate per seed]}),
+    and its bootstrap percentile interval from resampling the seeds within each N (with 2 seeds: a nominal level,
+    not a coverage; a resample with fewer than two positive medians is left out). (None, None) if it cannot be fitted."""
+    def fit(medians: dict):
+        kept = [N for N, m in medians.items() if math.isfinite(m) and m > 0]
+        if len(kept) < 2:
+            return None
+        return float(np.polyfit(np.log([theory[N] for N in kept]), np.log([medians[N] for N in kept]), 1)[0])
+
+    point = fit({N: float(np.median(v)) if v else math.nan for N, v in rates.items()})
+    if point is None:
+        return None, None
+    rng = np.random.default_rng(0)
+    boot = [fit({N: float(np.median(rng.choice(v, len(v)))) if v else math.nan for N, v in rates.items()})
+            for _ in range(resamples)]
+    boot = np.array([b for b in boot if b is not None])
+    q = (1 - level) / 2
+    return point, [float(np.quantile(boot, q)), float(np.quantile(boot, 1 - q))]
+
+
 def head_ratio(run: dict, base: dict) -> float | None:
     """The head's formation in `run` as a multiple of the baseline run's (None where either never formed)."""
     head, base_head = tau_2gen_drop(run)["head"], tau_2gen_drop(base)["head"]
@@ -156,9 +177,7 @@ def compare(runs: dict, baseline: dict) -> dict:
         medians = {N: median_ci(v)[0] for N, v in rates.items()}
         row = {"summary": summary, "early_rate": rates, "early_rate_median": medians,
                "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
-        kept = [N for N in by_N if math.isfinite(medians[N]) and medians[N] > 0]
-        row["early_rate_slope"] = (float(np.polyfit(np.log([row["theory_rate"][N] for N in kept]),  # theory: 2
-                                                    np.log([medians[N] for N in kept]), 1)[0]) if len(kept) >= 2 else None)
+        row["early_rate_slope"], row["early_rate_slope_ci"] = rate_slope(rates, row["theory_rate"])
         if name in SETTINGS:
             row["head_vs_baseline"] = {N: {s: head_ratio(r, baseline[N][s]) for s, r in by_N[N].items()}
                                        for N in by_N if N in baseline}
@@ -251,7 +270,9 @@ def table(result: dict) -> list[str]:
         line = row["summary"]["fit_head"]["vs_N_over_logN"]
         slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
             if line else "—"
-        rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"])
+        ci = row.get("early_rate_slope_ci")  # a JSON collected before the intervals has none
+        rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"]) + \
+            (f" [{num(ci[0])}, {num(ci[1])}]" if ci else "")
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         times = "1" if name == "baseline" else "(another model)" if name in HYBRIDS else \
             f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
@@ -468,6 +489,32 @@ def plot_velocities(summary: dict, fractions, path: str):
     plt.close(fig)
 
 
+def velocity_table(measured: dict) -> list[str]:
+    """The measurement as markdown rows (RESULTS.md's table): per coordinate and model, the slope of log |median
+    velocity| against log N at each stage of the plateau (the sign of the medians where any is negative), the theory's
+    slope, and phi's early rate's slope against H_N / N (the theory's 2)."""
+    def num(x) -> str:
+        return "—" if x is None else f"{x:.2f}".replace("-", "−")
+
+    rows, fractions = [], measured["measure"]["fractions"]
+    for name, label in COORDINATE_LABELS.items():
+        for model in ("sa", "transformer"):
+            stages = measured["summary"].get(model, {}).get(name)
+            if not stages:
+                continue
+            slopes = ", ".join(num(st["slope"]) + (" (−)" if any(m < 0 for m in st["median"]) else "")
+                               for f, st in zip(fractions, stages) if f > 0)
+            rows.append(f"| {label} | {'SA-transformer' if model == 'sa' else 'transformer'} | {slopes} | "
+                        f"{num(stages[0]['theory'])} |")
+    for model in ("sa", "transformer"):
+        early = measured["summary"].get(model, {}).get("early_phi")
+        if early:
+            rows.append(f"| phi_beta(2)'s early rate against H_N / N | "
+                        f"{'SA-transformer' if model == 'sa' else 'transformer'} | {num(early['slope_vs_HN_over_N'])} | "
+                        f"2.00 |")
+    return rows
+
+
 def collect_measurements(root: str, figures: str) -> dict:
     """Every measurement run under root into FIGURES/tau_velocities.json and .png."""
     measured = []
@@ -542,7 +589,8 @@ def main():
         if os.path.exists(path):
             measured = cli.read_json(path, ("measure", "summary"), "tau_settings.py --measure")
             plot_velocities(measured["summary"], measured["measure"]["fractions"], path[:-4] + "png")
-            print(f"wrote {path[:-4]}png from {path}")
+            print(f"\nwrote {path[:-4]}png from {path}")
+            print("\n".join(velocity_table(measured)))
         return
     os.makedirs(args.root, exist_ok=True)
     if args.measure:
@@ -555,8 +603,9 @@ def main():
               flush=True)
         cli.parallel_map(_measure_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
                          cost=[j[4][-1] * j[2] * (1 + j[2] / 128) * (0.3 if j[1] == "sa" else 1) for j in jobs])
-        collect_measurements(args.root, args.figures)
+        measured = collect_measurements(args.root, args.figures)
         print(f"wrote {args.figures}/tau_velocities.png and .json")
+        print("\n".join(velocity_table(measured)))
         return
     jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in SCREEN["seeds"]
             if not os.path.exists(run_path(args.root, name, N, seed))]

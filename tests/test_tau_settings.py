@@ -262,3 +262,20 @@ def test_a_hybrid_run_is_read_as_the_transformers_and_stops_once_its_head_held(m
         256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]), abs=1e-4)
     with open(tmp_path / "sa_N16_s0.json") as fh:
         assert json.load(fh) == run
+
+
+def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N():
+    """Rates (H_N / N)^2 times a seed factor: slope 2; the interval from resampling the seeds is the spread the seed
+    factors allow (here they move N = 128's median only, so the interval's ends are the slopes with 128's seeds alone);
+    one N: no slope."""
+    theory = {N: ts.harmonic(N) / N for N in (32, 64, 128)}
+    rates = {32: [theory[32] ** 2] * 2, 64: [theory[64] ** 2] * 2, 128: [0.5 * theory[128] ** 2, 2 * theory[128] ** 2]}
+    slope, ci = ts.rate_slope(rates, theory)
+    x = np.log([theory[N] for N in (32, 64, 128)])
+
+    def with_128(factor):
+        return np.polyfit(x, np.log([theory[32] ** 2, theory[64] ** 2, factor * theory[128] ** 2]), 1)[0]
+
+    assert slope == pytest.approx(with_128(1.25))  # the median of 0.5 and 2 (not their geometric mean 1)
+    assert ci == pytest.approx([with_128(2.0), with_128(0.5)])
+    assert ts.rate_slope({32: [1e-5, 2e-5]}, theory) == (None, None)
