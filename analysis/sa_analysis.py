@@ -344,8 +344,12 @@ def exponent_title(key: str, result: dict) -> str:
         else:
             parts.append(f"{setting}: not fitted")
     paper = PAPER_EXPONENTS[key]
-    return (f"$\\{key}(t)$, full model: " + ", ".join(parts)
-            + f"\n[ ]: over the three fit windows, {{ }}: over the seeds; paper: {paper[0]} (control), {paper[1]} (ablation)")
+    held = result.get("w_third", {}).get("exponents", {})
+    held = held.get(min(held, key=int), {}) if held else {}  # the dynamics runs' N, the smallest of --w-third's
+    extra = ("\nthe full model with w held at 1/3: " + ", ".join(f"{s} t$^{{{held[s][key]['0.05-0.5']:.2f}}}$" for s in held)) if held else ""
+    return (f"$\\{key}(t)$, full model: " + ", ".join(parts) + extra
+            + f"\n[ ]: the range over the three fit windows, {{ }}: over the seeds; paper: {paper[0]} (control), "
+              f"{paper[1]} (ablation)")
 
 
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
@@ -353,7 +357,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
     tau = a N / log N, and the transformer (Fig. 6c bottom) with the power law fitted to it and that law.
     Returns the figure (closed)."""
-    fig, axes = plt.subplots(2, 2, figsize=(12.5, 9))
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5))
     axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
@@ -367,6 +371,13 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             keep = (t > 0) & (mean > 0)
             ax.loglog(t[keep], mean[keep], color=COLORS["ablation" if ablate else "control"], ls="--", lw=1,
                       label=f"reduced, w frozen, {'ablation' if ablate else 'control'}")
+        held = result.get("w_third", {}).get("runs", {})
+        held = held.get(str(dyn[(False, False)][0]["run"]["N"]), {}) if held else {}
+        for setting, runs in held.items():  # the full model with w held at (0, 1/3, 1/3, 1/3) (sa_transformer --w-third)
+            t, mean = seed_mean(runs, key)
+            keep = (t > 0) & (mean > 0)
+            ax.loglog(t[keep], mean[keep], color=COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
+                      label=f"full, w held at 1/3, {setting}")
         t, mean = seed_mean(dyn[(False, False)], key)
         keep = (t > 0) & (mean > 0)
         if keep.any():  # guides through the control curve's first point

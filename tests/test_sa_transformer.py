@@ -168,7 +168,7 @@ class LinearLossModel(torch.nn.Module):
     steps. It gives probability exp(-loss) to states 0..4 and 0 to states 5..9, so samples whose
     target is 5..9 are 'absent' and the raw loss (clamped at 1e-12) differs from the masked one."""
 
-    def __init__(self, N, reduced):
+    def __init__(self, N, reduced, readout="mixture"):
         super().__init__()
         self.steps = 0
         self.w = torch.nn.Parameter(torch.zeros(()))
@@ -928,3 +928,26 @@ def test_the_w_driven_theory_integrates_the_rates_along_the_runs_own_weights():
     assert rising["delta"] == pytest.approx((per_w["ddelta_dt"] * (0.4 * t - 0.1 * t ** 2 / t[-1])).tolist(), rel=1e-9,
                                             abs=1e-15)
     assert sa_analysis.fit_power(t, rising["beta"], 1000, 2000) > 1.2
+
+
+def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monkeypatch, tmp_path):
+    """--w-third's runs keep w at (0, 1/3, 1/3, 1/3) throughout while beta and delta move, run to 0.75 x the record's
+    mean tau of their N and setting, and are fitted on that tau's clock; the beta panel draws them and its title
+    gives their exponent."""
+    monkeypatch.setattr(sa, "W_THIRD", dict(sa.W_THIRD, N=(8,), seeds=1))
+    monkeypatch.setitem(sa.PRESETS["quick"], "eval_batch", 64)
+    out = sa.train_w_third({"tau": {"8": [60.0, 80.0]}, "tau_ablation": {"8": [100.0]}}, 1)
+    for setting, steps in (("control", 52), ("ablation", 75)):
+        (run,) = out["runs"]["8"][setting]
+        assert run["t"][-1] == steps and all(w == pytest.approx([0, 1 / 3, 1 / 3, 1 / 3]) for w in run["w"])
+        assert run["beta"][-1] != 0 and run["delta"][-1] != 0
+        assert out["exponents"]["8"][setting]["tau_mean"] == (70.0 if setting == "control" else 100.0)
+    with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
+        result = json.load(f)
+    dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
+    frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
+    fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "full, w held at 1/3, control" in labels and "full, w held at 1/3, ablation" in labels
+    held = result["w_third"]["exponents"]["64"]["control"]["beta"]["0.05-0.5"]
+    assert f"w held at 1/3: control t$^{{{held:.2f}}}$" in fig.axes[0].get_title()
