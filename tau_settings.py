@@ -43,8 +43,9 @@ import torch.nn.functional as F
 
 from analysis.estimators import median_ci
 from analysis.sa_model import C, SATransformer, layers, target_loss
-from analysis.transformer_tau import (PHI_FORMED, TRAINING, fresh_batch, induction, last_position, model_for,
-                                      predictor_levels, rounded_run, sustained_drop, tau_2gen_drop, train_one)
+from analysis.sa_analysis import fit_tau_censored
+from analysis.transformer_tau import (TRAINING, fresh_batch, induction, last_position, model_for, rounded_run,
+                                      tau_2gen_drop, train_one)
 from markov import check_int
 from plumbing import cli
 from sa_transformer import Run, train_sa, transformer_summary
@@ -63,12 +64,13 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
 CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
         "frozenP2": 20000, "smallstart": 20000, "window1": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's
 # ~2500 to the head; the knock-outs get the record's paper-protocol cap
-HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests)
-    "sa": ("mixture", "the SA-transformer itself (its head, read as the transformer's)"),
+HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests); "sa", the parent, is the
+    # committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
 }
-HYBRID_CAP = 10000  # steps: the SA-transformer's tau at N = 128 is ~2800
-DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()}}
+HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
+DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
+            "sa": "the SA-transformer itself (the record's control tau)"}
 SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048,  # eval_batch: the committed record's (its eval sets)
               eval_every=50)  # the hybrids' (the transformer's: TRAINING's)
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
@@ -92,37 +94,41 @@ def _train_job(job: tuple) -> dict:
     return run
 
 
-class _HeadHeld(Exception):
-    """Raised by a hybrid run's measure hook once the head's rise has held through its window: the run is done."""
-
-
 def _hybrid_job(job: tuple) -> dict:
-    """One SA-transformer run of the ladder (sa_transformer.train_sa, its own SGD: lr 1, batch 256), recorded as the
-    transformer's runs are (t, loss over all samples, phi, the levels, on the transformer's evaluation set of that N)
-    and stopped as they are once the head's rise through PHI_FORMED has held, so that its head is read alike."""
+    """One SA-transformer run of the ladder (sa_transformer.train_sa: its own SGD, lr 1, batch 256, and its own tau,
+    the masked loss's halfway crossing from the 1-Gen frequencies to 2-Gen, run to 1.2 x tau or the cap), with
+    phi_beta(2) on its evaluation set beside the loss. The SA-transformer's phi stays below PHI_FORMED (~0.26 at
+    N = 32 after 10,000 steps: its beta reaches ~2, not an attention that picks the matching positions alone), so
+    the SA side is compared by its tau, the parent's from the committed record."""
     root, name, N, seed = job
-    context, target = fresh_batch(SCREEN["eval_batch"], N, torch.Generator().manual_seed(10**6 + N))
-    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, "readout": HYBRIDS[name][0],
-           "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
+    context = fresh_batch(SCREEN["eval_batch"], N, torch.Generator().manual_seed(10**6 + N))[0]  # train_sa's eval set
+    phi = []
 
     def measure(t, model):
         with torch.no_grad():
-            run["t"].append(t)
-            run["loss"].append(round(float(target_loss(model(context), target)[0].mean()), 5))
-            run["phi"].append(round(float(sa_coordinates(model, context)["phi_beta2"]), 4))
-        if not math.isnan(sustained_drop(run["t"], [-p for p in run["phi"]], -PHI_FORMED)[0]):
-            raise _HeadHeld
+            phi.append(round(float(sa_coordinates(model, context)["phi_beta2"]), 4))
 
-    try:
-        train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"], eval_batch=64,
-                     readout=HYBRIDS[name][0]), measure)
-    except _HeadHeld:
-        pass
+    out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
+                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, readout=HYBRIDS[name][0]), measure)
+    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, "readout": HYBRIDS[name][0], "levels": out["levels"],
+           "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
+           "tau": None if math.isnan(out["tau"]) else out["tau"]}
     path = run_path(root, name, N, seed)
     with open(path + ".tmp", "w") as f:
         json.dump(run, f)
     os.replace(path + ".tmp", path)
     return run
+
+
+def hybrid_summary(hybrid_runs: dict, record_tau: dict) -> dict:
+    """The SA side of the ladder: {name: fit_tau_censored of its taus per N} for the hybrids' runs ({name: {N: {seed:
+    run}}}, a run without a tau counted as longer than its cap) and for "sa", the record's SA-transformer (its
+    control taus at the same N)."""
+    Ns = sorted({N for by_N in hybrid_runs.values() for N in by_N}, key=int)
+    out = {"sa": fit_tau_censored({N: list(record_tau[N]) for N in Ns if N in record_tau})}
+    for name, by_N in hybrid_runs.items():
+        out[name] = fit_tau_censored({N: [r["tau"] for r in by_N[N].values()] for N in sorted(by_N, key=int)})
+    return out
 
 
 def early_rate(run: dict) -> float:
@@ -178,7 +184,7 @@ def compare(runs: dict, baseline: dict) -> dict:
         row = {"summary": summary, "early_rate": rates, "early_rate_median": medians,
                "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
         row["early_rate_slope"], row["early_rate_slope_ci"] = rate_slope(rates, row["theory_rate"])
-        if name in SETTINGS:
+        if name != "baseline":
             row["head_vs_baseline"] = {N: {s: head_ratio(r, baseline[N][s]) for s, r in by_N[N].items()}
                                        for N in by_N if N in baseline}
         out[name] = row
@@ -196,8 +202,8 @@ def plot(result: dict, path: str):
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "sa": "tab:brown", "sa_softmax": "tab:pink"}
-    names = list(result["compare"])
-    for name, row in result["compare"].items():
+    names = list(result["compare"]) + list(result.get("hybrids", {}))
+    for name, row in result["compare"].items():  # the transformer's rungs: the head's formation
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         heads = row["summary"]["N"]
         Ns = sorted(heads, key=int)
@@ -206,7 +212,7 @@ def plot(result: dict, path: str):
             left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
             for status, head in zip(heads[N]["status"], heads[N]["head"]):
                 if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
-                    left.plot(int(N), CAPS.get(name, HYBRID_CAP), "^", color=colours[name])
+                    left.plot(int(N), CAPS[name], "^", color=colours[name])
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
             label += " (diverged: not drawn)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
@@ -223,6 +229,18 @@ def plot(result: dict, path: str):
                             (line["slope"], y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
         else:
             ladder.annotate("no slope (diverged)", (0.5, y), ha="center", va="center", fontsize=7, color=colours[name])
+    for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
+        y = len(names) - 1 - names.index(name)
+        Ns = sorted(fit["N"], key=int)
+        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=colours[name],
+                  label=f"{name}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
+        line = fit["vs_N_over_logN"]
+        if line:
+            lo, hi = line["slope_ci"]
+            ladder.errorbar(line["slope"], y, xerr=[[line["slope"] - lo], [hi - line["slope"]]], fmt="s",
+                            color=colours[name], capsize=3)
+            ladder.annotate(f"{line['slope']:.2f}, seeds {'/'.join(str(k) for k in line['seeds'])} (tau)",
+                            (line["slope"], y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
@@ -274,10 +292,18 @@ def table(result: dict) -> list[str]:
         rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"]) + \
             (f" [{num(ci[0])}, {num(ci[1])}]" if ci else "")
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
-        times = "1" if name == "baseline" else "(another model)" if name in HYBRIDS else \
-            f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
+        times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"
         rows.append(f"| {what} | {heads} | {times} | {slope} | {rate} |")
+    for name, fit in result.get("hybrids", {}).items():  # the SA side: its tau (the SA-transformer's criterion)
+        taus = result["hybrid_runs"][name] if name in result.get("hybrid_runs", {}) else None
+        per_N = " / ".join(", ".join("—" if r["tau"] is None else f"{r['tau']:.0f}" for r in taus[N].values())
+                           for N in sorted(taus, key=int)) if taus else \
+            " / ".join(f"{fit['N'][N]['median']:.0f}" for N in sorted(fit["N"], key=int)) + " (medians)"
+        line = fit["vs_N_over_logN"]
+        slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
+            if line else "—"
+        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | (the SA's criterion) | {slope} | — |")
     return rows
 
 
@@ -537,29 +563,33 @@ def collect_measurements(root: str, figures: str) -> dict:
 def collect(root: str, figures: str) -> dict:
     """Every finished run under root, added to the runs FIGURES/tau_settings.json already holds (a run under root
     replaces the stored one of its setting, N and seed), set beside the committed record's runs of the same N, into
-    FIGURES/tau_settings.json and .png."""
+    FIGURES/tau_settings.json and .png: the settings' runs in "runs" and "compare", the hybrids' in "hybrid_runs"
+    and "hybrids"."""
     with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)["transformer_runs"]
-    stored = os.path.join(figures, "tau_settings.json")
-    runs = cli.read_json(stored, ("runs",), "tau_settings.py")["runs"] if os.path.exists(stored) else {}
-    runs = {name: by_N for name, by_N in runs.items() if name in DESCRIBE}
-    for name in DESCRIBE:
+        record = json.load(f)
+    stored_path = os.path.join(figures, "tau_settings.json")
+    stored = cli.read_json(stored_path, ("runs",), "tau_settings.py") if os.path.exists(stored_path) else {}
+    runs = {name: by_N for name, by_N in stored.get("runs", {}).items() if name in SETTINGS}
+    hybrid_runs = {name: by_N for name, by_N in stored.get("hybrid_runs", {}).items() if name in HYBRIDS}
+    for name in [*SETTINGS, *HYBRIDS]:
         for N in SCREEN["N"]:
             for seed in SCREEN["seeds"]:
                 path = run_path(root, name, N, seed)
                 if os.path.exists(path):
                     with open(path) as f:
-                        runs.setdefault(name, {}).setdefault(str(N), {})[str(seed)] = json.load(f)
+                        into = hybrid_runs if name in HYBRIDS else runs
+                        into.setdefault(name, {}).setdefault(str(N), {})[str(seed)] = json.load(f)
     if not runs:
         raise ValueError(f"no runs under {root}: `python tau_settings.py` trains them")
-    baseline = {N: record[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in record}
-    result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]}
-                           for name in runs if name in SETTINGS},
-              "hybrids": {name: {"readout": HYBRIDS[name][0], "cap": HYBRID_CAP, "tests": HYBRIDS[name][1]}
-                          for name in runs if name in HYBRIDS},
+    transformer = record["transformer_runs"]
+    baseline = {N: transformer[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in transformer}
+    result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]} for name in runs},
               "baseline": "figures/sa_scaling.json's transformer_runs (all their seeds)", "runs": runs,
               "compare": compare(runs, baseline)}
-    with open(os.path.join(figures, "tau_settings.json"), "w") as f:
+    if hybrid_runs:
+        result["hybrid_runs"] = hybrid_runs
+        result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"])
+    with open(stored_path, "w") as f:
         json.dump(result, f)
     plot(result, os.path.join(figures, "tau_settings.png"))
     return result
@@ -573,12 +603,13 @@ def main():
     parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
     parser.add_argument("--measure", action="store_true", help="measure the theory's coordinates instead (MEASURE: "
                         "~1 h on one core) into FIGURES/tau_velocities.png and .json")
-    parser.add_argument("--settings", default=",".join(DESCRIBE),
-                        help=f"the settings and hybrids to train, comma-separated (default all: {','.join(DESCRIBE)})")
+    trainable = [*SETTINGS, *HYBRIDS]
+    parser.add_argument("--settings", default=",".join(trainable),
+                        help=f"the settings and hybrids to train, comma-separated (default all: {','.join(trainable)})")
     args = parser.parse_args()
     names = args.settings.split(",")
-    if any(name not in DESCRIBE for name in names):
-        parser.error(f"--settings {args.settings}: each must be one of {', '.join(DESCRIBE)}")
+    if any(name not in trainable for name in names):
+        parser.error(f"--settings {args.settings}: each must be one of {', '.join(trainable)}")
     cli.writable_dir(args.figures, "--figures")
     if args.replot:
         result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
@@ -613,7 +644,7 @@ def main():
           f"{list(SCREEN['N'])}, seeds {list(SCREEN['seeds'])}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(_run_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
-                     cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.2 * HYBRID_CAP * j[2] for j in jobs])
+                     cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])
     result = collect(args.root, args.figures)
     print(f"wrote {args.figures}/tau_settings.png and .json")
     print("\n".join(table(result)))

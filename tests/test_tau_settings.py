@@ -247,21 +247,28 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
         ts.SATransformer(N, readout="mlp")
 
 
-def test_a_hybrid_run_is_read_as_the_transformers_and_stops_once_its_head_held(monkeypatch, tmp_path):
-    """The run records t, loss, phi on the transformer's evaluation set of that N, and stops when phi's rise through
-    PHI_FORMED has held through the window (here a level the SA-transformer's phi passes within a few hundred steps)."""
+def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
+    """A hybrid run is train_sa's with the hybrid's readout (its tau, the masked loss's halfway crossing, and phi on
+    the run's evaluation set), written whole; hybrid_summary fits its taus and the record's SA taus alike."""
     torch.set_num_threads(1)
     monkeypatch.setitem(ts.SCREEN, "eval_batch", 256)
     monkeypatch.setitem(ts.SCREEN, "eval_every", 20)
-    monkeypatch.setattr(ts, "HYBRID_CAP", 1000)
-    monkeypatch.setattr(ts, "PHI_FORMED", 0.105)
-    run = ts._hybrid_job((str(tmp_path), "sa", 16, 0))
-    head = ts.sustained_drop(run["t"], [-p for p in run["phi"]], -0.105)
-    assert run["t"][-1] < 1000 and head[1] == run["t"][-1]  # stopped at the end of the head's window
-    assert run["phi"][0] == pytest.approx(float(ts.sa_coordinates(ts.SATransformer(16).requires_grad_(False), ts.fresh_batch(
-        256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]), abs=1e-4)
-    with open(tmp_path / "sa_N16_s0.json") as fh:
+    monkeypatch.setattr(ts, "HYBRID_CAP", 60)
+    run = ts._hybrid_job((str(tmp_path), "sa_softmax", 16, 0))
+    assert run["t"] == list(range(0, 61, 20)) and run["readout"] == "softmax" and len(run["phi"]) == len(run["t"])
+    with torch.no_grad():
+        start = ts.sa_coordinates(ts.SATransformer(16), ts.fresh_batch(
+            256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]
+    assert run["phi"][0] == pytest.approx(float(start), abs=1e-4)
+    assert run["masked_loss"][0] == pytest.approx(math.log(st.C), abs=1e-4)  # W_R at zero: uniform
+    with open(tmp_path / "sa_softmax_N16_s0.json") as fh:
         assert json.load(fh) == run
+    hybrid = {"sa_softmax": {str(N): {"0": {"tau": 100.0 * N / math.log(N)}, "1": {"tau": None}}
+                             for N in (32, 64, 128)}}
+    record = {str(N): [10.0 * N, 11.0 * N] for N in (32, 64, 128)}
+    out = ts.hybrid_summary(hybrid, record)
+    assert out["sa"]["vs_N"]["slope"] == pytest.approx(1.0) and sorted(out) == ["sa", "sa_softmax"]
+    assert out["sa_softmax"]["N"]["64"]["median"] > 100.0 * 64 / math.log(64)  # the censored seed counts as longer
 
 
 def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N():
