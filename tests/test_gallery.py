@@ -889,3 +889,28 @@ def test_the_intervals_and_slopes_results_states_in_prose_are_their_files():
     steps = [tau_2gen_drop(run)["head"] / tau_2gen_drop(runs["lr0.0125"][N][seed])["head"]
              for N, by_seed in runs["lr0.003125"].items() for seed, run in by_seed.items()]
     assert f"takes {f(min(steps), 2)}–{f(max(steps), 2)} × the quarter's steps for the same (N, seed)" in text
+
+
+def test_fig6b_reason_as_results_states_it_is_its_file():
+    """RESULTS.md's test of why beta outgrows t (Fig. 6b): the first-order theory along the runs' own w(t) and the
+    full model with w held at 1/3, each exponent recomputed from sa_scaling.json."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d = load("sa_scaling.json")
+    e, held = d["exponents_w_driven"], d["w_third"]["exponents"]
+    beta = [e[k]["beta"] for k in ("full_control", "full_ablation")]
+    windows = [x for b in beta for x in b.values()]
+    assert (f"β ~ t<sup>{f(beta[0]['0.05-0.5'], 2)}</sup> (control and ablation {f(beta[0]['0.05-0.5'], 2)}, "
+            f"{f(beta[1]['0.05-0.5'], 2)}; over the three windows {f(min(windows), 2)}–{f(max(windows), 2)}) and δ ~ "
+            f"t<sup>{f(e['full_control']['delta']['0.05-0.5'], 2)}</sup> (control)") in text
+
+    def x(N, setting, key):
+        return f(held[N][setting][key]["0.05-0.5"], 2)
+
+    assert (f"β grows as t<sup>{x('64', 'control', 'beta')}</sup> (control) and t<sup>{x('64', 'ablation', 'beta')}"
+            f"</sup> (ablation) at N = 64, t<sup>{x('128', 'control', 'beta')}</sup> and t<sup>"
+            f"{x('128', 'ablation', 'beta')}</sup> at N = 128, against the free model's t<sup>"
+            f"{f(d['beta_exponent_control'], 2)}</sup> and t<sup>{f(d['beta_exponent_ablation'], 2)}</sup>") in text
+    assert (f"t<sup>{x('64', 'ablation', 'delta')}</sup> at N = 64 and t<sup>{x('128', 'ablation', 'delta')}</sup> at "
+            f"N = 128 (control {x('64', 'control', 'delta')}, {x('128', 'control', 'delta')})") in text
+    assert sa.W_THIRD["seeds"] == 5 and "(5 seeds at N = 64 and 128" in text
