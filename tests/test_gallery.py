@@ -331,16 +331,20 @@ def sa_scaling():
     windows = e["full_ablation"]["delta"].values()
     agree = max(fits[k]["slope_vs_N_over_logN_range"][1] - fits[k]["slope_vs_N_over_logN_range"][0]
                 for k in ("tau", "tau_ablation"))
+    held = [v[key]["0.05-0.5"] for by_N in d["w_third"]["exponents"].values() for v in by_N.values()
+            for key in ("beta",)]
+    held_delta = [by_N["ablation"]["delta"]["0.05-0.5"] for by_N in d["w_third"]["exponents"].values()]
     return [f(e["full_ablation"]["beta"]["0.05-0.5"], 1), f(e["full_ablation"]["delta"]["0.05-0.5"], 2),
             f(min(windows), 2), f(max(windows), 2), f(min(d["exponents_seeds"]["full_ablation"]["delta"]), 2),
             f(max(d["exponents_seeds"]["full_ablation"]["delta"]), 2), n(len(d["exponents_seeds"]["full_ablation"]["delta"])),
             f(e["full_control"]["beta"]["0.05-0.5"], 1), f(e["full_control"]["delta"]["0.05-0.5"], 2),
+            "1", "3", f(min(held), 2), f(max(held), 2), f(min(held_delta), 2), f(max(held_delta), 2),  # w at 1/3
             f(fits["tau"]["slope_vs_N_over_logN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_logN"], 2),
             f(fits["tau"]["slope_vs_N_over_HN"], 2), f(fits["tau_ablation"]["slope_vs_N_over_HN"], 2), f(agree, 3),
-            n(seeds)] + [n(drop["N"][N]["median"]) for N in Ns] + Ns \
-        + [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)] \
-        + [n(head["N"][N]["median"]) for N in Ns] \
-        + [f(head_line["slope"], 2), f(head_line["slope_ci"][0], 2), f(head_line["slope_ci"][1], 2), Ns[-1]] \
+            n(seeds)] + [n(head["N"][N]["median"]) for N in Ns] + Ns \
+        + [f(head_line["slope"], 2), f(head_line["slope_ci"][0], 2), f(head_line["slope_ci"][1], 2)] \
+        + [n(drop["N"][N]["median"]) for N in Ns] \
+        + [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2), Ns[0], Ns[-1]] \
         + sum(([n(drop["N"][N]["seeds"]), n(seeds)] for N in Ns if drop["N"][N]["seeds"] < seeds), []) \
         + [n(N) for N in sa.PRESETS["paper"]["N_transformer"] if str(N) not in tt["N"]]  # what awaits a GPU
 
