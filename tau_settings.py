@@ -34,6 +34,7 @@ is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them);
 import json
 import math
 import os
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -571,14 +572,17 @@ def collect(root: str, figures: str) -> dict:
     stored = cli.read_json(stored_path, ("runs",), "tau_settings.py") if os.path.exists(stored_path) else {}
     runs = {name: by_N for name, by_N in stored.get("runs", {}).items() if name in SETTINGS}
     hybrid_runs = {name: by_N for name, by_N in stored.get("hybrid_runs", {}).items() if name in HYBRIDS}
-    for name in [*SETTINGS, *HYBRIDS]:
-        for N in SCREEN["N"]:
-            for seed in SCREEN["seeds"]:
-                path = run_path(root, name, N, seed)
-                if os.path.exists(path):
-                    with open(path) as f:
-                        into = hybrid_runs if name in HYBRIDS else runs
-                        into.setdefault(name, {}).setdefault(str(N), {})[str(seed)] = json.load(f)
+    for file in sorted(os.listdir(root)) if os.path.isdir(root) else []:  # <name>_N<N>_s<seed>.json, any N and seed
+        match = re.fullmatch(r"(.+)_N(\d+)_s(\d+)\.json", file)
+        if match and match[1] in [*SETTINGS, *HYBRIDS]:
+            with open(os.path.join(root, file)) as f:
+                into = hybrid_runs if match[1] in HYBRIDS else runs
+                into.setdefault(match[1], {}).setdefault(match[2], {})[match[3]] = json.load(f)
+    for by_N in [*runs.values(), *hybrid_runs.values()]:  # N and seeds in numerical order
+        for N in list(by_N):
+            by_N[N] = dict(sorted(by_N[N].items(), key=lambda kv: int(kv[0])))
+        order = sorted(by_N, key=int)
+        by_N.update({N: by_N.pop(N) for N in order})
     if not runs:
         raise ValueError(f"no runs under {root}: `python tau_settings.py` trains them")
     transformer = record["transformer_runs"]

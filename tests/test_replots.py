@@ -126,14 +126,20 @@ def test_a_documented_redraw_writes_its_png_and_leaves_the_numbers_as_committed(
         assert (tmp_path / name).read_bytes() == text, f"{name} differs from the committed one"
 
 
-def test_tau_settings_replot_leaves_its_json_and_prints_results_table(tmp_path, run):
-    """The redraw leaves figures/tau_settings.json as committed, and the table it prints is RESULTS.md's, row for row."""
-    before = committed(tmp_path, **{"tau_settings.json": "tau_settings.json"})
+def test_tau_settings_replot_leaves_its_jsons_and_prints_results_tables(tmp_path, run):
+    """The redraw leaves figures/tau_settings.json and tau_velocities.json as committed, writes their two PNGs, and
+    the tables it prints are RESULTS.md's, row for row: the ladder (one row per rung), then the velocities."""
+    before = committed(tmp_path, **{name: name for name in ("tau_settings.json", "tau_velocities.json")})
     proc = run("tau_settings.py", "--replot", "--figures", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert_unchanged(tmp_path, before)
-    rows = proc.stdout.strip().split("\n\n")[0].splitlines()[1:]  # the settings' table (the velocities' follows)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["tau_settings.png", "tau_velocities.png"]
+    ladder, velocities = proc.stdout.strip().split("\n\n")
     with open(os.path.join(os.path.dirname(FIGURES), "RESULTS.md")) as fh:
         text = fh.read()
-    settings = json.loads(before["tau_settings.json"])["compare"]  # the record and every setting screened
-    assert len(rows) == len(settings) and all(row in text for row in rows), rows
+    settings = json.loads(before["tau_settings.json"])
+    rungs = len(settings["compare"]) + len(settings.get("hybrids", {}))  # the record, every setting, the SA side
+    rows = ladder.splitlines()[1:]
+    assert len(rows) == rungs and all(row in text for row in rows), rows
+    rows = velocities.splitlines()[1:]
+    assert len(rows) >= 8 and all(row in text for row in rows), rows

@@ -1,8 +1,11 @@
-"""tau_settings.py: Fig. 6c bottom at other SGD settings. Each setting bites (it changes the run of the same seed),
-a diverged run stops and says so, and the two numbers the comparison rests on (the head against the baseline run of
-the same (N, seed), phi's early growth rate) come out of hand-made trajectories as they were made."""
+"""tau_settings.py: the ladder of Fig. 6c bottom (SGD settings, knock-outs of the model, the SA side) and the
+measurement of the theory's coordinates. Each setting bites (it changes the run of the same seed), a knock-out
+changes what it says and nothing else, a diverged run stops and says so, the numbers the comparison rests on (the
+head against the baseline run of the same (N, seed), phi's early growth rate and its interval, the velocities and
+their slopes) come out of hand-made inputs as they were made, and a velocity is a central difference."""
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +14,8 @@ import torch.nn.functional as F
 
 import tau_settings as ts
 from analysis import transformer_tau as st
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def trajectory(N, seed, head, slope, cap=4000, every=50):
@@ -286,3 +291,35 @@ def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N
     assert slope == pytest.approx(with_128(1.25))  # the median of 0.5 and 2 (not their geometric mean 1)
     assert ci == pytest.approx([with_128(2.0), with_128(0.5)])
     assert ts.rate_slope({32: [1e-5, 2e-5]}, theory) == (None, None)
+
+
+def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path):
+    """The committed JSON's runs stay; a setting's run under root (any N) joins them and is compared with the record's
+    run of its (N, seed); a hybrid's run goes to hybrid_runs and its fit, beside the record's SA taus."""
+    import shutil
+    figures, root = tmp_path / "figures", tmp_path / "root"
+    figures.mkdir()
+    root.mkdir()
+    for name in ("tau_settings.json", "sa_scaling.json"):
+        shutil.copy(os.path.join(ROOT, "figures", name), figures / name)
+    with open(figures / "tau_settings.json") as fh:
+        committed = json.load(fh)
+    run = {**committed["runs"]["frozenP2"]["64"]["1"], "note": "a window1 run"}
+    (root / "window1_N64_s1.json").write_text(json.dumps(run))
+    hybrid = {"N": 32, "seed": 0, "t": [0, 50], "masked_loss": [2.3, 2.2], "phi": [0.1, 0.2], "tau": 4000.0}
+    (root / "sa_softmax_N32_s0.json").write_text(json.dumps(hybrid))
+    (root / "sa_softmax_N64_s0.json").write_text(json.dumps({**hybrid, "N": 64, "tau": 5000.0}))
+    (root / "notes.txt").write_text("not a run")
+    result = ts.collect(str(root), str(figures))
+    for name, by_N in committed["runs"].items():
+        assert result["runs"][name] == by_N, name
+    assert result["runs"]["window1"] == {"64": {"1": run}}
+    ratio = result["compare"]["window1"]["head_vs_baseline"]["64"]["1"]
+    assert ratio == pytest.approx(committed["compare"]["frozenP2"]["head_vs_baseline"]["64"]["1"])
+    assert sorted(result["hybrid_runs"]["sa_softmax"]) == ["32", "64"]
+    assert result["hybrids"]["sa_softmax"]["N"]["64"]["median"] == 5000.0
+    assert result["hybrids"]["sa"]["N"]["32"]["median"] == pytest.approx(np.median(json.load(open(
+        figures / "sa_scaling.json"))["tau"]["32"]))
+    with open(figures / "tau_settings.json") as fh:
+        assert json.load(fh) == json.loads(json.dumps(result))
+    assert (figures / "tau_settings.png").exists()
