@@ -506,6 +506,8 @@ def plot_velocities(summary: dict, fractions, path: str):
                     label=f"theory: slope {mid['theory']:.2f}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        Ns = sorted({N for model in summary.values() for stage in model.get(name, [])[:1] for N in stage["N"]})
+        ax.set_xticks(Ns, [str(N) for N in Ns])
         ax.set_xlabel("N")
         ax.set_title(COORDINATE_LABELS[name], fontsize=9)
         ax.legend(fontsize=6.5, loc="lower left")
