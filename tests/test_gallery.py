@@ -409,6 +409,21 @@ def tau_settings():
                f(min(rates), 2), f(max(rates), 2), n(1)])  # the theory's exponent
 
 
+def tau_velocities():
+    d = load("tau_velocities.json")
+    sa, tr = d["summary"]["sa"], d["summary"]["transformer"]
+    stages = [i for i, fr in enumerate(d["measure"]["fractions"]) if fr > 0]  # the plateau's stages, not the start
+
+    def slopes(model, name):
+        return [model[name][i]["slope"] for i in stages]
+
+    late = [i for i in stages if d["measure"]["fractions"][i] >= 0.25]
+    return [f(max(slopes(sa, "beta")), 2), f(min(slopes(sa, "beta")), 2), f(max(slopes(sa, "delta")), 2),
+            f(min(slopes(sa, "delta")), 2), f(sa["early_phi"]["slope_vs_HN_over_N"], 2),
+            f(d["measure"]["fractions"][late[0]], 2)] + [f(tr["delta"][i]["slope"], 2) for i in late] \
+        + [n(min(tr["delta"][0]["N"])), n(max(tr["delta"][0]["N"])), f(tr["early_phi"]["slope_vs_HN_over_N"], 2)]
+
+
 GALLERY = {
     "predictor_scaling.png": predictor_scaling, "fig2a_K256.png": fig2a_K256, "fig2a_K1024.png": fig2a_K1024,
     "fig2a_K16.png": fig2a_K16, "fig2a_K64.png": fig2a_K64, "fig2bc.png": fig2bc, "circuits.png": circuits,
@@ -418,7 +433,7 @@ GALLERY = {
     "k2_width32_5000.png": k2_width32_5000, "k2_width256_4000.png": k2_width256_4000, "sa_dynamics.png": sa_dynamics,
     "sa_parameters.png": sa_parameters, "sa_theory.png": sa_theory, "sa_trajectories.png": sa_trajectories,
     "sa_scaling.png": sa_scaling, "mem_heatmaps.png": mem_heatmaps, "mem_depths_6000.png": mem_depths_6000,
-    "mem_trend.png": mem_trend, "tau_settings.png": tau_settings,
+    "mem_trend.png": mem_trend, "tau_settings.png": tau_settings, "tau_velocities.png": tau_velocities,
 }
 
 
