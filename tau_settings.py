@@ -249,10 +249,12 @@ def plot(result: dict, path: str):
     r0 = base["early_rate_median"][str(int(Ns[0]))]
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
-    for ax, what in ((left, "head formed (steps; ^: not by the cap)"), (right, "phi_beta(2)'s early growth per step")):
+    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | set(map(int, Ns)))
+    for ax, what, ticks in ((left, "head formed (steps; ^: not by the cap); SA side: tau", every_N),
+                            (right, "phi_beta(2)'s early growth per step", Ns)):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(Ns, [str(int(n)) for n in Ns])
+        ax.set_xticks(ticks, [str(int(n)) for n in ticks])
         ax.set_xlabel("N")
         ax.set_ylabel(what)
     left.set_title("the induction head's formation against N, per setting")

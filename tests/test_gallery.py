@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import sa_transformer as sa
+import tau_settings as ts
 import trace
 from analysis import sa_analysis, thresholds
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
@@ -382,31 +383,23 @@ def tau_settings():
     def ratios(name):
         return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values() if r is not None]
 
-    def between(name, other):  # name's heads as multiples of other's, for the same (N, seed)
-        return [r / c[other]["head_vs_baseline"][N][seed] for N, by_seed in c[name]["head_vs_baseline"].items()
-                for seed, r in by_seed.items()]
-
-    def slope(name):
-        line = c[name]["summary"]["fit_head"]["vs_N_over_logN"]
+    def slope(line):
         return [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)]
 
-    screen = [name for name in d["runs"]]
+    def head(name):
+        return slope(c[name]["summary"]["fit_head"]["vs_N_over_logN"])
+
+    screen = list(d["runs"])
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
-    diverged = [r["t"][-1] for by_seed in d["runs"]["momentum0"].values() for r in by_seed.values()
-                if not all(math.isfinite(y) for y in r["loss"])]
+    hybrid_Ns = sorted({int(N) for by_N in d["hybrid_runs"].values() for N in by_N})
     rates = [c[name]["early_rate_slope"] for name in screen if c[name]["early_rate_slope"] is not None]
-    base = c["baseline"]["summary"]["N"]
-    layer = int(d["settings"]["frozenP2"]["frozen"][0].split(".")[0][-1])  # att2.P: layer 2's
-    return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [n(d["settings"]["batch512"]["batch"]),
-             f(min(ratios("batch512")), 2), f(max(ratios("batch512")), 2)] + slope("batch512")
-            + [n(max(diverged)), n(len(diverged)), f(min(ratios("lr0.0125")), 1), f(max(ratios("lr0.0125")), 1),
-               n(d["settings"]["batch512"]["lr"] / d["settings"]["lr0.0125"]["lr"])] + slope("lr0.0125")
-            + [f(min(between("lr0.003125", "lr0.0125")), 1), f(max(between("lr0.003125", "lr0.0125")), 1),
-               n(d["settings"]["lr0.0125"]["lr"] / d["settings"]["lr0.003125"]["lr"])] + slope("lr0.003125")
-            + [n(layer), f(min(ratios("frozenP2")), 2), f(max(ratios("frozenP2")), 2)] + slope("frozenP2")
-            + [f(c["baseline"]["early_rate_slope"], 2), n(min(len(v["seeds"]) for v in base.values())),
-               f(min(rates), 2), f(max(rates), 2), n(1)])  # the theory's exponent
+    return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
+            + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2")
+            + [f(min(ratios("smallstart")), 1), f(max(ratios("smallstart")), 1)] + head("smallstart") + head("window1")
+            + slope(d["hybrids"]["sa"]["vs_N_over_logN"]) + slope(d["hybrids"]["sa_softmax"]["vs_N_over_logN"])
+            + [n(hybrid_Ns[0]), n(hybrid_Ns[-1]), f(c["baseline"]["early_rate_slope"], 2), f(min(rates), 2),
+               f(max(rates), 2), "2"])  # the theory's exponent, derived in RESULTS.md
 
 
 def tau_velocities():
@@ -867,7 +860,7 @@ TABLES = {  # an anchor in RESULTS.md (and which table after it): how its number
     ("**tau_2Gen(N), Fig. 6c top**", 0): table_sa_tau,
     ("brackets: windows [0.02, 0.3] and [0.1, 0.7]):", 0): table_exponents,
     ("every run stopped at 1.2 tau, at most 4400 of its 6000 steps, so none is censored):", 0): table_transformer_tau,
-    ("the paper's protocol (`transformer_tau`, re-read from `transformer_runs`):", 0): table_transformer_sustained,
+    ("the `paper` preset's runs (`transformer_tau`, re-read from `transformer_runs`):", 0): table_transformer_sustained,
     ("map is seed 0 (`figures/mem_minimal.json`, `heatmap`):", 0): table_mem_heatmap,
     ("(`figures/mem_minimal.json`, `K2_hat`):", 0): table_K2_hat_D8,
     ("seeds in brackets; `figures/mem_minimal.json`):", 0): table_fig8f("mem_minimal.json"),
@@ -933,3 +926,53 @@ def test_fig6b_reason_as_results_states_it_is_its_file():
     assert (f"t<sup>{x('64', 'ablation', 'delta')}</sup> at N = 64 and t<sup>{x('128', 'ablation', 'delta')}</sup> at "
             f"N = 128 (control {x('64', 'control', 'delta')}, {x('128', 'control', 'delta')})") in text
     assert sa.W_THIRD["seeds"] == 5 and "(5 seeds at N = 64 and 128" in text
+
+
+def test_the_measurement_as_results_states_it_is_its_file():
+    """RESULTS.md's reading of the theory's coordinates measured (tau_velocities.json): the SA-transformer's slopes,
+    the transformer's N-flat drive on its lag-1 bias with its medians, the last position's layer-1 attention times N,
+    and phi's early rates."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d = load("tau_velocities.json")
+    sa, tr, fr = d["summary"]["sa"], d["summary"]["transformer"], d["measure"]["fractions"]
+    plateau = [i for i, x in enumerate(fr) if x > 0]
+
+    def sup(x):
+        return f"N<sup>{f(x, 2)}</sup>"
+
+    for name in ("beta", "delta"):
+        s = [sa[name][i]["slope"] for i in plateau]
+        assert f"falls as {sup(max(s))} to {sup(min(s))}" in text or f"as {sup(max(s))} to {sup(min(s))}" in text, name
+    assert (f"δ's velocity falls as {sup(tr['delta'][plateau[0]]['slope'])} at {fr[plateau[0]]:g} of the head's time, "
+            f"then is flat, {sup(tr['delta'][plateau[1]]['slope'])} and {sup(tr['delta'][plateau[2]]['slope'])} at "
+            f"{fr[plateau[1]]:g} and {fr[plateau[2]]:g}") in text
+    last = tr["delta"][plateau[-1]]
+    medians = ", ".join(f(m * 1e4, 1) for m in last["median"])
+    assert f"(its medians {medians} × 10<sup>−4</sup> at N = {', '.join(map(str, last['N']))} at" in text
+    scaled = [r["N"] * list(r["times"].values())[-1]["phi_delta1"]["value"] for r in d["runs"]
+              if r["model"] == "transformer"]
+    assert f"N φ<sub>δ</sub>(1) is {f(min(scaled), 2)}–{f(max(scaled), 2)} at every N" in text
+    assert f"(H<sub>N</sub> / N)<sup>{f(sa['early_phi']['slope_vs_HN_over_N'], 2)}</sup>, the derived 2" in text
+    assert f"{f(tr['early_phi']['slope_vs_HN_over_N'], 2)} in the measurement runs" in text
+    assert sum(r["model"] == "transformer" for r in d["runs"]) == 7 and "15 runs" in text  # N = 256: seed 0 alone
+
+
+def test_the_ladders_prose_in_results_is_its_file():
+    """RESULTS.md's words on the knock-outs and the hybrid: the theory's start's heads, the hybrid's tau against the
+    SA-transformer's, its growth over N and its readout's reach, each recomputed from tau_settings.json."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d = load("tau_settings.json")
+    heads = {N: [tau_2gen_drop(r)["head"] for r in by_seed.values()] for N, by_seed in d["runs"]["smallstart"].items()}
+    assert f"later at N = 32 ({n(heads['32'][0])}, {n(heads['32'][1])}) than at 64 and 128 " \
+           f"({n(min(heads['64'] + heads['128']))}–{n(max(heads['64'] + heads['128']))})" in text
+    runs = d["hybrid_runs"]["sa_softmax"]
+    taus = {N: [r["tau"] for r in by_seed.values()] for N, by_seed in runs.items()}
+    sa_32 = np.mean(load("sa_scaling.json")["tau"]["32"])
+    assert f"tau is ×{f(np.median(taus['32']) / sa_32, 1)} the SA-transformer's at N = 32 ({n(taus['32'][0])}, " \
+           f"{n(taus['32'][1])}) and grows only from {n(np.median(taus['32']))} to {n(np.median(taus['256']))} up to " \
+           f"N = 256, where N / log N grows ×{f((256 / math.log(256)) / (32 / math.log(32)), 1)}" in text
+    reach = [max(r["phi"]) for by_seed in runs.values() for r in by_seed.values()]
+    assert f"Its φ<sub>β</sub>(2) reaches {f(min(reach), 2)}–{f(max(reach), 2)}" in text
+    assert all(abs(a - b) / a < 0.01 for a, b in (v for v in taus.values() if len(v) == 2))  # "agree within 1 %"
