@@ -1,6 +1,6 @@
 """Why the transformer's tau_2Gen(N) does not grow with N (Fig. 6c bottom; Sec. "The transition from G1 to G2",
 Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other settings, each a rung that can restore the
-theory's tau ~ N / log N, and the theory's coordinates measured in both models.
+theory's tau ~ N / log N (the theory's coordinates measured in both models: tau_velocities.py).
 
 At the settings of the committed record (sa_transformer.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
 128, ours; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
@@ -24,8 +24,7 @@ N / log N is >= 0.6; <= 0.3 it does not.
     python tau_settings.py                  # every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~5 h on 2 cores), then
                                             # figures/tau_settings.png and .json
     python tau_settings.py --settings window1   # only those settings' runs, added to the committed JSON's
-    python tau_settings.py --measure        # the theory's coordinates (MEASURE), figures/tau_velocities.png and .json
-    python tau_settings.py --replot         # only redraw both figures from their JSON
+    python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
 Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
 evaluation set, so a setting's run is paired with the committed record's run of the same (N, seed). Each finished run
@@ -40,17 +39,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import torch
-import torch.nn.functional as F
 
 from analysis.estimators import median_ci
-from analysis.sa_model import C, SATransformer, layers, target_loss
 from analysis.sa_analysis import fit_tau_censored
-from analysis.transformer_tau import (TRAINING, fresh_batch, induction, last_position, model_for, rounded_run,
-                                      tau_2gen_drop, train_one)
+from analysis.sa_model import layers
+from analysis.sa_theory import harmonic
+from analysis.transformer_tau import TRAINING, fresh_batch, induction, rounded_run, tau_2gen_drop, train_one
 from markov import check_int
 from plumbing import cli
 from sa_transformer import Run, train_sa, transformer_summary
-from transformer import layer_norm
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
     "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
@@ -107,7 +104,7 @@ def _hybrid_job(job: tuple) -> dict:
 
     def measure(t, model):
         with torch.no_grad():
-            phi.append(round(float(sa_coordinates(model, context)["phi_beta2"]), 4))
+            phi.append(round(float(induction(layers(context, *model.attention_parameters())[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
                        eval_batch=SCREEN["eval_batch"], stop_after=1.2, readout=HYBRIDS[name][0]), measure)
@@ -139,10 +136,6 @@ def early_rate(run: dict) -> float:
     t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
     keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
     return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
-
-
-def harmonic(N: int) -> float:
-    return sum(1 / k for k in range(1, N + 1))
 
 
 def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 0.95) -> tuple:
@@ -310,261 +303,6 @@ def table(result: dict) -> list[str]:
     return rows
 
 
-# ----------------------------------------------------------------------------- the theory's coordinates, measured
-# Before changing the model, measure it: how fast the quantities the theory is written in move on the plateau, in the
-# transformer and in the SA-transformer, at the same stages of their runs (fractions of the transformer's head time
-# and of the SA-transformer's tau, each N's median in the committed record), on one large fixed batch per N.
-# The theory (eq. c_delta and the c_beta above it, at w_B = w_C = 1/3): d beta / dt ~ H_N / N, d delta / dt ~ F_1 / N,
-# and phi_beta(2)'s early growth ~ (H_N / N)^2 (RESULTS.md derives the square). A velocity that is N-flat where the
-# theory's falls with N names the quantity that carries the flatness.
-
-MEASURE = dict(N=(32, 64, 128, 256), seeds=(0, 1), fractions=(0.0, 0.1, 0.25, 0.5), batch=16384, chunk=1024)
-THEORY_POWER = {"beta": 1, "delta": None, "phi_beta2": 2, "phi_delta1": None}  # velocity ~ (H_N / N)^power; None: 1 / N
-
-
-def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
-    """How fast each quantity q(params) moves under gradient flow on the loss: dq/dt = -<grad q, grad L> per unit of
-    learning rate, L the mean of loss_fn(context, target) over the equal-sized `batches`. {name: {"value",
-    "velocity", "se"}}, se the standard error of the velocity over the batches."""
-    leaves = [p for p in params.values() if p.requires_grad]
-    grads = [torch.autograd.grad(loss_fn(c, y), leaves, allow_unused=True) for c, y in batches]
-    out = {}
-    for name, q in quantities.items():
-        dq = torch.autograd.grad(q, leaves, retain_graph=True, allow_unused=True)
-        v = np.array([-sum(float((a * b).sum()) for a, b in zip(dq, g) if a is not None and b is not None)
-                      for g in grads])
-        out[name] = {"value": float(q.detach()), "velocity": float(v.mean()),
-                     "se": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
-    return out
-
-
-def transformer_coordinates(template, params: dict, context: torch.Tensor) -> dict:
-    """The theory's coordinates read off the transformer (template: a model_for module that functional_call runs
-    with `params`), differentiable in params:
-      delta        layer 1's position bias at lag 1, P1[1] (the SA-transformer's delta is its P1[1]);
-      beta         the induction score of layer 2 read through the embeddings: for a query of state a,
-                   q_a = W_Q2 LN(W_E a), and a key whose layer-1 attention sits on state b, k_b = W_K2 LN(W_V1 LN(W_E b)),
-                   the mean of q_a . k_a / sqrt(D) minus the mean over a != b (the SA's beta: M2's h.x diagonal);
-      phi_beta2    the induction readout at the last position on `context` (eq. iha at n = N);
-      phi_delta1   layer 1's attention of the last position on the previous one (eq. pta at n = N)."""
-    E = layer_norm(params["W_E.weight"])  # (C, D)
-    q = E @ params["att2.W_Q.weight"].T
-    k = layer_norm(E @ params["att1.W_V.weight"].T) @ params["att2.W_K.weight"].T
-    S = q @ k.T / math.sqrt(q.shape[1])  # (C, C): query state a, layer-1 content b
-    off = ~torch.eye(S.shape[0], dtype=torch.bool)
-    _, cache = torch.func.functional_call(template, params, (context,), {"cache": True})
-    return {"beta": S.diagonal().mean() - S[off].mean(), "delta": params["att1.P"][0, 1],
-            "phi_beta2": induction(cache["A2"][:, -1], context), "phi_delta1": cache["A1"][:, -1, -2].mean()}
-
-
-def sa_coordinates(model: SATransformer, context: torch.Tensor) -> dict:
-    """The same for the SA-transformer: beta (mean diagonal of M2's h.x block), delta (P1[1]), phi_beta2 (its layer-2
-    attention at the last position through `induction`)."""
-    beta_delta = model.attention_parameters()
-    M2, P1 = beta_delta[2], beta_delta[1]
-    A2 = layers(context, *beta_delta)[2]
-    return {"beta": M2[C:, :C].diagonal().mean(), "delta": P1[1], "phi_beta2": induction(A2, context)}
-
-
-def measurement_batches(N: int) -> list:
-    """MEASURE["batch"] fresh sequences of length N + 1 in chunks, from their own generator: one set per N, the same
-    for every seed, time and model."""
-    g = torch.Generator().manual_seed(2 * 10**6 + N)
-    return [fresh_batch(MEASURE["chunk"], N, g) for _ in range(MEASURE["batch"] // MEASURE["chunk"])]
-
-
-def stage_times(figures: str) -> dict:
-    """{model: {N: the steps at MEASURE's fractions}}: of the transformer's head (the record's median at N, on its
-    50-step grid) and of the SA-transformer's tau (its control seeds' mean, on a 25-step grid)."""
-    with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)
-    heads = transformer_summary(record["transformer_runs"])["N"]
-    out = {"transformer": {}, "sa": {}}
-    for N in MEASURE["N"]:
-        scale = {"transformer": (median_ci(heads[str(N)]["head"])[0], 50),
-                 "sa": (float(np.mean(record["tau"][str(N)])), 25)}
-        for model, (tau, grid) in scale.items():
-            out[model][N] = sorted({int(f * tau // grid * grid) for f in MEASURE["fractions"]})
-    return out
-
-
-def _measure_job(job: tuple) -> dict:
-    """One (model, N, seed): its run to the last of `times` at the record's settings, the coordinates' values and
-    velocities at each of them, and (SA) phi_beta(2) at every evaluation for its early rate."""
-    root, model_name, N, seed, times = job
-    batches, rows = measurement_batches(N), {}
-    context = batches[0][0]
-    if model_name == "transformer":
-        template = model_for(N, seed)
-
-        def measure(t, params):
-            if t in times:
-                loss = lambda c, y: F.cross_entropy(last_position(params, c)[0], y)  # noqa: E731
-                rows[t] = velocities(loss, transformer_coordinates(template, params, context), params, batches)
-                rows[t]["P1"] = params["att1.P"][0, :8].tolist()
-
-        run = rounded_run(train_one(N, seed, max(times), SCREEN["eval_batch"], measure=measure))
-        out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
-    else:
-        phi = []
-
-        def measure(t, model):
-            if t in times:
-                loss = lambda c, y: target_loss(model(c), y)[0].mean()  # noqa: E731
-                rows[t] = velocities(loss, sa_coordinates(model, context), dict(model.named_parameters()), batches)
-            with torch.no_grad():
-                phi.append(float(sa_coordinates(model, context)["phi_beta2"]))
-
-        run = train_sa(Run(N=N, seed=seed, iters=max(times), eval_every=25, eval_batch=1024), measure)
-        out = {"t": run["t"], "phi": phi, "loss": run["masked_loss"]}
-    result = {"model": model_name, "N": N, "seed": seed, "times": {str(t): rows[t] for t in times}, **out}
-    path = os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
-    return result
-
-
-def theory_slope(name: str, Ns) -> float:
-    """The theory's slope of log |velocity| against log N over Ns: THEORY_POWER's power of H_N / N, or 1 / N's -1."""
-    power = THEORY_POWER[name]
-    if power is None:
-        return -1.0
-    return float(power * np.polyfit(np.log(Ns), np.log([harmonic(int(N)) / N for N in Ns]), 1)[0])
-
-
-def measure_summary(measured: list, record: dict) -> dict:
-    """{model: {coordinate: [per stage: {"N", "velocities" (per N, the seeds'), "median", "slope", "theory"}]}}: the
-    slope of log |median velocity| against log N beside the theory's; "early_phi": phi_beta(2)'s early rate per N
-    (its least-squares slope over the measurement run, which ends at half the head's time or tau) and the slope of
-    its medians against log(H_N / N) (the theory: 2); "record_match": the largest difference between a transformer
-    measurement run's losses and the committed record's run of its (N, seed) (the same run: 0 to rounding)."""
-    out = {}
-    for model in sorted({m["model"] for m in measured}):
-        runs = [m for m in measured if m["model"] == model]
-        Ns = sorted({m["N"] for m in runs})
-        by_N = {N: [m for m in runs if m["N"] == N] for N in Ns}
-        stages = min(len(m["times"]) for m in runs)
-        row = {}
-        for name in runs[0]["times"][next(iter(runs[0]["times"]))]:
-            if name == "P1":
-                continue
-            row[name] = []
-            for i in range(stages):
-                v = {N: [m["times"][sorted(m["times"], key=int)[i]][name]["velocity"] for m in by_N[N]] for N in Ns}
-                median = [float(np.median(v[N])) for N in Ns]
-                ok = [j for j, x in enumerate(median) if x != 0]
-                slope = float(np.polyfit(np.log([Ns[j] for j in ok]), np.log([abs(median[j]) for j in ok]), 1)[0]) \
-                    if len(ok) >= 2 else None
-                row[name].append({"N": Ns, "velocities": [v[N] for N in Ns], "median": median, "slope": slope,
-                                  "theory": theory_slope(name, Ns)})
-        rates = {N: [float(np.polyfit(m["t"], m["phi"], 1)[0]) for m in by_N[N]] for N in Ns}
-        medians = [float(np.median(rates[N])) for N in Ns]
-        row["early_phi"] = {"N": Ns, "rates": [rates[N] for N in Ns], "median": medians,
-                            "slope_vs_HN_over_N": float(np.polyfit(np.log([harmonic(N) / N for N in Ns]),
-                                                                   np.log(medians), 1)[0])
-                            if all(x > 0 for x in medians) and len(Ns) >= 2 else None}
-        if model == "transformer":
-            diffs = []
-            for m in runs:
-                base = record.get(str(m["N"]), {}).get(str(m["seed"]))
-                if base is not None:
-                    n = min(len(m["loss"]), len(base["loss"]))
-                    diffs.append(max(abs(a - b) for a, b in zip(m["loss"][:n], base["loss"][:n])))
-            row["record_match"] = max(diffs) if diffs else None
-        out[model] = row
-    return out
-
-
-COORDINATE_LABELS = {"beta": "beta (transformer: layer 2's induction score via the embeddings)",
-                     "delta": "delta = P1[1], layer 1's lag-1 bias", "phi_beta2": "phi_beta(2), the induction readout",
-                     "phi_delta1": "phi_delta(1), layer 1 on the previous position"}
-
-
-def plot_velocities(summary: dict, fractions, path: str):
-    """One panel per coordinate: |dq/dt| per unit of learning rate against N, the seeds' median at each stage of
-    the run (fractions of the head's time or tau; open markers: the velocity is negative), the transformer in black,
-    the SA-transformer in blue, and the theory's scaling through the SA's (or the transformer's) middle stage."""
-    names = list(COORDINATE_LABELS)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.4))
-    for ax, name in zip(axes, names):
-        for model, colour in (("transformer", "k"), ("sa", "tab:blue")):
-            for i, stage in enumerate(summary.get(model, {}).get(name, [])):
-                if i == 0:
-                    continue  # t = 0: the start, not the plateau
-                Ns, median = np.array(stage["N"], float), np.array(stage["median"])
-                alpha = 0.35 + 0.65 * i / (len(fractions) - 1)
-                ax.plot(Ns, np.abs(median), "-", color=colour, alpha=alpha,
-                        label=f"{'transformer' if model == 'transformer' else 'SA'} at {fractions[i]:g} x "
-                              f"{'head' if model == 'transformer' else 'tau'}"
-                              + ("" if stage["slope"] is None else f", slope {stage['slope']:.2f}"))
-                for n, m in zip(Ns, median):
-                    ax.plot(n, abs(m), "o", color=colour, alpha=alpha, mfc=colour if m > 0 else "none")
-        ref = summary.get("sa", {}).get(name) or summary.get("transformer", {}).get(name)
-        if ref:
-            mid = ref[len(ref) // 2]
-            Ns = np.array(mid["N"], float)
-            ax.plot(Ns, abs(mid["median"][0]) * (Ns / Ns[0]) ** mid["theory"], "--", color="gray",
-                    label=f"theory: slope {mid['theory']:.2f}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        Ns = sorted({N for model in summary.values() for stage in model.get(name, [])[:1] for N in stage["N"]})
-        ax.set_xticks(Ns, [str(N) for N in Ns])
-        ax.set_xlabel("N")
-        ax.set_title(COORDINATE_LABELS[name], fontsize=9)
-        ax.legend(fontsize=6.5, loc="lower left")
-    axes[0].set_ylabel("|d q / d t| per unit of learning rate (median of seeds)")
-    fig.suptitle("How fast the theory's coordinates move on the plateau (open markers: moving down)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def velocity_table(measured: dict) -> list[str]:
-    """The measurement as markdown rows (RESULTS.md's table): per coordinate and model, the slope of log |median
-    velocity| against log N at each stage of the plateau (the sign of the medians where any is negative), the theory's
-    slope, and phi's early rate's slope against H_N / N (the theory's 2)."""
-    def num(x) -> str:
-        return "—" if x is None else f"{x:.2f}".replace("-", "−")
-
-    rows, fractions = [], measured["measure"]["fractions"]
-    for name, label in COORDINATE_LABELS.items():
-        for model in ("sa", "transformer"):
-            stages = measured["summary"].get(model, {}).get(name)
-            if not stages:
-                continue
-            slopes = ", ".join(num(st["slope"]) + (" (−)" if any(m < 0 for m in st["median"]) else "")
-                               for f, st in zip(fractions, stages) if f > 0)
-            rows.append(f"| {label} | {'SA-transformer' if model == 'sa' else 'transformer'} | {slopes} | "
-                        f"{num(stages[0]['theory'])} |")
-    for model in ("sa", "transformer"):
-        early = measured["summary"].get(model, {}).get("early_phi")
-        if early:
-            rows.append(f"| phi_beta(2)'s early rate against H_N / N | "
-                        f"{'SA-transformer' if model == 'sa' else 'transformer'} | {num(early['slope_vs_HN_over_N'])} | "
-                        f"2.00 |")
-    return rows
-
-
-def collect_measurements(root: str, figures: str) -> dict:
-    """Every measurement run under root into FIGURES/tau_velocities.json and .png."""
-    measured = []
-    for name in sorted(os.listdir(root)):
-        if name.startswith("measure_") and name.endswith(".json"):
-            with open(os.path.join(root, name)) as f:
-                measured.append(json.load(f))
-    if not measured:
-        raise ValueError(f"no measurement runs under {root}: `python tau_settings.py --measure` trains them")
-    with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)["transformer_runs"]
-    result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
-              "runs": measured, "summary": measure_summary(measured, record)}
-    with open(os.path.join(figures, "tau_velocities.json"), "w") as f:
-        json.dump(result, f)
-    plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, "tau_velocities.png"))
-    return result
-
-
 def collect(root: str, figures: str) -> dict:
     """Every finished run under root, added to the runs FIGURES/tau_settings.json already holds (a run under root
     replaces the stored one of its setting, N and seed), set beside the committed record's runs of the same N, into
@@ -609,8 +347,6 @@ def main():
     cli.add_jobs(parser)
     cli.add_figures(parser)
     parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
-    parser.add_argument("--measure", action="store_true", help="measure the theory's coordinates instead (MEASURE: "
-                        "~1 h on one core) into FIGURES/tau_velocities.png and .json")
     trainable = [*SETTINGS, *HYBRIDS]
     parser.add_argument("--settings", default=",".join(trainable),
                         help=f"the settings and hybrids to train, comma-separated (default all: {','.join(trainable)})")
@@ -624,28 +360,8 @@ def main():
         plot(result, os.path.join(args.figures, "tau_settings.png"))
         print(f"wrote {args.figures}/tau_settings.png from {args.figures}/tau_settings.json")
         print("\n".join(table(result)))
-        path = os.path.join(args.figures, "tau_velocities.json")
-        if os.path.exists(path):
-            measured = cli.read_json(path, ("measure", "summary"), "tau_settings.py --measure")
-            plot_velocities(measured["summary"], measured["measure"]["fractions"], path[:-4] + "png")
-            print(f"\nwrote {path[:-4]}png from {path}")
-            print("\n".join(velocity_table(measured)))
         return
     os.makedirs(args.root, exist_ok=True)
-    if args.measure:
-        times = stage_times(args.figures)
-        jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") for N in MEASURE["N"]
-                for seed in MEASURE["seeds"]
-                if not os.path.exists(os.path.join(args.root, f"measure_{model}_N{N}_s{seed}.json"))]
-        print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
-              f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {args.figures}/tau_velocities.png and .json",
-              flush=True)
-        cli.parallel_map(_measure_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
-                         cost=[j[4][-1] * j[2] * (1 + j[2] / 128) * (0.3 if j[1] == "sa" else 1) for j in jobs])
-        measured = collect_measurements(args.root, args.figures)
-        print(f"wrote {args.figures}/tau_velocities.png and .json")
-        print("\n".join(velocity_table(measured)))
-        return
     jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in SCREEN["seeds"]
             if not os.path.exists(run_path(args.root, name, N, seed))]
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "

@@ -332,7 +332,7 @@ PAPER_EXPONENTS = {"beta": ("t", "t"), "delta": ("t", "t$^2$")}  # control, abla
 
 def exponent_title(key: str, result: dict) -> str:
     """A beta or delta panel's title: the full model's exponents in the stated window, their range over the three
-    windows the fits were tried in, and the paper's."""
+    windows the fits were tried in, the full model's with w held at 1/3 (at the dynamics runs' N), and the paper's."""
     parts = []
     for setting in ("control", "ablation"):
         value = result.get(f"{key}_exponent_{setting}")
@@ -343,11 +343,9 @@ def exponent_title(key: str, result: dict) -> str:
                          + (f" {{{min(seeds):.2f}, {max(seeds):.2f}}}" if seeds else ""))
         else:
             parts.append(f"{setting}: not fitted")
-    paper = PAPER_EXPONENTS[key]
-    held = result.get("w_third", {}).get("exponents", {})
-    held = held.get(min(held, key=int), {}) if held else {}  # the dynamics runs' N, the smallest of --w-third's
-    extra = ("\nthe full model with w held at 1/3: " + ", ".join(f"{s} t$^{{{held[s][key]['0.05-0.5']:.2f}}}$" for s in held)) if held else ""
-    return (f"$\\{key}(t)$, full model: " + ", ".join(parts) + extra
+    paper, held = PAPER_EXPONENTS[key], next(iter(result.get("w_third", {}).get("exponents", {}).values()), {})
+    held = ", ".join(f"{setting} t$^{{{e[key]['0.05-0.5']:.2f}}}$" for setting, e in held.items())
+    return (f"$\\{key}(t)$, full model: " + ", ".join(parts) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
             + f"\n[ ]: the range over the three fit windows, {{ }}: over the seeds; paper: {paper[0]} (control), "
               f"{paper[1]} (ablation)")
 
@@ -371,9 +369,8 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             keep = (t > 0) & (mean > 0)
             ax.loglog(t[keep], mean[keep], color=COLORS["ablation" if ablate else "control"], ls="--", lw=1,
                       label=f"reduced, w frozen, {'ablation' if ablate else 'control'}")
-        held = result.get("w_third", {}).get("runs", {})
-        held = held.get(str(dyn[(False, False)][0]["run"]["N"]), {}) if held else {}
-        for setting, runs in held.items():  # the full model with w held at (0, 1/3, 1/3, 1/3) (sa_transformer --w-third)
+        held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
+        for setting, runs in (held.get(str(dyn[(False, False)][0]["run"]["N"]), {}) if held else {}).items():
             t, mean = seed_mean(runs, key)
             keep = (t > 0) & (mean > 0)
             ax.loglog(t[keep], mean[keep], color=COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,

@@ -33,11 +33,16 @@ def I_coefficient(n_chains: int, seed: int = 0) -> float:
     return ((p**2) * ((T**2 / p.unsqueeze(-1)).sum(1) - 1)).sum(-1).mean().item()
 
 
+def harmonic(N: int) -> float:
+    """H_N = sum_{k <= N} 1 / k, the theory's log N (eq. sa_cbeta)."""
+    return sum(1 / k for k in range(1, N + 1))
+
+
 def predicted_rates(N: int, I: float, w_B: float = 1 / 3, w_C: float = 1 / 3) -> dict:
     """Eq. (parameter_dynamics_simplest) near beta = delta = 0 with lr = 1: d beta / dt = w_C I H_N / N
     and d delta / dt = w_B F_1 / N (the paper sets w_B = w_C = 1/3). For the scalar beta of the
     reduced model; each of the C diagonal entries of the full model's M2 block gets 1/C of it."""
-    H = sum(1 / i for i in range(1, N + 1))
+    H = harmonic(N)
     return {"dbeta_dt": w_C * I * H / N, "ddelta_dt": w_B * F1_exact() / N}
 
 

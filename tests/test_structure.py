@@ -14,7 +14,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
-SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_transformer", "tau_settings", "mem_minimal", "k1",
+SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_transformer", "tau_settings", "tau_velocities",
+           "mem_minimal", "k1",
            "k2")
 # each top-level module or package, by level: a module may import its own level and those below, never one above
 LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plumbing",), ("engine",), ("train",),
@@ -32,6 +33,9 @@ LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training
                     "checkpoints, and the circuit graphs with the one rule that chooses their edges",
         "k2.py": "Figs. 8a-b, A10 end to end: the sweep's runs, Delta tau and the memorized fractions with their "
                  "noise, and the figure drawn from one JSON with its redraw",
+        "sa_transformer.py": "Figs. 5, 6, A4, A7 end to end: the SA-transformer's training, its presets and series, "
+                             "the transformer's runs of Fig. 6c bottom merged into one record, Fig. 6b's test with w held, "
+                             "and the five figures' redraw (issue 57 moves the model here and the figure code out)",
         "kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
                                 "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500

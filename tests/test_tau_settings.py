@@ -1,8 +1,8 @@
-"""tau_settings.py: the ladder of Fig. 6c bottom (SGD settings, knock-outs of the model, the SA side) and the
-measurement of the theory's coordinates. Each setting bites (it changes the run of the same seed), a knock-out
-changes what it says and nothing else, a diverged run stops and says so, the numbers the comparison rests on (the
-head against the baseline run of the same (N, seed), phi's early growth rate and its interval, the velocities and
-their slopes) come out of hand-made inputs as they were made, and a velocity is a central difference."""
+"""tau_settings.py: the ladder of Fig. 6c bottom (SGD settings, knock-outs of the model, the SA side). Each setting
+bites (it changes the run of the same seed), a knock-out changes what it says and nothing else, a diverged run stops
+and says so, the hybrid is its parent's experts read through its map, and the numbers the comparison rests on (the
+head against the baseline run of the same (N, seed), phi's early growth rate and its interval) come out of hand-made
+inputs as they were made."""
 import json
 import math
 import os
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import tau_settings as ts
+import tau_velocities as tv
 from analysis import transformer_tau as st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,137 +95,6 @@ def test_the_knockouts_change_what_they_say_and_nothing_else(monkeypatch):
     assert (models[0].att2.P.detach() != 0).any()  # layer 2's bias trains as before
 
 
-# ----------------------------------------------------------------------------- the theory's coordinates, measured
-
-
-def random_transformer(N, seed):
-    model = st.model_for(N, seed)
-    with torch.no_grad():  # position biases off zero, so that every path of the coordinates is exercised
-        for P in (model.att1.P, model.att2.P):
-            P.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed))
-    return model, dict(model.named_parameters())
-
-
-def random_sa(N, seed, dtype=torch.float32):
-    model = ts.SATransformer(N).to(dtype)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return model, dict(model.named_parameters())
-
-
-def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
-    """dq/dt = -<grad q, grad L> against a central difference of q along -grad L (L the mean over both batches), for
-    every coordinate of both models; the velocity of the loss itself is -|grad L|^2 < 0."""
-    batches = [ts.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (1, 2)]
-    context = batches[0][0]
-    cases = []
-    model, params = random_transformer(10, 0)
-    cases.append((params, lambda c, y, p=params: F.cross_entropy(st.last_position(p, c)[0], y),
-                  lambda p=params, m=model: ts.transformer_coordinates(m, p, context)))
-    sa, sa_params = random_sa(10, 1)
-    cases.append((sa_params, lambda c, y, m=sa: ts.target_loss(m(c), y)[0].mean(),
-                  lambda m=sa: ts.sa_coordinates(m, context)))
-    for params, loss, coordinates in cases:
-        out = ts.velocities(loss, coordinates(), params, batches)
-        leaves = list(params.values())
-        grad = torch.autograd.grad(sum(loss(c, y) for c, y in batches) / len(batches), leaves)
-        norm = math.sqrt(sum(float((g * g).sum()) for g in grad))
-        eps = 2e-3 / norm  # a step of 2e-3 along -grad L: float32's rounding well below the change it makes
-        shifted = {}
-        for sign in (1, -1):
-            with torch.no_grad():
-                for p, g in zip(leaves, grad):
-                    p.sub_(sign * eps * g)
-                shifted[sign] = {k: float(v) for k, v in coordinates().items()}
-                for p, g in zip(leaves, grad):
-                    p.add_(sign * eps * g)
-        for name, row in out.items():
-            finite = (shifted[1][name] - shifted[-1][name]) / (2 * eps)
-            assert row["velocity"] == pytest.approx(finite, rel=0.02, abs=1e-4 * norm), name
-            assert row["value"] == pytest.approx(float(coordinates()[name].detach()), rel=1e-6)
-        assert any(abs(row["velocity"]) > 1e-6 for row in out.values())
-        self_rate = ts.velocities(loss, {"loss": sum(loss(c, y) for c, y in batches) / 2}, params, batches)["loss"]
-        assert self_rate["velocity"] == pytest.approx(-norm ** 2, rel=1e-5)
-
-
-def test_the_coordinates_are_what_they_say():
-    """The transformer's: beta against a loop over query and key states, delta the lag-1 entry of layer 1's bias,
-    phi_beta(2) the induction readout of last_position's attention, phi_delta(1) the full model's layer-1 attention of
-    the last position on the one before. The SA-transformer's: M2's h.x diagonal, P1[1], and its layer-2 attention."""
-    model, params = random_transformer(9, 4)
-    context = ts.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
-    got = {k: float(v) for k, v in ts.transformer_coordinates(model, params, context).items()}
-    E = ts.layer_norm(params["W_E.weight"])
-    D = E.shape[1]
-    score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
-                    @ ts.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
-             for a in range(st.C)]
-    diag = np.mean([score[a][a] for a in range(st.C)])
-    off = np.mean([score[a][b] for a in range(st.C) for b in range(st.C) if a != b])
-    assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
-    assert got["delta"] == float(params["att1.P"][0, 1]) != float(params["att1.P"][0, 0])
-    assert got["phi_beta2"] == pytest.approx(float(st.induction(st.last_position(params, context)[1], context)), rel=1e-6)
-    A1 = model(context, cache=True)[1]["A1"]
-    assert got["phi_delta1"] == pytest.approx(float(A1[:, -1, -2].mean()), rel=1e-6)
-    assert got["phi_delta1"] != pytest.approx(float(A1[:, -1, -1].mean()), rel=1e-3)  # not the diagonal
-    sa, sa_params = random_sa(9, 6)
-    out = {k: float(v) for k, v in ts.sa_coordinates(sa, context).items()}
-    assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[st.C + i, i]) for i in range(st.C)])), rel=1e-6)
-    assert out["delta"] == float(sa.P1[1])
-    A2 = ts.layers(context, *sa.attention_parameters())[2]
-    match = np.array([[float(s[i - 1] == s[-1]) for i in range(1, 9)] for s in context.tolist()])
-    assert out["phi_beta2"] == pytest.approx(float((A2[:, 1:].detach().numpy() * match).sum(1).mean()), rel=1e-6)
-
-
-def test_the_measure_hooks_read_the_run_without_changing_it():
-    """A measured run (velocities at t = 0 and 4) is the unmeasured run, step for step, in both models."""
-    torch.set_num_threads(1)
-    batches = [ts.fresh_batch(8, 8, torch.Generator().manual_seed(9))]
-    template, seen = st.model_for(8, 0), []
-
-    def hook(t, params):
-        if t in (0, 4):
-            loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
-            seen.append(ts.velocities(loss, ts.transformer_coordinates(template, params, batches[0][0]), params, batches))
-
-    training = {**st.TRAINING, "eval_every": 2}
-    assert st.train_one(8, 0, 8, 64, training, measure=hook) == st.train_one(8, 0, 8, 64, training) and len(seen) == 2
-    run = ts.Run(N=8, iters=8, eval_every=2, eval_batch=64)
-
-    def sa_hook(t, model):
-        loss = lambda c, y: ts.target_loss(model(c), y)[0].mean()  # noqa: E731
-        seen.append(ts.velocities(loss, ts.sa_coordinates(model, batches[0][0]), dict(model.named_parameters()), batches))
-
-    assert ts.train_sa(run, sa_hook)["beta"] == ts.train_sa(run)["beta"] and len(seen) == 7
-
-
-def measured(model, N, seed, velocity, phi_rate, stages=3):
-    """A stored measurement run: every coordinate's velocity velocity(N, stage), phi rising at phi_rate(N)."""
-    t = list(range(0, 500, 25))
-    return {"model": model, "N": N, "seed": seed, "t": t, "phi": [0.1 + phi_rate(N) * s for s in t],
-            "loss": [2.3] * len(t), "times": {str(100 * i): {name: {"value": 0.0, "velocity": velocity(N, i), "se": 0.0}
-                                                          for name in ("beta", "delta")} for i in range(stages)}}
-
-
-def test_the_velocities_scaling_against_N_and_phis_early_rate_against_HN_over_N():
-    """Slopes of log |median over seeds| against log N (a falling velocity and a negative one alike), the theory's
-    slopes (beta: that of H_N / N, delta: -1), and phi's early rate growing as (H_N / N)^2 read as 2."""
-    Ns = (32, 64, 128)
-    runs = [measured("sa", N, s, lambda N, i, s=s: -(1 + 0.1 * s) * N ** -(1 + i / 2),
-                     lambda N, s=s: (1 + 0.01 * s) * (ts.harmonic(N) / N) ** 2) for N in Ns for s in (0, 1, 2)]
-    runs += [measured("sa", N, 3, lambda N, i: 100.0, lambda N: 1.0) for N in Ns]  # an outlier seed: the median
-    # ignores it (three seeds and it: the median is the mean of the two middle seeds, the same factor at every N)
-    out = ts.measure_summary(runs, {})["sa"]
-    assert [row["slope"] for row in out["beta"]] == pytest.approx([-1.0, -1.5, -2.0], abs=1e-3)
-    assert out["delta"][0]["theory"] == -1.0
-    assert out["beta"][0]["theory"] == pytest.approx(np.polyfit(np.log(Ns), np.log([ts.harmonic(N) / N for N in Ns]),
-                                                                1)[0])
-    assert out["early_phi"]["slope_vs_HN_over_N"] == pytest.approx(2.0, abs=0.02)
-    assert "record_match" not in out
-
-
 # ----------------------------------------------------------------------------- the hybrids
 
 
@@ -233,13 +103,15 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
     lays them out) at scale s, softmax(s x that expert) of the parent's experts; the mixture readout is the parent."""
     N = 12
     seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
-    hybrid, _ = random_sa(N, 7)
-    hybrid.W_R = torch.nn.Parameter(torch.zeros(st.C, 4 * st.C))
-    hybrid.readout = "softmax"
+    hybrid = tv.SATransformer(N, readout="softmax")
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in hybrid.named_parameters():
+            p.copy_(0.0 if name == "W_R" else 0.5 * torch.randn(p.shape, generator=g))
     assert torch.allclose(hybrid(seqs), torch.full((64, st.C), 1 / st.C))
-    parent = ts.SATransformer(N)
+    parent = tv.SATransformer(N)
     parent.load_state_dict({k: v for k, v in hybrid.state_dict().items() if k != "W_R"})
-    e = ts.layers(seqs, *parent.attention_parameters())
+    e = tv.layers(seqs, *parent.attention_parameters())
     experts = torch.stack([e[0][:, -1], e[1][:, -1], (e[2].unsqueeze(1) @ e[0]).squeeze(1),
                            (e[2].unsqueeze(1) @ e[1]).squeeze(1)], 1)  # (B, 4, C), from the layers alone
     with torch.no_grad():
@@ -249,7 +121,7 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
     assert torch.allclose(parent(seqs), torch.einsum("e,bec->bc", parent.weights(), experts), atol=1e-6)
     assert not torch.allclose(hybrid(seqs), parent(seqs), atol=1e-3)
     with pytest.raises(ValueError, match="readout"):
-        ts.SATransformer(N, readout="mlp")
+        tv.SATransformer(N, readout="mlp")
 
 
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
@@ -262,7 +134,7 @@ def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_
     run = ts._hybrid_job((str(tmp_path), "sa_softmax", 16, 0))
     assert run["t"] == list(range(0, 61, 20)) and run["readout"] == "softmax" and len(run["phi"]) == len(run["t"])
     with torch.no_grad():
-        start = ts.sa_coordinates(ts.SATransformer(16), ts.fresh_batch(
+        start = tv.sa_coordinates(tv.SATransformer(16), ts.fresh_batch(
             256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]
     assert run["phi"][0] == pytest.approx(float(start), abs=1e-4)
     assert run["masked_loss"][0] == pytest.approx(math.log(st.C), abs=1e-4)  # W_R at zero: uniform
@@ -294,8 +166,8 @@ def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N
 
 
 def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path):
-    """The committed JSON's runs stay; a setting's run under root (any N) joins them and is compared with the record's
-    run of its (N, seed); a hybrid's run goes to hybrid_runs and its fit, beside the record's SA taus."""
+    """The committed JSON's runs stay; a setting's run under root replaces the stored one of its (N, seed) and is
+    compared with the record's run of that (N, seed); a hybrid's runs (any N) join hybrid_runs and its fit."""
     import shutil
     figures, root = tmp_path / "figures", tmp_path / "root"
     figures.mkdir()
@@ -306,20 +178,19 @@ def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path):
         committed = json.load(fh)
     run = {**committed["runs"]["frozenP2"]["64"]["1"], "note": "a window1 run"}
     (root / "window1_N64_s1.json").write_text(json.dumps(run))
-    hybrid = {"N": 32, "seed": 0, "t": [0, 50], "masked_loss": [2.3, 2.2], "phi": [0.1, 0.2], "tau": 4000.0}
-    (root / "sa_softmax_N32_s0.json").write_text(json.dumps(hybrid))
-    (root / "sa_softmax_N64_s0.json").write_text(json.dumps({**hybrid, "N": 64, "tau": 5000.0}))
+    hybrid = {"N": 16, "seed": 0, "t": [0, 50], "masked_loss": [2.3, 2.2], "phi": [0.1, 0.2], "tau": 4000.0}
+    (root / "sa_softmax_N16_s0.json").write_text(json.dumps(hybrid))
+    (root / "sa_softmax_N16_s1.json").write_text(json.dumps({**hybrid, "seed": 1, "tau": 5000.0}))
     (root / "notes.txt").write_text("not a run")
     result = ts.collect(str(root), str(figures))
-    for name, by_N in committed["runs"].items():
-        assert result["runs"][name] == by_N, name
-    assert result["runs"]["window1"] == {"64": {"1": run}}
+    expected = json.loads(json.dumps(committed["runs"]))
+    expected.setdefault("window1", {}).setdefault("64", {})["1"] = run
+    assert result["runs"] == expected
     ratio = result["compare"]["window1"]["head_vs_baseline"]["64"]["1"]
     assert ratio == pytest.approx(committed["compare"]["frozenP2"]["head_vs_baseline"]["64"]["1"])
-    assert sorted(result["hybrid_runs"]["sa_softmax"]) == ["32", "64"]
-    assert result["hybrids"]["sa_softmax"]["N"]["64"]["median"] == 5000.0
-    assert result["hybrids"]["sa"]["N"]["32"]["median"] == pytest.approx(np.median(json.load(open(
-        figures / "sa_scaling.json"))["tau"]["32"]))
+    assert list(result["hybrid_runs"]["sa_softmax"])[0] == "16"  # in numerical order, before the committed N
+    assert result["hybrids"]["sa_softmax"]["N"]["16"]["median"] == 4500.0
+    assert "16" not in result["hybrids"]["sa"]["N"]  # the record's SA-transformer has no N = 16
     with open(figures / "tau_settings.json") as fh:
         assert json.load(fh) == json.loads(json.dumps(result))
     assert (figures / "tau_settings.png").exists()

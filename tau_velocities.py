@@ -1,0 +1,315 @@
+"""How fast the theory's coordinates move on the plateau, in the transformer and in the SA-transformer (Fig. 6c
+bottom, why the transformer's tau_2Gen(N) is flat; Appendix "Dynamics of the SA-transformer", eqs. c_delta and
+sa_cbeta; the transformer's readouts, eqs. pta and iha): the measurement before changing the model.
+
+The theory is written in beta (layer 2's induction score), delta (layer 1's bias on the previous position) and the
+readouts phi_beta(2), phi_delta(1); its rates, at w_B = w_C = 1/3: d beta / dt ~ H_N / N, d delta / dt ~ F_1 / N,
+and phi_beta(2)'s early growth ~ (H_N / N)^2 (RESULTS.md derives the square). The record's runs of Fig. 6c bottom and
+the SA-transformer's are rerun to half their escape, and at a few stages of the plateau each coordinate's velocity
+under gradient flow, dq/dt = -<grad q, grad L> per unit of learning rate, is measured on one large fixed batch per N.
+A velocity that is N-flat where the theory's falls with N names the quantity that carries the flatness.
+
+    python tau_velocities.py                # MEASURE's runs (CPU: ~1 h as one process), then
+                                            # figures/tau_velocities.png and .json
+    python tau_velocities.py --replot       # only redraw from figures/tau_velocities.json
+
+Each run is kept as ROOT/measure_<model>_N<N>_s<seed>.json (a killed measurement resumes from them).
+"""
+import json
+import math
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from analysis.estimators import median_ci
+from analysis.sa_model import C, SATransformer, layers, target_loss
+from analysis.sa_theory import harmonic
+from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, rounded_run,
+                                      train_one)
+from markov import check_int
+from plumbing import cli
+from sa_transformer import Run, train_sa, transformer_summary
+from transformer import layer_norm
+
+MEASURE = dict(N=(32, 64, 128, 256), seeds=(0, 1), fractions=(0.0, 0.1, 0.25, 0.5), batch=16384, chunk=1024,
+               eval_batch=2048)  # the stages: fractions of the record's head time (tau); eval_batch: the record's
+THEORY_POWER = {"beta": 1, "delta": None, "phi_beta2": 2, "phi_delta1": None}  # velocity ~ (H_N / N)^power; None: 1 / N
+
+
+def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
+    """How fast each quantity q(params) moves under gradient flow on the loss: dq/dt = -<grad q, grad L> per unit of
+    learning rate, L the mean of loss_fn(context, target) over the equal-sized `batches`. {name: {"value",
+    "velocity", "se"}}, se the standard error of the velocity over the batches."""
+    leaves = [p for p in params.values() if p.requires_grad]
+    grads = [torch.autograd.grad(loss_fn(c, y), leaves, allow_unused=True) for c, y in batches]
+    out = {}
+    for name, q in quantities.items():
+        dq = torch.autograd.grad(q, leaves, retain_graph=True, allow_unused=True)
+        v = np.array([-sum(float((a * b).sum()) for a, b in zip(dq, g) if a is not None and b is not None)
+                      for g in grads])
+        out[name] = {"value": float(q.detach()), "velocity": float(v.mean()),
+                     "se": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
+    return out
+
+
+def transformer_coordinates(template, params: dict, context: torch.Tensor) -> dict:
+    """The theory's coordinates read off the transformer (template: a model_for module that functional_call runs
+    with `params`), differentiable in params:
+      delta        layer 1's position bias at lag 1, P1[1] (the SA-transformer's delta is its P1[1]);
+      beta         the induction score of layer 2 read through the embeddings: for a query of state a,
+                   q_a = W_Q2 LN(W_E a), and a key whose layer-1 attention sits on state b, k_b = W_K2 LN(W_V1 LN(W_E b)),
+                   the mean of q_a . k_a / sqrt(D) minus the mean over a != b (the SA's beta: M2's h.x diagonal);
+      phi_beta2    the induction readout at the last position on `context` (eq. iha at n = N);
+      phi_delta1   layer 1's attention of the last position on the previous one (eq. pta at n = N)."""
+    E = layer_norm(params["W_E.weight"])  # (C, D)
+    q = E @ params["att2.W_Q.weight"].T
+    k = layer_norm(E @ params["att1.W_V.weight"].T) @ params["att2.W_K.weight"].T
+    S = q @ k.T / math.sqrt(q.shape[1])  # (C, C): query state a, layer-1 content b
+    off = ~torch.eye(S.shape[0], dtype=torch.bool)
+    _, cache = torch.func.functional_call(template, params, (context,), {"cache": True})
+    return {"beta": S.diagonal().mean() - S[off].mean(), "delta": params["att1.P"][0, 1],
+            "phi_beta2": induction(cache["A2"][:, -1], context), "phi_delta1": cache["A1"][:, -1, -2].mean()}
+
+
+def sa_coordinates(model: SATransformer, context: torch.Tensor) -> dict:
+    """The same for the SA-transformer: beta (mean diagonal of M2's h.x block), delta (P1[1]), phi_beta2 (its layer-2
+    attention at the last position through `induction`)."""
+    beta_delta = model.attention_parameters()
+    M2, P1 = beta_delta[2], beta_delta[1]
+    A2 = layers(context, *beta_delta)[2]
+    return {"beta": M2[C:, :C].diagonal().mean(), "delta": P1[1], "phi_beta2": induction(A2, context)}
+
+
+def measurement_batches(N: int) -> list:
+    """MEASURE["batch"] fresh sequences of length N + 1 in chunks, from their own generator: one set per N, the same
+    for every seed, time and model."""
+    g = torch.Generator().manual_seed(2 * 10**6 + N)
+    return [fresh_batch(MEASURE["chunk"], N, g) for _ in range(MEASURE["batch"] // MEASURE["chunk"])]
+
+
+def stage_times(figures: str) -> dict:
+    """{model: {N: the steps at MEASURE's fractions}}: of the transformer's head (the record's median at N, on its
+    50-step grid) and of the SA-transformer's tau (its control seeds' mean, on a 25-step grid)."""
+    with open(os.path.join(figures, "sa_scaling.json")) as f:
+        record = json.load(f)
+    heads = transformer_summary(record["transformer_runs"])["N"]
+    out = {"transformer": {}, "sa": {}}
+    for N in MEASURE["N"]:
+        scale = {"transformer": (median_ci(heads[str(N)]["head"])[0], 50),
+                 "sa": (float(np.mean(record["tau"][str(N)])), 25)}
+        for model, (tau, grid) in scale.items():
+            out[model][N] = sorted({int(f * tau // grid * grid) for f in MEASURE["fractions"]})
+    return out
+
+
+def _measure_job(job: tuple) -> dict:
+    """One (model, N, seed): its run to the last of `times` at the record's settings, the coordinates' values and
+    velocities at each of them, and (SA) phi_beta(2) at every evaluation for its early rate."""
+    root, model_name, N, seed, times = job
+    batches, rows = measurement_batches(N), {}
+    context = batches[0][0]
+    if model_name == "transformer":
+        template = model_for(N, seed)
+
+        def measure(t, params):
+            if t in times:
+                loss = lambda c, y: F.cross_entropy(last_position(params, c)[0], y)  # noqa: E731
+                rows[t] = velocities(loss, transformer_coordinates(template, params, context), params, batches)
+                rows[t]["P1"] = params["att1.P"][0, :8].tolist()
+
+        run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure))
+        out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
+    else:
+        phi = []
+
+        def measure(t, model):
+            if t in times:
+                loss = lambda c, y: target_loss(model(c), y)[0].mean()  # noqa: E731
+                rows[t] = velocities(loss, sa_coordinates(model, context), dict(model.named_parameters()), batches)
+            with torch.no_grad():
+                phi.append(float(sa_coordinates(model, context)["phi_beta2"]))
+
+        run = train_sa(Run(N=N, seed=seed, iters=max(times), eval_every=25, eval_batch=1024), measure)
+        out = {"t": run["t"], "phi": phi, "loss": run["masked_loss"]}
+    result = {"model": model_name, "N": N, "seed": seed, "times": {str(t): rows[t] for t in times}, **out}
+    path = os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+    return result
+
+
+def theory_slope(name: str, Ns) -> float:
+    """The theory's slope of log |velocity| against log N over Ns: THEORY_POWER's power of H_N / N, or 1 / N's -1."""
+    power = THEORY_POWER[name]
+    if power is None:
+        return -1.0
+    return float(power * np.polyfit(np.log(Ns), np.log([harmonic(int(N)) / N for N in Ns]), 1)[0])
+
+
+def measure_summary(measured: list, record: dict) -> dict:
+    """{model: {coordinate: [per stage: {"N", "velocities" (per N, the seeds'), "median", "slope", "theory"}]}}: the
+    slope of log |median velocity| against log N beside the theory's; "early_phi": phi_beta(2)'s early rate per N
+    (its least-squares slope over the measurement run, which ends at half the head's time or tau) and the slope of
+    its medians against log(H_N / N) (the theory: 2); "record_match": the largest difference between a transformer
+    measurement run's losses and the committed record's run of its (N, seed) (the same run: 0 to rounding)."""
+    out = {}
+    for model in sorted({m["model"] for m in measured}):
+        runs = [m for m in measured if m["model"] == model]
+        Ns = sorted({m["N"] for m in runs})
+        by_N = {N: [m for m in runs if m["N"] == N] for N in Ns}
+        stages = min(len(m["times"]) for m in runs)
+        row = {}
+        for name in runs[0]["times"][next(iter(runs[0]["times"]))]:
+            if name == "P1":
+                continue
+            row[name] = []
+            for i in range(stages):
+                v = {N: [m["times"][sorted(m["times"], key=int)[i]][name]["velocity"] for m in by_N[N]] for N in Ns}
+                median = [float(np.median(v[N])) for N in Ns]
+                ok = [j for j, x in enumerate(median) if x != 0]
+                slope = float(np.polyfit(np.log([Ns[j] for j in ok]), np.log([abs(median[j]) for j in ok]), 1)[0]) \
+                    if len(ok) >= 2 else None
+                row[name].append({"N": Ns, "velocities": [v[N] for N in Ns], "median": median, "slope": slope,
+                                  "theory": theory_slope(name, Ns)})
+        rates = {N: [float(np.polyfit(m["t"], m["phi"], 1)[0]) for m in by_N[N]] for N in Ns}
+        medians = [float(np.median(rates[N])) for N in Ns]
+        row["early_phi"] = {"N": Ns, "rates": [rates[N] for N in Ns], "median": medians,
+                            "slope_vs_HN_over_N": float(np.polyfit(np.log([harmonic(N) / N for N in Ns]),
+                                                                   np.log(medians), 1)[0])
+                            if all(x > 0 for x in medians) and len(Ns) >= 2 else None}
+        if model == "transformer":
+            diffs = []
+            for m in runs:
+                base = record.get(str(m["N"]), {}).get(str(m["seed"]))
+                if base is not None:
+                    n = min(len(m["loss"]), len(base["loss"]))
+                    diffs.append(max(abs(a - b) for a, b in zip(m["loss"][:n], base["loss"][:n])))
+            row["record_match"] = max(diffs) if diffs else None
+        out[model] = row
+    return out
+
+
+COORDINATE_LABELS = {"beta": "beta (transformer: layer 2's induction score via the embeddings)",
+                     "delta": "delta = P1[1], layer 1's lag-1 bias", "phi_beta2": "phi_beta(2), the induction readout",
+                     "phi_delta1": "phi_delta(1), layer 1 on the previous position"}
+
+
+def plot_velocities(summary: dict, fractions, path: str):
+    """One panel per coordinate: |dq/dt| per unit of learning rate against N, the seeds' median at each stage of
+    the run (fractions of the head's time or tau; open markers: the velocity is negative), the transformer in black,
+    the SA-transformer in blue, and the theory's scaling through the SA's (or the transformer's) middle stage."""
+    names = list(COORDINATE_LABELS)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.4))
+    for ax, name in zip(axes, names):
+        for model, colour in (("transformer", "k"), ("sa", "tab:blue")):
+            for i, stage in enumerate(summary.get(model, {}).get(name, [])):
+                if i == 0:
+                    continue  # t = 0: the start, not the plateau
+                Ns, median = np.array(stage["N"], float), np.array(stage["median"])
+                alpha = 0.35 + 0.65 * i / (len(fractions) - 1)
+                ax.plot(Ns, np.abs(median), "-", color=colour, alpha=alpha,
+                        label=f"{'transformer' if model == 'transformer' else 'SA'} at {fractions[i]:g} x "
+                              f"{'head' if model == 'transformer' else 'tau'}"
+                              + ("" if stage["slope"] is None else f", slope {stage['slope']:.2f}"))
+                for n, m in zip(Ns, median):
+                    ax.plot(n, abs(m), "o", color=colour, alpha=alpha, mfc=colour if m > 0 else "none")
+        ref = summary.get("sa", {}).get(name) or summary.get("transformer", {}).get(name)
+        if ref:
+            mid = ref[len(ref) // 2]
+            Ns = np.array(mid["N"], float)
+            ax.plot(Ns, abs(mid["median"][0]) * (Ns / Ns[0]) ** mid["theory"], "--", color="gray",
+                    label=f"theory: slope {mid['theory']:.2f}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        Ns = sorted({N for model in summary.values() for stage in model.get(name, [])[:1] for N in stage["N"]})
+        ax.set_xticks(Ns, [str(N) for N in Ns])
+        ax.set_xlabel("N")
+        ax.set_title(COORDINATE_LABELS[name], fontsize=9)
+        ax.legend(fontsize=6.5, loc="lower left")
+    axes[0].set_ylabel("|d q / d t| per unit of learning rate (median of seeds)")
+    fig.suptitle("How fast the theory's coordinates move on the plateau (open markers: moving down)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def velocity_table(measured: dict) -> list[str]:
+    """The measurement as markdown rows (RESULTS.md's table): per coordinate and model, the slope of log |median
+    velocity| against log N at each stage of the plateau (the sign of the medians where any is negative), the theory's
+    slope, and phi's early rate's slope against H_N / N (the theory's 2)."""
+    def num(x) -> str:
+        return "—" if x is None else f"{x:.2f}".replace("-", "−")
+
+    rows, fractions = [], measured["measure"]["fractions"]
+    for name, label in COORDINATE_LABELS.items():
+        for model in ("sa", "transformer"):
+            stages = measured["summary"].get(model, {}).get(name)
+            if not stages:
+                continue
+            slopes = ", ".join(num(st["slope"]) + (" (−)" if any(m < 0 for m in st["median"]) else "")
+                               for f, st in zip(fractions, stages) if f > 0)
+            rows.append(f"| {label} | {'SA-transformer' if model == 'sa' else 'transformer'} | {slopes} | "
+                        f"{num(stages[0]['theory'])} |")
+    for model in ("sa", "transformer"):
+        early = measured["summary"].get(model, {}).get("early_phi")
+        if early:
+            rows.append(f"| phi_beta(2)'s early rate against H_N / N | "
+                        f"{'SA-transformer' if model == 'sa' else 'transformer'} | {num(early['slope_vs_HN_over_N'])} | "
+                        f"2.00 |")
+    return rows
+
+
+def collect_measurements(root: str, figures: str) -> dict:
+    """Every measurement run under root into FIGURES/tau_velocities.json and .png."""
+    measured = []
+    for name in sorted(os.listdir(root)):
+        if name.startswith("measure_") and name.endswith(".json"):
+            with open(os.path.join(root, name)) as f:
+                measured.append(json.load(f))
+    if not measured:
+        raise ValueError(f"no measurement runs under {root}: `python tau_velocities.py` trains them")
+    with open(os.path.join(figures, "sa_scaling.json")) as f:
+        record = json.load(f)["transformer_runs"]
+    result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
+              "runs": measured, "summary": measure_summary(measured, record)}
+    with open(os.path.join(figures, "tau_velocities.json"), "w") as f:
+        json.dump(result, f)
+    plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, "tau_velocities.png"))
+    return result
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=os.path.join("runs", "tau_velocities"), help="where each run's JSON goes")
+    cli.add_jobs(parser)
+    cli.add_figures(parser)
+    parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_velocities.json")
+    args = parser.parse_args()
+    cli.writable_dir(args.figures, "--figures")
+    path = os.path.join(args.figures, "tau_velocities.json")
+    if args.replot:
+        measured = cli.read_json(path, ("measure", "summary"), "tau_velocities.py")
+        plot_velocities(measured["summary"], measured["measure"]["fractions"], path[:-4] + "png")
+        print(f"wrote {path[:-4]}png from {path}")
+        print("\n".join(velocity_table(measured)))
+        return
+    os.makedirs(args.root, exist_ok=True)
+    times = stage_times(args.figures)
+    jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") for N in MEASURE["N"]
+            for seed in MEASURE["seeds"]
+            if not os.path.exists(os.path.join(args.root, f"measure_{model}_N{N}_s{seed}.json"))]
+    print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
+          f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
+    cli.parallel_map(_measure_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
+                     cost=[j[4][-1] * j[2] * (1 + j[2] / 128) * (0.3 if j[1] == "sa" else 1) for j in jobs])
+    measured = collect_measurements(args.root, args.figures)
+    print(f"wrote {path[:-4]}png and .json")
+    print("\n".join(velocity_table(measured)))
+
+
+if __name__ == "__main__":
+    cli.run(main)

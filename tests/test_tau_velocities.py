@@ -1,0 +1,140 @@
+"""tau_velocities.py: the theory's coordinates measured. A velocity is the coordinate's change along -grad L (a
+central difference), each coordinate is what it says (loops, the models' own attention), the measure hooks leave the
+runs as they were, and the slopes against N come out of hand-made velocities as they were made."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tau_velocities as tv
+from analysis import transformer_tau as st
+
+
+def random_transformer(N, seed):
+    model = st.model_for(N, seed)
+    with torch.no_grad():  # position biases off zero, so that every path of the coordinates is exercised
+        for P in (model.att1.P, model.att2.P):
+            P.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed))
+    return model, dict(model.named_parameters())
+
+
+def random_sa(N, seed, dtype=torch.float32):
+    model = tv.SATransformer(N).to(dtype)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model, dict(model.named_parameters())
+
+
+def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
+    """dq/dt = -<grad q, grad L> against a central difference of q along -grad L (L the mean over both batches), for
+    every coordinate of both models; the velocity of the loss itself is -|grad L|^2 < 0."""
+    batches = [tv.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (1, 2)]
+    context = batches[0][0]
+    cases = []
+    model, params = random_transformer(10, 0)
+    cases.append((params, lambda c, y, p=params: F.cross_entropy(st.last_position(p, c)[0], y),
+                  lambda p=params, m=model: tv.transformer_coordinates(m, p, context)))
+    sa, sa_params = random_sa(10, 1)
+    cases.append((sa_params, lambda c, y, m=sa: tv.target_loss(m(c), y)[0].mean(),
+                  lambda m=sa: tv.sa_coordinates(m, context)))
+    for params, loss, coordinates in cases:
+        out = tv.velocities(loss, coordinates(), params, batches)
+        leaves = list(params.values())
+        grad = torch.autograd.grad(sum(loss(c, y) for c, y in batches) / len(batches), leaves)
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grad))
+        eps = 2e-3 / norm  # a step of 2e-3 along -grad L: float32's rounding well below the change it makes
+        shifted = {}
+        for sign in (1, -1):
+            with torch.no_grad():
+                for p, g in zip(leaves, grad):
+                    p.sub_(sign * eps * g)
+                shifted[sign] = {k: float(v) for k, v in coordinates().items()}
+                for p, g in zip(leaves, grad):
+                    p.add_(sign * eps * g)
+        for name, row in out.items():
+            finite = (shifted[1][name] - shifted[-1][name]) / (2 * eps)
+            assert row["velocity"] == pytest.approx(finite, rel=0.02, abs=1e-4 * norm), name
+            assert row["value"] == pytest.approx(float(coordinates()[name].detach()), rel=1e-6)
+        assert any(abs(row["velocity"]) > 1e-6 for row in out.values())
+        self_rate = tv.velocities(loss, {"loss": sum(loss(c, y) for c, y in batches) / 2}, params, batches)["loss"]
+        assert self_rate["velocity"] == pytest.approx(-norm ** 2, rel=1e-5)
+
+
+def test_the_coordinates_are_what_they_say():
+    """The transformer's: beta against a loop over query and key states, delta the lag-1 entry of layer 1's bias,
+    phi_beta(2) the induction readout of last_position's attention, phi_delta(1) the full model's layer-1 attention of
+    the last position on the one before. The SA-transformer's: M2's h.x diagonal, P1[1], and its layer-2 attention."""
+    model, params = random_transformer(9, 4)
+    context = tv.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
+    got = {k: float(v.detach()) for k, v in tv.transformer_coordinates(model, params, context).items()}
+    E = tv.layer_norm(params["W_E.weight"])
+    D = E.shape[1]
+    score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
+                    @ tv.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
+             for a in range(st.C)]
+    diag = np.mean([score[a][a] for a in range(st.C)])
+    off = np.mean([score[a][b] for a in range(st.C) for b in range(st.C) if a != b])
+    assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
+    assert got["delta"] == float(params["att1.P"][0, 1]) != float(params["att1.P"][0, 0])
+    assert got["phi_beta2"] == pytest.approx(float(st.induction(st.last_position(params, context)[1], context)), rel=1e-6)
+    A1 = model(context, cache=True)[1]["A1"]
+    assert got["phi_delta1"] == pytest.approx(float(A1[:, -1, -2].mean()), rel=1e-6)
+    assert got["phi_delta1"] != pytest.approx(float(A1[:, -1, -1].mean()), rel=1e-3)  # not the diagonal
+    sa, sa_params = random_sa(9, 6)
+    out = {k: float(v.detach()) for k, v in tv.sa_coordinates(sa, context).items()}
+    assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[st.C + i, i]) for i in range(st.C)])), rel=1e-6)
+    assert out["delta"] == float(sa.P1[1])
+    A2 = tv.layers(context, *sa.attention_parameters())[2]
+    match = np.array([[float(s[i - 1] == s[-1]) for i in range(1, 9)] for s in context.tolist()])
+    assert out["phi_beta2"] == pytest.approx(float((A2[:, 1:].detach().numpy() * match).sum(1).mean()), rel=1e-6)
+
+
+def test_the_measure_hooks_read_the_run_without_changing_it():
+    """A measured run (velocities at t = 0 and 4) is the unmeasured run, step for step, in both models."""
+    torch.set_num_threads(1)
+    batches = [tv.fresh_batch(8, 8, torch.Generator().manual_seed(9))]
+    template, seen = st.model_for(8, 0), []
+
+    def hook(t, params):
+        if t in (0, 4):
+            loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
+            seen.append(tv.velocities(loss, tv.transformer_coordinates(template, params, batches[0][0]), params, batches))
+
+    training = {**st.TRAINING, "eval_every": 2}
+    assert st.train_one(8, 0, 8, 64, training, measure=hook) == st.train_one(8, 0, 8, 64, training) and len(seen) == 2
+    run = tv.Run(N=8, iters=8, eval_every=2, eval_batch=64)
+
+    def sa_hook(t, model):
+        loss = lambda c, y: tv.target_loss(model(c), y)[0].mean()  # noqa: E731
+        seen.append(tv.velocities(loss, tv.sa_coordinates(model, batches[0][0]), dict(model.named_parameters()), batches))
+
+    assert tv.train_sa(run, sa_hook)["beta"] == tv.train_sa(run)["beta"] and len(seen) == 7
+
+
+def measured(model, N, seed, velocity, phi_rate, stages=3):
+    """A stored measurement run: every coordinate's velocity velocity(N, stage), phi rising at phi_rate(N)."""
+    t = list(range(0, 500, 25))
+    return {"model": model, "N": N, "seed": seed, "t": t, "phi": [0.1 + phi_rate(N) * s for s in t],
+            "loss": [2.3] * len(t), "times": {str(100 * i): {name: {"value": 0.0, "velocity": velocity(N, i), "se": 0.0}
+                                                          for name in ("beta", "delta")} for i in range(stages)}}
+
+
+def test_the_velocities_scaling_against_N_and_phis_early_rate_against_HN_over_N():
+    """Slopes of log |median over seeds| against log N (a falling velocity and a negative one alike), the theory's
+    slopes (beta: that of H_N / N, delta: -1), and phi's early rate growing as (H_N / N)^2 read as 2."""
+    Ns = (32, 64, 128)
+    runs = [measured("sa", N, s, lambda N, i, s=s: -(1 + 0.1 * s) * N ** -(1 + i / 2),
+                     lambda N, s=s: (1 + 0.01 * s) * (tv.harmonic(N) / N) ** 2) for N in Ns for s in (0, 1, 2)]
+    runs += [measured("sa", N, 3, lambda N, i: 100.0, lambda N: 1.0) for N in Ns]  # an outlier seed: the median
+    # ignores it (three seeds and it: the median is the mean of the two middle seeds, the same factor at every N)
+    out = tv.measure_summary(runs, {})["sa"]
+    assert [row["slope"] for row in out["beta"]] == pytest.approx([-1.0, -1.5, -2.0], abs=1e-3)
+    assert out["delta"][0]["theory"] == -1.0
+    assert out["beta"][0]["theory"] == pytest.approx(np.polyfit(np.log(Ns), np.log([tv.harmonic(N) / N for N in Ns]),
+                                                                1)[0])
+    assert out["early_phi"]["slope_vs_HN_over_N"] == pytest.approx(2.0, abs=0.02)
+    assert "record_match" not in out
