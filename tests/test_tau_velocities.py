@@ -73,9 +73,10 @@ def test_the_coordinates_are_what_they_say():
     got = {k: float(v.detach()) for k, v in tv.transformer_coordinates(model, params, context).items()}
     E = tv.layer_norm(params["W_E.weight"])
     D = E.shape[1]
-    score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
-                    @ tv.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
-             for a in range(st.C)]
+    with torch.no_grad():
+        score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
+                        @ tv.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
+                 for a in range(st.C)]
     diag = np.mean([score[a][a] for a in range(st.C)])
     off = np.mean([score[a][b] for a in range(st.C) for b in range(st.C) if a != b])
     assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
