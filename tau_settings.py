@@ -188,6 +188,17 @@ def compare(runs: dict, baseline: dict) -> dict:
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 
+def rung(ax, line: dict | None, y: int, colour, marker: str = "o", note: str = ""):
+    """One rung of the ladder at height y: its slope against N / log N with its interval, and its seeds per N."""
+    if not line:
+        ax.annotate("no slope (diverged)", (0.5, y), ha="center", va="center", fontsize=7, color=colour)
+        return
+    lo, hi = line["slope_ci"]
+    ax.errorbar(line["slope"], y, xerr=[[line["slope"] - lo], [hi - line["slope"]]], fmt=marker, color=colour, capsize=3)
+    ax.annotate(f"{line['slope']:.2f}, seeds {'/'.join(str(k) for k in line['seeds'])}{note}", (line["slope"], y),
+                textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+
+
 def plot(result: dict, path: str):
     """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
     through the baseline's first median; middle: phi's early growth rate against N, with (H_N / N)^2 likewise;
@@ -213,28 +224,12 @@ def plot(result: dict, path: str):
         left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
         rates = row["early_rate_median"]
         right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=colours[name], label=label)
-        line = row["summary"]["fit_head"]["vs_N_over_logN"]
-        y = len(names) - 1 - names.index(name)
-        if line:
-            lo, hi = line["slope_ci"]
-            ladder.errorbar(line["slope"], y, xerr=[[line["slope"] - lo], [hi - line["slope"]]], fmt="o",
-                            color=colours[name], capsize=3)
-            ladder.annotate(f"{line['slope']:.2f}, seeds {'/'.join(str(k) for k in line['seeds'])}",
-                            (line["slope"], y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        else:
-            ladder.annotate("no slope (diverged)", (0.5, y), ha="center", va="center", fontsize=7, color=colours[name])
+        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name])
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
-        y = len(names) - 1 - names.index(name)
         Ns = sorted(fit["N"], key=int)
         left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=colours[name],
                   label=f"{name}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
-        line = fit["vs_N_over_logN"]
-        if line:
-            lo, hi = line["slope_ci"]
-            ladder.errorbar(line["slope"], y, xerr=[[line["slope"] - lo], [hi - line["slope"]]], fmt="s",
-                            color=colours[name], capsize=3)
-            ladder.annotate(f"{line['slope']:.2f}, seeds {'/'.join(str(k) for k in line['seeds'])} (tau)",
-                            (line["slope"], y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name], "s", " (tau)")
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]

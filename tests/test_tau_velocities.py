@@ -71,6 +71,7 @@ def test_the_coordinates_are_what_they_say():
     model, params = random_transformer(9, 4)
     context = tv.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
     got = {k: float(v.detach()) for k, v in tv.transformer_coordinates(model, params, context).items()}
+    model.requires_grad_(False)  # the checks below read the parameters as numbers
     E = tv.layer_norm(params["W_E.weight"])
     D = E.shape[1]
     with torch.no_grad():
@@ -87,6 +88,7 @@ def test_the_coordinates_are_what_they_say():
     assert got["phi_delta1"] != pytest.approx(float(A1[:, -1, -1].mean()), rel=1e-3)  # not the diagonal
     sa, sa_params = random_sa(9, 6)
     out = {k: float(v.detach()) for k, v in tv.sa_coordinates(sa, context).items()}
+    sa.requires_grad_(False)
     assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[st.C + i, i]) for i in range(st.C)])), rel=1e-6)
     assert out["delta"] == float(sa.P1[1])
     A2 = tv.layers(context, *sa.attention_parameters())[2]
