@@ -64,7 +64,7 @@ class Run:
     freeze_weights: tuple | None = None  # hold (w_A..w_D) fixed (reduced model during the plateau)
     snapshots: tuple = ()  # iterations at which to store P1, P2, M2
     stop_after: float = 0.0  # if > 0, stop at stop_after x tau once the loss has crossed (saves time)
-    readout: str = "mixture"  # "softmax": the hybrid of tau_settings.py's ladder (SATransformer)
+    readout: str = "mixture"  # "softmax", "softmax_scalar": the hybrids of tau_settings.py's ladder (SATransformer)
 
 
 def train_sa(run: Run, measure=None) -> dict:

@@ -65,6 +65,8 @@ CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests); "sa", the parent, is the
     # committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
+    "sa_softmax_scalar": ("softmax_scalar", "sa_softmax without the map between states: a softmax over the experts, "
+                          "one learned scalar each"),
 }
 HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
@@ -206,7 +208,7 @@ def plot(result: dict, path: str):
     fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
-               "sa": "tab:brown", "sa_softmax": "tab:pink"}
+               "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray"}
     names = list(result["compare"]) + list(result.get("hybrids", {}))
     for name, row in result["compare"].items():  # the transformer's rungs: the head's formation
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else f"{name}: {DESCRIBE[name]}"

@@ -58,14 +58,17 @@ def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
 
-READOUTS = ("mixture", "softmax")
+READOUTS = ("mixture", "softmax", "softmax_scalar")
 
 
 class SATransformer(nn.Module):
     """Eq. (base_model). reduced=True: eq. (minimal_simple), parameters beta, delta and the weights.
     readout="softmax": a hybrid with the transformer's kind of readout in place of the mixture, pi = softmax(W_R e)
     of the four experts' outputs e (4C) through a learned map W_R (C x 4C, at zero: the uniform prediction), for
-    tau_settings.py's ladder; the mixture weights then take no part."""
+    tau_settings.py's ladder; the mixture weights then take no part.
+    readout="softmax_scalar": that hybrid split once more, the softmax without the map between states:
+    pi = softmax(sum_k a_k e_k), one learned scalar a_k per expert (at zero: the uniform prediction), i.e. W_R held
+    at [a_1 I, a_2 I, a_3 I, a_4 I]."""
 
     def __init__(self, N: int, reduced: bool = False, readout: str = "mixture"):
         super().__init__()
@@ -73,6 +76,7 @@ class SATransformer(nn.Module):
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         self.N, self.reduced, self.readout = N, reduced, readout
         self.W_R = nn.Parameter(torch.zeros(C, 4 * C)) if readout == "softmax" else None
+        self.a = nn.Parameter(torch.zeros(4)) if readout == "softmax_scalar" else None
         self.logits = nn.Parameter(torch.zeros(3))  # w_B, w_C, w_D relative to w_A (fixed logit 0)
         self.fixed_weights = None  # set to a (4,) tensor to hold w_A..w_D fixed
         if reduced:
@@ -109,6 +113,8 @@ class SATransformer(nn.Module):
         e = experts(seqs, *self.attention_parameters())  # (B, 4, C)
         if self.readout == "softmax":
             return torch.softmax(e.flatten(1) @ self.W_R.T, -1)
+        if self.readout == "softmax_scalar":
+            return torch.softmax(torch.einsum("k,bkc->bc", self.a, e), -1)
         return torch.einsum("e,bec->bc", self.weights(), e)
 
 

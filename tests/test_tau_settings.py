@@ -124,6 +124,29 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
         tv.SATransformer(N, readout="mlp")
 
 
+def test_the_scalar_softmax_hybrid_is_the_softmax_hybrid_with_a_map_that_keeps_states_apart():
+    """readout="softmax_scalar": uniform at a = 0; with asymmetric scalars a_k, the "softmax" hybrid whose W_R is
+    [a_1 I, a_2 I, a_3 I, a_4 I] (each expert's state c to the output's state c only), on the same layers."""
+    N = 12
+    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    split = tv.SATransformer(N, readout="softmax_scalar")
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for name, p in split.named_parameters():
+            p.copy_(0.0 if name == "a" else 0.5 * torch.randn(p.shape, generator=g))
+    assert torch.allclose(split(seqs), torch.full((64, st.C), 1 / st.C))
+    full = tv.SATransformer(N, readout="softmax")
+    full.load_state_dict({k: v for k, v in split.state_dict().items() if k != "a"}, strict=False)
+    a = torch.tensor([0.7, -1.3, 4.0, 2.2])  # unequal: a swapped or shared scalar reads differently
+    with torch.no_grad():
+        split.a.copy_(a)
+        full.W_R.copy_(torch.cat([a_k * torch.eye(st.C) for a_k in a], 1))
+    assert torch.allclose(split(seqs), full(seqs), atol=1e-6)
+    assert not torch.allclose(split(seqs), torch.full((64, st.C), 1 / st.C), atol=1e-3)
+    assert {name for name, _ in split.named_parameters()} >= {"a", "M1", "P1", "M2", "P2"}
+    assert "W_R" not in dict(split.named_parameters())
+
+
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
     """A hybrid run is train_sa's with the hybrid's readout (its tau, the masked loss's halfway crossing, and phi on
     the run's evaluation set), written whole; hybrid_summary fits its taus and the record's SA taus alike."""
