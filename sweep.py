@@ -37,7 +37,8 @@ OUT = os.path.join("runs", "sweep")
 def make_configs(args: argparse.Namespace) -> list[train.Config]:
     """One Config per (K, seed) of --K (default: the preset's K grid) and --seeds, K-major, each in
     OUT/K<K>_s<seed>."""
-    Ks = cli.parse_list("--K", args.K, inf=True) if args.K else SWEEP_KS[cli.preset(args.preset)]
+    Ks = (cli.parse_list("--K", args.K, inf=True, rule=f"K: integers from 1 to {train.MAX_K}, or inf") if args.K
+          else SWEEP_KS[cli.preset(args.preset)])
     return [train.make_config(argparse.Namespace(**{**vars(args), "K": K, "seed": seed,
                                                     "out": os.path.join(args.out, f"K{K}_s{seed}")}))
             for K in Ks for seed in cli.parse_list("--seeds", args.seeds)]

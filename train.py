@@ -195,7 +195,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
             from engine.ensemble import accelerate_run
             step, predict = accelerate_run(model, optimizer, train_step, tasks, gen, (cfg.batch, cfg.N + 1), device)
 
-        record = Record(cfg, held_out_sets(cfg, tasks, predict), start if ckpt else None)
+        record = Record(cfg, held_out_sets(cfg, tasks, predict), start if ckpt else None, ckpt_path)
         loss = None  # the last step's
         progress.begin()
         try:
@@ -235,10 +235,11 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
 class Record:
     """What a run evaluates, logs and writes, the same for the single run and every member of an ensemble: its
     held-out sets (held_out_sets), config.json, the rows of metrics.jsonl and per_chain.jsonl, and model_<step>.pt.
-    start: the step a resumed run continues from (rows logged after it are redone), None afresh."""
+    start: the step a resumed run continues from (rows logged after it are redone), None afresh; ckpt_path: the run's
+    checkpoint, which a diverged evaluation's message names (rows are finite: a non-finite one stops the run)."""
 
-    def __init__(self, cfg: Config, held: dict, start: int | None):
-        self.cfg, self.data, self.scored = cfg, held["eval"], held.get("per_chain")
+    def __init__(self, cfg: Config, held: dict, start: int | None, ckpt_path: str):
+        self.cfg, self.data, self.scored, self.ckpt_path = cfg, held["eval"], held.get("per_chain"), ckpt_path
         self.dense, self.dense_2gen = held.get("dense"), held.get("dense_2gen")
         self.metrics_path, self.chain_path = (os.path.join(cfg.out, f) for f in ("metrics.jsonl", "per_chain.jsonl"))
         with open(os.path.join(cfg.out, "config.json"), "w") as f:
@@ -248,6 +249,7 @@ class Record:
             rundir.rewrite_rows(self.chain_path, -1 if start is None else start)
 
     def log(self, row: dict):
+        rundir.check_finite(self.cfg, row["step"], self.ckpt_path, row=row)
         self.rows.append(row)
         rundir.append_row(self.metrics_path, row)
 
@@ -353,7 +355,8 @@ def main():
         plot_run([r for r in saved["rows"] if not r.get("dense")], cfg, path)
         print(f"wrote {path} from {args.replot}")
         return
-    Ks, seeds = cli.parse_list("--K", args.K, inf=True), cli.parse_list("--seed", args.seed)
+    Ks = cli.parse_list("--K", args.K, inf=True, rule=f"K: an integer from 1 to {MAX_K}, or inf")
+    seeds = cli.parse_list("--seed", args.seed)
     if len(Ks) * len(seeds) > 1:
         grid = f"--K {args.K}" + (f" --seeds {args.seed}" if len(seeds) > 1 else "")
         raise ValueError(f"{grid} is a grid of {len(Ks) * len(seeds)} runs: python sweep.py {grid} trains it")

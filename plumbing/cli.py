@@ -1,6 +1,6 @@
 """Command-line plumbing shared by the scripts: bad input is one line on stderr and exit code 2, never
-a traceback, and so is Ctrl-C (exit 130); a flag is spelled out in full (no prefix matching: a typo such as
---iter is an error, not --iters); independent runs in parallel processes; and the flags every script spells
+a traceback, and so is Ctrl-C (exit 130) and SIGTERM (exit 143); a flag is spelled out in full (no prefix
+matching: a typo such as --iter is an error, not --iters); independent runs in parallel processes; and the flags every script spells
 the same way, defined once here so that a name means one thing everywhere:
 
   --preset {quick,paper}  hyper-parameters: CPU-sized, or the paper's (default: paper on CUDA, quick otherwise)
@@ -58,17 +58,36 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {action.default})"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a scheduler's stop), raised where the process is, as Ctrl-C's KeyboardInterrupt is: the same
+    clean-up and the same one line on what is on disk, then exit 143 as a shell reports it."""
+
+
+TERMINATED = []  # the SIGTERMs this process got: the training loop replaces the Terminated it caught by its own line
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not interrupt the clean-up
+    TERMINATED.append(signum)
+    raise Terminated()
+
+
 def run(main):
     """Call main(); a ValueError (how the library reports bad input) becomes a one-line error, exit 2; Ctrl-C
-    one line (the training loop's says where it stopped and how to continue), exit 130 as a shell reports it."""
+    one line (the training loop's says where it stopped and how to continue), exit 130 as a shell reports it;
+    SIGTERM the same line, exit 143. The process's SIGTERM handler is put back after."""
+    TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         main()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
-        print(str(e) or "interrupted", file=sys.stderr)
-        sys.exit(130)
+        print(str(e) or ("terminated" if TERMINATED else "interrupted"), file=sys.stderr)
+        sys.exit(143 if TERMINATED else 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ----------------------------------------------------------------------------- the shared flags
@@ -126,9 +145,11 @@ def add_jobs(parser: argparse.ArgumentParser):
     parser.add_argument("--jobs", type=int, default=JOBS, help="independent runs at a time, as one-thread processes")
 
 
-def parse_list(flag: str, text: str, inf: bool = False) -> list[int | float]:
+def parse_list(flag: str, text: str, inf: bool = False, rule: str = "") -> list[int | float]:
     """'64,80,94', '0-15' or mixed '0-3,7' -> the integers in that order (ranges inclusive); with inf=True
-    the item 'inf' is math.inf (K = inf). A malformed item, an empty range or a repeated value is an error."""
+    the item 'inf' is math.inf (K = inf). A malformed item, an empty range or a repeated value is an error, whose
+    line names the item and the rule (rule: what the flag takes, e.g. 'K: an integer from 1 to 65536, or inf')."""
+    rule = rule or "integers >= 0 written in digits" + (", or inf" if inf else "")
     values = []
     for item in text.split(","):
         if inf and item.strip() == "inf":
@@ -136,7 +157,13 @@ def parse_list(flag: str, text: str, inf: bool = False) -> list[int | float]:
             continue
         m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
         if m is None:
-            raise ValueError(f"{flag}: cannot read {item!r} in {text!r} (write e.g. 64,80,94 or 0-15 or 0-3,7)")
+            try:
+                number = float(item)
+            except ValueError:
+                number = None
+            why = ("is negative" if number is not None and number < 0 else
+                   "is not an integer written in digits" if number is not None else "cannot be read")
+            raise ValueError(f"{flag}: {item.strip()!r} {why} ({rule}; a list: 64,80,94 or 0-15 or 0-3,7)")
         lo, hi = int(m[1]), int(m[2] or m[1])
         if hi < lo:
             raise ValueError(f"{flag}: empty range {item!r} (write low-high)")
@@ -228,6 +255,7 @@ def _worker_init():
     """A worker: one torch thread, and SIGINT ignored. Ctrl-C in a terminal signals the whole process group, a
     scheduler or `timeout -s INT` the parent alone; either way the parent alone stops the pool (parallel_map)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: _stop ends a worker with SIGTERM
     torch.set_num_threads(1)
 
 

@@ -50,21 +50,44 @@ def open_run_dir(out: str, resume: bool = False, overwrite: bool = False, ckpt: 
     flock belongs to the open file, so the OS releases it when the process dies, even by kill -9: a lock
     file left behind is no lock."""
     check_run_dir(out, resume, overwrite, ckpt)
-    try:
-        os.makedirs(out, exist_ok=True)
-        lock = open(os.path.join(out, ".lock"), "w")
-    except OSError as e:
-        raise ValueError(f"cannot write to output directory {out!r} ({e.strerror})") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    path = os.path.join(out, ".lock")
+    while True:
+        try:
+            os.makedirs(out, exist_ok=True)
+            lock = open(path, "w")
+        except OSError as e:
+            raise ValueError(f"cannot write to output directory {out!r} ({e.strerror})") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise ValueError(f"another process is training in {out} (it holds {out}/.lock)") from None
+        try:  # a run that ends removes its .lock (release_run_dir): the lock taken must be on the file still there
+            if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         lock.close()
-        raise ValueError(f"another process is training in {out} (it holds {out}/.lock)") from None
     if overwrite or not resume:  # the old run's files (a run that never checkpointed) would otherwise mix with the new
-        for name in os.listdir(out):
-            if name in RUN_FILES or name == "fig2a.png" or re.fullmatch(r"model_\d+\.pt|ckpt\.pt\.tmp", name):
-                os.remove(os.path.join(out, name))
+        remove_run_files(out)
     return lock
+
+
+def remove_run_files(out: str):
+    """Remove what a run writes in `out` (RUN_FILES, per_chain.jsonl, fig2a.png, model_<step>.pt), nothing else."""
+    for name in os.listdir(out):
+        if name in RUN_FILES or name in ("per_chain.jsonl", "fig2a.png") or re.fullmatch(r"model_\d+\.pt|ckpt\.pt\.tmp", name):
+            os.remove(os.path.join(out, name))
+
+
+def release_run_dir(lock):
+    """Remove OUT/.lock while still holding it, then let it go: a finished or stopped run leaves no lock file behind
+    (open_run_dir takes a lock only on the file still at the path, so a process that opened the removed one retries)."""
+    try:
+        os.remove(lock.name)
+    except FileNotFoundError:
+        pass
+    lock.close()
 
 
 def load_data(path: str, device: str):
@@ -131,14 +154,15 @@ class RunDir:
 
     def __exit__(self, kind, error, trace):
         for lock in self.locks:  # now: the frame may outlive the call, and a caller may train here next
-            lock.close()
-        if kind is KeyboardInterrupt:
+            release_run_dir(lock)
+        if kind is not None and issubclass(kind, KeyboardInterrupt) and not os.path.exists(self.ckpt_path):
+            for cfg in self.cfgs:  # stopped before the first checkpoint: nothing to resume, so nothing left behind
+                remove_run_files(cfg.out)
             for out in self.new:
-                if os.listdir(out) == [".lock"]:
-                    os.remove(os.path.join(out, ".lock"))
+                if not os.listdir(out):
                     os.rmdir(out)
-            if not str(error):  # not yet the loop's own message
-                raise interrupted(None, self.ckpt_path) from None
+        if kind is not None and issubclass(kind, KeyboardInterrupt) and not str(error):  # not yet the loop's message
+            raise interrupted(None, self.ckpt_path) from None
         return False
 
     def complete(self, quiet: bool) -> bool:
@@ -160,8 +184,9 @@ def save_atomic(obj, path: str):
 
 
 def append_row(path: str, row: dict):
+    """One JSON line, strict JSON: a NaN or infinity is an error here, never a bare NaN token in the file."""
     with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+        f.write(json.dumps(row, allow_nan=False) + "\n")
 
 
 def read_rows(path: str, last_step: float = math.inf) -> list[dict]:
@@ -180,15 +205,28 @@ def rewrite_rows(path: str, last_step: int) -> list[dict]:
     return kept
 
 
-def check_finite(cfg, step: int, ckpt_path: str, loss: float | None = None, weights: dict | None = None):
-    """Stop a diverged run before an evaluation or checkpoint records it: a non-finite loss, or weights gone
-    to NaN after a finite last loss."""
+def check_finite(cfg, step: int, ckpt_path: str, loss: float | None = None, weights: dict | None = None,
+                 row: dict | None = None):
+    """Stop a diverged run before an evaluation or checkpoint records it: a non-finite loss, weights gone to NaN after
+    a finite last loss, or an evaluation row (metrics.jsonl's) with a non-finite number, e.g. of weights ~1e9 whose
+    loss is finite but whose evaluation overflows. The message says which checkpoint, read from the disk, is left."""
+    bad = [k for k, v in (row or {}).items() if isinstance(v, float) and not math.isfinite(v)]
     what = (f"loss ({loss})" if loss is not None and not math.isfinite(loss) else
             "weights" if weights is not None and not all(v.isfinite().all() for v in weights.values() if v.is_floating_point())
-            else None)
+            else f"evaluation ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else None)
     if what:
-        raise ValueError(f"training diverged: {cfg.out} has non-finite {what} at step {step}; stopped, {ckpt_path} "
-                         f"(if any) keeps the last good state; a lower --lr with --overwrite starts afresh")
+        left = (f"{ckpt_path} keeps step {saved_step(ckpt_path)}, the last finite state" if os.path.exists(ckpt_path)
+                else "no checkpoint was written before it")
+        raise ValueError(f"training diverged: {cfg.out} has non-finite {what} at step {step}; stopped before writing "
+                         f"it ({left}); a lower --lr with --overwrite starts afresh")
+
+
+def saved_step(ckpt_path: str) -> str:
+    """The step of the checkpoint at ckpt_path, as text ("?" where it cannot be read)."""
+    try:
+        return str(load_data(ckpt_path, "cpu")["step"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
 
 
 def interrupted(step: int | None, ckpt_path: str) -> KeyboardInterrupt:
@@ -199,10 +237,8 @@ def interrupted(step: int | None, ckpt_path: str) -> KeyboardInterrupt:
     if not os.path.exists(ckpt_path):
         return KeyboardInterrupt(f"interrupted {where}, before the first checkpoint: nothing to resume; the same "
                                  "command starts afresh")
-    try:
-        saved = f"step {load_data(ckpt_path, 'cpu')['step']}"
-    except (ValueError, KeyError, TypeError):
-        saved = "its checkpoint"
+    step = saved_step(ckpt_path)
+    saved = "its checkpoint" if step == "?" else f"step {step}"
     return KeyboardInterrupt(f"interrupted {where}; --resume continues from {saved} ({ckpt_path})")
 
 

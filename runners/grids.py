@@ -73,7 +73,8 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
         for cfg, t, key in zip(cfgs, tasks, held_keys(cfgs)):
             if key not in held:
                 held[key] = evaluation.held_out_sets(cfg, t, predict)
-        records = [train.Record(cfg, held[key], start if resume else None) for cfg, key in zip(cfgs, held_keys(cfgs))]
+        records = [train.Record(cfg, held[key], start if resume else None, ckpt_path)
+                   for cfg, key in zip(cfgs, held_keys(cfgs))]
         if c0.eval_every:
             dense = [torch.stack(split) for split in zip(*(r.dense for r in records))]  # (E, n, N + 1), chains (E, n)
         step = sampled_step(trainer, tasks, gens, (E, c0.batch, c0.N + 1), device, graph)  # each member's own batch

@@ -5,8 +5,10 @@ the same in every script (plumbing/cli.py). Each script's main() runs in this pr
 import argparse
 import fcntl
 import json
+import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -295,21 +297,105 @@ def interrupt_at(moment: str, monkeypatch):
 def test_what_an_interrupt_says_is_what_is_on_disk(tmp_path, monkeypatch, run, moment, says):
     """Whatever the moment of Ctrl-C, its one line agrees with the disk, and so does the next command: a checkpoint
     named is there with that step, and --resume continues from it (the same command alone refuses); with none, the
-    same command starts afresh; a directory the run created and left holding only its lock is gone."""
+    same command starts afresh, and the directory the run created is gone whether the set-up or the first
+    evaluation was under way; no .lock is left."""
     out = tmp_path / "run"
     interrupt_at(moment, monkeypatch)
     proc = run("train.py", *CTRL_C, "--out", out)
     monkeypatch.undo()
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith(says), proc.stderr
-    if "before the first checkpoint" in says:
+    if "before the first checkpoint" in says:  # one behaviour: nothing to resume, so nothing left, the directory gone
         assert lines[0].endswith("nothing to resume; the same command starts afresh")
-        assert not (out / "ckpt.pt").exists() and (moment != "the set-up" or not out.exists())
+        assert not out.exists()
     else:
+        assert not (out / ".lock").exists()
         assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == int(says.split()[-1])
         assert_one_line_error(run("train.py", *CTRL_C, "--out", out), "already holds a run: --resume continues it")
     again = run("train.py", *CTRL_C, "--out", out, *(["--resume"] if "--resume" in says else []))
     assert again.returncode == 0, again.stderr
+
+
+def test_sigterm_says_what_ctrl_c_says_and_exits_143(tmp_path, monkeypatch, run):
+    """SIGTERM (kill, a scheduler) during the 4th optimizer step: the same one line as Ctrl-C's, read from the disk,
+    exit 143; the process's own SIGTERM handler is back after cli.run; --resume then finishes the run."""
+    out, step, calls = tmp_path / "run", torch.optim.AdamW.step, []
+
+    def term(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises at the next bytecode, here in this step
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", term)
+    before = signal.getsignal(signal.SIGTERM)
+    proc = run("train.py", *CTRL_C, "--out", out)
+    assert signal.getsignal(signal.SIGTERM) is before
+    monkeypatch.undo()
+    assert proc.returncode == 143 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"interrupted at step 3; --resume continues from step 2 ({out / 'ckpt.pt'})"]
+    assert not (out / ".lock").exists()
+    assert run("train.py", *CTRL_C, "--out", out, "--resume").returncode == 0
+
+
+def test_a_finished_run_leaves_no_lock_and_a_lock_taken_on_a_removed_file_is_taken_again(tmp_path, monkeypatch):
+    """A run removes OUT/.lock as it ends; a process whose flock landed on a .lock file removed meanwhile (the path
+    now another file, or none) opens the path again, so two processes never both hold 'the' lock."""
+    out = tmp_path / "run"
+    train.train(tiny_config(out), quiet=True)
+    assert out.exists() and not (out / ".lock").exists()
+    flock, calls = fcntl.flock, []
+
+    def racing(f, op):  # the holder's run ends between our open and our flock: it removes the file we opened
+        flock(f, op)
+        calls.append(os.fstat(f.fileno()).st_ino)
+        if len(calls) == 1:
+            os.remove(out / ".lock")
+    monkeypatch.setattr(fcntl, "flock", racing)
+    lock = rundir.open_run_dir(str(out), resume=True)
+    assert len(calls) == 2  # taken twice: the first file was gone
+    assert os.fstat(lock.fileno()).st_ino == os.stat(out / ".lock").st_ino
+    rundir.release_run_dir(lock)
+    assert not (out / ".lock").exists()
+
+
+def strict_rows(path) -> list[dict]:
+    """The JSON lines at path, refusing NaN and infinities (not JSON, though Python's json reads them)."""
+    def refuse(token):
+        raise ValueError(f"{token} in {path}")
+    return [json.loads(line, parse_constant=refuse) for line in open(path)]
+
+
+def test_an_evaluation_that_overflows_stops_the_run_before_its_row_and_checkpoint(tmp_path, monkeypatch):
+    """Weights large but finite (loss finite) whose evaluation is NaN, as --lr 1e6 gives at step 2: the run stops at
+    that evaluation, writes neither the row nor that step's checkpoint or model, and says which checkpoint is left;
+    the rows stay strict JSON. Evaluations at 0, 2, 5, 12 (CTRL_C's), checkpoints at 2, 4, 5, 8, 12: NaN at 5."""
+    evaluate = train.evaluate
+
+    def overflowing(model, data):
+        row = evaluate(model, data)
+        if len(strict_rows(tmp_path / "run" / "metrics.jsonl")) == 2:  # the third evaluation, step 5
+            row = {**row, "gen_loss": float("nan"), "phi_beta_2": float("inf")}
+        return row
+    monkeypatch.setattr(train, "evaluate", overflowing)
+    with pytest.raises(ValueError, match=r"non-finite evaluation \(gen_loss, phi_beta_2\) at step 5; stopped before "
+                                         r"writing it \(.*ckpt.pt keeps step 4, the last finite state\)"):
+        train.train(tiny_config(tmp_path / "run", ckpt_every=4), quiet=True)
+    assert [r["step"] for r in strict_rows(tmp_path / "run" / "metrics.jsonl")] == [0, 2]
+    assert torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["step"] == 4
+    assert not (tmp_path / "run" / "model_0000005.pt").exists()
+    with pytest.raises(ValueError, match="Out of range float"):  # the last guard: no bare NaN token is ever written
+        rundir.append_row(str(tmp_path / "rows.jsonl"), {"step": 1, "loss": float("nan")})
+
+
+def test_an_enormous_learning_rate_stops_with_one_line_and_leaves_strict_json(tmp_path, run):
+    proc = run("train.py", *TINY, "--lr", "1e6", "--out", tmp_path / "run")
+    assert_one_line_error(proc, "training diverged", "stopped before writing it", "a lower --lr")
+    rows = strict_rows(tmp_path / "run" / "metrics.jsonl")
+    assert rows and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
+    if (tmp_path / "run" / "ckpt.pt").exists():
+        state = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["model"]
+        assert all(v.isfinite().all() for v in state.values() if v.is_floating_point())
 
 
 class Payload:

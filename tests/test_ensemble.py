@@ -135,12 +135,22 @@ def test_parse_list(text, values):
     assert parse_list("--K", text) == values
 
 
-@pytest.mark.parametrize("text, words", [("3-1", "empty range"), ("4,8,4", "more than once"), ("0-3,2", "more than once"),
-                                         ("4,,8", "cannot read"), ("-1", "cannot read"), ("1.5", "cannot read"),
-                                         ("", "cannot read")])
+@pytest.mark.parametrize("text, words", [("3-1", "empty range"), ("4,8,4", "more than once"), ("0-3,2", "more than once")])
 def test_parse_list_rejects(text, words):
     with pytest.raises(ValueError, match=words):
         parse_list("--seeds", text)
+
+
+@pytest.mark.parametrize("text, words", [("4,,8", "'' cannot be read"), ("-1", "'-1' is negative"),
+                                         ("1.5", "'1.5' is not an integer written in digits"),
+                                         ("1e9", "'1e9' is not an integer"), ("", "cannot be read"),
+                                         ("abc", "'abc' cannot be read")])
+def test_parse_list_names_the_bad_item_and_the_rule(text, words):
+    """Each malformed item named with what is wrong with it and the flag's rule (the default, or the caller's)."""
+    with pytest.raises(ValueError, match=words + r".*\(integers >= 0 written in digits; a list"):
+        parse_list("--seeds", text)
+    with pytest.raises(ValueError, match=words + r".*\(K: an integer from 1 to 9, or inf; a list"):
+        parse_list("--K", text, inf=True, rule="K: an integer from 1 to 9, or inf")
 
 
 @pytest.mark.parametrize("args, words", [(["--K", "0,5"], "K must be"), (["--seeds", "3-1"], "empty range"),

@@ -1,6 +1,7 @@
 """Stopping a script that runs jobs through cli.parallel_map: Ctrl-C in a terminal signals the whole process group,
 while `timeout -s INT`, schedulers and process managers signal the parent alone. Either way the script ends its
-workers, says one line and exits 130 (cli.run), within seconds rather than after the running and queued jobs."""
+workers, says one line and exits 130 (cli.run), within seconds rather than after the running and queued jobs; SIGTERM
+(kill, a scheduler's stop) the same, exit 143."""
 import os
 import signal
 import subprocess
@@ -45,8 +46,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("whole_group", [False, True], ids=["parent alone", "process group"])
-def test_sigint_ends_a_pool_at_once_with_one_line_and_exit_130(tmp_path, whole_group):
+@pytest.mark.parametrize("whole_group, sig", [(False, signal.SIGINT), (True, signal.SIGINT), (False, signal.SIGTERM)],
+                         ids=["parent alone", "process group", "SIGTERM to the parent"])
+def test_sigint_ends_a_pool_at_once_with_one_line_and_exit_130(tmp_path, whole_group, sig):
+    """SIGTERM (kill, a scheduler's stop) alike, with its own line and exit 143."""
     marks = tmp_path / "workers"
     marks.mkdir()
     script = tmp_path / "slow_pool.py"
@@ -65,14 +68,14 @@ def test_sigint_ends_a_pool_at_once_with_one_line_and_exit_130(tmp_path, whole_g
         assert len(workers) == 2, f"the two workers did not start: {proc.poll()}"
         time.sleep(0.5)
         if whole_group:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, sig)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
         t0 = time.time()
         out, err = proc.communicate(timeout=30)
         assert time.time() - t0 < 10
-        assert proc.returncode == 130, err
-        assert err.splitlines() == ["interrupted"] and out == ""
+        assert proc.returncode == (143 if sig == signal.SIGTERM else 130), err
+        assert err.splitlines() == ["terminated" if sig == signal.SIGTERM else "interrupted"] and out == ""
         deadline = time.time() + 5
         while any(alive(p) for p in workers) and time.time() < deadline:
             time.sleep(0.1)
