@@ -273,3 +273,104 @@ def test_the_noise_free_fraction_recovers_a_known_fraction_where_one_set_and_the
     bias = {k: abs(float(np.mean(v))) for k, v in errors.items()}
     assert bias["simex"] < 0.01 and (bias["one"] > 0.02) == one_set_misses and bias["two"] > 0.09, bias
     assert np.sqrt(np.mean(np.square(errors["simex"]))) < 0.04
+
+
+# The estimator on true scores from a skewed distribution, shift + Exp(scale) + N(0, spread^2) (an exponentially
+# modified Gaussian: a peak of chains just below 0 and a long tail above), whose distribution after Gaussian noise of
+# any variance is known in closed form: the true fraction below epsilon, and the estimator's expectation, are exact.
+EMG_SHIFT, EMG_SCALE, EMG_SPREAD = -0.015, 0.012, 0.003
+
+
+def emg_below(x: float, noise_var: float = 0.0) -> float:
+    """P(shift + Exp(scale) + N(0, spread^2 + noise_var) < x)."""
+    s = math.sqrt(EMG_SPREAD**2 + noise_var)
+    z = (x - EMG_SHIFT) / s
+    phi = lambda u: 0.5 * math.erfc(-u / math.sqrt(2))  # noqa: E731
+    return phi(z) - math.exp(-(x - EMG_SHIFT) / EMG_SCALE + s * s / (2 * EMG_SCALE**2)) * phi(z - s / EMG_SCALE)
+
+
+# |estimate - the chains' true fraction| allowed, per noise: the quadratic extrapolation's own bias on these chains
+# (largest over the three epsilons, from emg_below: 0.0003 at sigma 0.002, 0.0027 at 0.005, 0.027 at 0.01) plus ~4.5 sd
+# of the estimate's sampling noise at 200k chains (sd of (estimate - truth) - (expectation - truth) over 300 seeds, the
+# largest over the epsilons: 0.0010, 0.0014, 0.0018; its mean within 0.0002 of 0, the largest deviation 3.0 sd); and
+# |(estimate - truth) - (its expectation - truth)| allowed, ~4.5 of those sd alone.
+SIMEX_TO_TRUTH = {0.002: 0.005, 0.005: 0.009, 0.01: 0.035}
+SIMEX_TO_EXPECTATION = {0.002: 0.0045, 0.005: 0.0065, 0.01: 0.0085}
+
+
+@pytest.mark.parametrize("sigma", [0.002, 0.005, 0.01])
+@pytest.mark.parametrize("eps", [-0.012, -0.006, 0.01])  # true fractions 0.22 (at the peak), 0.51, 0.87 (in the tail)
+def test_the_noise_free_fraction_of_skewed_chains_is_their_true_fraction_up_to_the_extrapolations_bias(sigma, eps):
+    """200k chains of skewed true scores (spread 0.0125), each scored twice with independent Gaussian noise of sigma
+    0.002, 0.005, 0.01 (small to large against the spread): the estimate is within the extrapolation's bias plus
+    its sampling noise of the chains' true fraction below epsilon, and, tighter, its error is the one its expectation
+    predicts: the quadratic through the fractions of scores with noise variance (1 + lam) sigma^2 / 2 at lam = 0, 1,
+    3, extrapolated to lam = -1, exact for these scores. Where the noise is not small the estimate is closer to the
+    truth than the plain fraction of (a + b) / 2 below epsilon (errors 0.006 to 0.048 there)."""
+    rng = np.random.default_rng([59, round(1e3 * sigma), round(1e3 * eps) + 100])
+    n = 200_000
+    mu = EMG_SHIFT + rng.exponential(EMG_SCALE, n) + rng.normal(0, EMG_SPREAD, n)
+    a, b = mu + rng.normal(0, sigma, n), mu + rng.normal(0, sigma, n)
+    truth, truth_pop = float(np.mean(mu < eps)), emg_below(eps)
+    estimate = thresholds.noise_free_fraction(a, b, eps)
+    expectation = (8 / 3 * emg_below(eps, sigma**2 / 2) - 2 * emg_below(eps, sigma**2)
+                   + 1 / 3 * emg_below(eps, 2 * sigma**2))
+    assert abs(truth - truth_pop) < 0.005  # the draw is of the distribution emg_below describes
+    assert abs(estimate - truth) < SIMEX_TO_TRUTH[sigma], (estimate, truth)
+    error, expected_error = estimate - truth, expectation - truth_pop
+    assert abs(error - expected_error) < SIMEX_TO_EXPECTATION[sigma], (error, expected_error)
+    naive = float(np.mean((a + b) / 2 < eps))
+    if sigma >= 0.005:
+        assert abs(estimate - truth) < abs(naive - truth), (estimate - truth, naive - truth)
+
+
+@pytest.mark.parametrize("eps", [-0.012, -0.006, 0.01])
+def test_without_noise_the_noise_free_fraction_of_skewed_chains_is_the_plain_fraction_strictly_below(eps):
+    """a == b: every lam's fraction is the plain one, and the coefficients sum to 1. Some chains sit exactly at
+    epsilon: they are not below it."""
+    rng = np.random.default_rng(7)
+    a = np.concatenate([EMG_SHIFT + rng.exponential(EMG_SCALE, 997), [eps] * 3])
+    fraction = float(np.mean(a < eps))
+    assert np.mean(a <= eps) == pytest.approx(fraction + 0.003)
+    assert thresholds.noise_free_fraction(a, a.copy(), eps) == pytest.approx(fraction, abs=1e-12)
+
+
+# Chains (a, b) scored against epsilon = 0, with their passing fractions at lam = 0, 1, 3: the mean of
+# m + sqrt(lam) d < 0 and m - sqrt(lam) d < 0 (m = (a + b) / 2, d = (a - b) / 2), worked by hand. Dyadic values, so
+# that m, d and m +- d are exact: "at" sits at epsilon (m = 0: not below at lam = 0, strict <), "edge" has
+# m + d = a = 0 at lam = 1 (that side not below); "P" and "Q" pass on one side at lam = 3 but differ at lam = 2 (Q passes both, P one), "R" passes both
+# at lam = 3 (sqrt(3) d = 0.43 < 0.5) and would pass one with lam for sqrt(lam) (3 d = 0.75).
+HAND_CHAINS = {  # name: (a, b, (fraction at lam = 0, 1, 3))
+    "below": (-1.0, -1.0, (1, 1, 1)),
+    "above": (1.0, 1.0, (0, 0, 0)),
+    "at": (0.0, 0.0, (0, 0, 0)),
+    "P": (-0.125, -0.875, (1, 1, 0.5)),  # m -0.5, d 0.375
+    "Q": (-0.1875, -0.8125, (1, 1, 0.5)),  # m -0.5, d 0.3125
+    "R": (-0.25, -0.75, (1, 1, 1)),  # m -0.5, d 0.25
+    "N": (1.25, -0.25, (0, 0.5, 0.5)),  # m 0.5, d 0.75
+    "H": (0.25, -0.75, (1, 0.5, 0.5)),  # m -0.25, d 0.5
+    "edge": (0.0, -0.5, (1, 0.5, 0.5)),  # m -0.25, d 0.25
+}
+
+
+@pytest.mark.parametrize("counts", [
+    {"Q": 1},
+    {"P": 1, "N": 1, "H": 1},
+    {"below": 1, "at": 1, "edge": 2, "R": 1},
+    {"above": 3, "N": 2, "Q": 1, "R": 1},
+    {"at": 2, "edge": 3, "P": 1, "Q": 1, "below": 1},
+    {"N": 1, "H": 2, "above": 1, "R": 3, "at": 1},
+])
+def test_the_noise_free_fraction_is_the_quadratic_through_lam_0_1_3_at_minus_1(counts):
+    """On hand-worked chains the estimate is the value at lam = -1 of the quadratic through the passing fractions at
+    lam = 0, 1, 3 (a polynomial fit, not the estimator's coefficients 8/3, -2, 1/3, which the first assertion checks
+    reproduce any quadratic); a score equal to epsilon (m at lam = 0, m + d at lam = 1) does not pass. Six mixes
+    of the chains, whose fractions span all three lam's."""
+    q = np.polynomial.Polynomial([0.3, -1.7, 0.45])  # any quadratic: the coefficients reproduce it at -1 exactly
+    assert 8 / 3 * q(0) - 2 * q(1) + 1 / 3 * q(3) == pytest.approx(q(-1), abs=1e-12)
+    a = np.array([HAND_CHAINS[c][0] for c, k in counts.items() for _ in range(k)])
+    b = np.array([HAND_CHAINS[c][1] for c, k in counts.items() for _ in range(k)])
+    passing = np.mean([HAND_CHAINS[c][2] for c, k in counts.items() for _ in range(k)], axis=0)
+    through = np.polynomial.Polynomial.fit([0, 1, 3], passing, 2)
+    assert thresholds.noise_free_fraction(a, b, 0.0) == pytest.approx(through(-1), abs=1e-12), passing
+    assert thresholds.noise_free_fraction(b, a, 0.0) == pytest.approx(through(-1), abs=1e-12)  # a and b alike

@@ -3,11 +3,14 @@ import argparse
 import json
 import os
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
+from matplotlib.figure import Figure
 
 import train
 from analysis import runs
+from bayes import COLORS, PREDICTORS
 from engine import fastdata
 from markov import TaskSet
 from plumbing import rundir
@@ -268,3 +271,67 @@ def test_a_grid_given_to_train_names_the_command_that_trains_it(run, tmp_path, a
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and f"is a grid of {2 if args[0] == '--K' else 4} runs: {grid}" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------- Fig. 2a: levels that share a line
+
+
+def fig2a_levels(tmp_path, monkeypatch, train_levels: dict, gen_levels: dict) -> list[list[tuple]]:
+    """plot_run on three evaluation rows whose predictor levels are train_levels on S and gen_levels on fresh
+    chains: per loss panel (L_train, L_gen), the (label, level, colour, style) of each level's line in drawing
+    order, checked to be horizontal and to be what the panel's legend lists after the transformer."""
+    rows = [{"step": step, "train_loss": 2.9 - 0.1 * i, "gen_loss": 2.95 - 0.1 * i, "phi_delta_1": 0.1, "phi_beta_2": 0.2,
+             "n_A_1": 4.0, "n_A_2": 8.0, **{f"train_loss_{p}": train_levels[p] for p in PREDICTORS},
+             **{f"gen_loss_{p}": gen_levels[p] for p in PREDICTORS}, **{f"kl_{p}": 0.1 for p in PREDICTORS}}
+            for i, step in enumerate((0, 10, 100))]
+    figures, written = [], []
+    plt.switch_backend("agg")  # the headless default, said: nothing is shown
+    monkeypatch.setattr(train.plt, "close", figures.append)
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: written.append(path))  # half the time, not the labels
+    train.plot_run(rows, Config(K=8, N=16), str(tmp_path / "fig2a.png"))
+    assert written == [str(tmp_path / "fig2a.png")] and len(figures) == 1
+    panels = []
+    for ax in figures[0].axes[:2]:
+        lines = [line for line in ax.get_lines() if line.get_label() != "transformer"]
+        assert all(line.get_ydata()[0] == line.get_ydata()[1] for line in lines)  # axhline: one level, the width
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["transformer"] + [line.get_label() for line in lines]
+        assert not ax.texts  # the labels are the legend's, nothing written on the panel
+        panels.append([(line.get_label(), line.get_ydata()[0], line.get_color(), line.get_linestyle()) for line in lines])
+    for panel in panels:  # each level on its own line, in its own colour and style, whatever its label says
+        assert [(c, s) for _, _, c, s in panel] == [(COLORS[p], {"1gen": "--", "2gen": "--", "1mem": ":", "2mem": ":"}[p])
+                                                   for p in PREDICTORS]
+    return [[(label, level) for label, level, _, _ in panel] for panel in panels]
+
+
+def test_fig2a_a_level_within_2e3_of_one_drawn_before_says_it_is_on_that_line(tmp_path, monkeypatch):
+    """A level within 0.002 nats of a level drawn before it (1-Gen, 2-Gen, 1-Mem, 2-Mem in that order) is labelled as
+    on that one's line, with its offset; one 0.0021 away has its own label. Asymmetric between the panels: on S
+    1-Mem is 0.001 above 1-Gen and 2-Mem 0.0021 above 2-Gen, on fresh chains 1-Mem 0.0021 below 1-Gen and 2-Mem
+    0.0012 below 2-Gen."""
+    train_panel, gen_panel = fig2a_levels(tmp_path, monkeypatch, {"1gen": 2.320, "2gen": 2.100, "1mem": 2.321, "2mem": 2.1021},
+                                          {"1gen": 2.320, "2gen": 2.100, "1mem": 2.3179, "2mem": 2.0988})
+    assert train_panel == [("1-Gen", 2.320), ("2-Gen", 2.100), ("1-Mem (on 1-Gen's line, +0.001)", 2.321), ("2-Mem", 2.1021)]
+    assert gen_panel == [("1-Gen", 2.320), ("2-Gen", 2.100), ("1-Mem", 2.3179), ("2-Mem (on 2-Gen's line, -0.001)", 2.0988)]
+
+
+def test_fig2a_levels_exactly_2e3_apart_have_their_own_labels(tmp_path, monkeypatch):
+    """The rule is strict: levels exactly 0.002 apart (0.004 and 0.002, whose difference is 0.002 in floating point)
+    are not on one line; 0.0019 apart they are, and levels that coincide exactly are, at +0.000."""
+    assert abs(0.002 - 0.004) == 2e-3 and abs(0.0021 - 0.004) < 2e-3
+    train_panel, gen_panel = fig2a_levels(tmp_path, monkeypatch, {"1gen": 0.004, "2gen": 0.5, "1mem": 0.002, "2mem": 1.0},
+                                          {"1gen": 0.004, "2gen": 0.5, "1mem": 0.0021, "2mem": 0.5})
+    assert train_panel == [("1-Gen", 0.004), ("2-Gen", 0.5), ("1-Mem", 0.002), ("2-Mem", 1.0)]
+    assert gen_panel == [("1-Gen", 0.004), ("2-Gen", 0.5), ("1-Mem (on 1-Gen's line, -0.002)", 0.0021),
+                         ("2-Mem (on 2-Gen's line, +0.000)", 0.5)]
+
+
+def test_fig2a_a_level_near_two_drawn_before_names_the_first_drawn(tmp_path, monkeypatch):
+    """On S 2-Mem (2.2993) is within 0.002 of both 2-Gen (2.3, -0.0007) and 1-Mem (2.3012, -0.0019): its label
+    names 2-Gen, drawn first. On fresh chains 2-Mem (2.3031) is 0.0017 above 1-Mem (2.3014) and 0.0031 above 2-Gen:
+    it names 1-Mem, itself on 2-Gen's line."""
+    train_panel, gen_panel = fig2a_levels(tmp_path, monkeypatch, {"1gen": 2.5, "2gen": 2.3, "1mem": 2.3012, "2mem": 2.2993},
+                                          {"1gen": 2.5, "2gen": 2.3, "1mem": 2.3014, "2mem": 2.3031})
+    assert train_panel == [("1-Gen", 2.5), ("2-Gen", 2.3), ("1-Mem (on 2-Gen's line, +0.001)", 2.3012),
+                           ("2-Mem (on 2-Gen's line, -0.001)", 2.2993)]
+    assert gen_panel == [("1-Gen", 2.5), ("2-Gen", 2.3), ("1-Mem (on 2-Gen's line, +0.001)", 2.3014),
+                         ("2-Mem (on 1-Mem's line, +0.002)", 2.3031)]
