@@ -67,6 +67,8 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what
     "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
     "sa_softmax_scalar": ("softmax_scalar", "sa_softmax without the map between states: a softmax over the experts, "
                           "one learned scalar each"),
+    "sa_softmax_matched": ("softmax_matched", "sa_softmax_scalar started where it equals the mixture to first order "
+                           "(a = C / 4), not at zero"),
 }
 HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},

@@ -58,7 +58,7 @@ def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
 
-READOUTS = ("mixture", "softmax", "softmax_scalar")
+READOUTS = ("mixture", "softmax", "softmax_scalar", "softmax_matched")
 
 
 class SATransformer(nn.Module):
@@ -68,7 +68,11 @@ class SATransformer(nn.Module):
     tau_settings.py's ladder; the mixture weights then take no part.
     readout="softmax_scalar": that hybrid split once more, the softmax without the map between states:
     pi = softmax(sum_k a_k e_k), one learned scalar a_k per expert (at zero: the uniform prediction), i.e. W_R held
-    at [a_1 I, a_2 I, a_3 I, a_4 I]."""
+    at [a_1 I, a_2 I, a_3 I, a_4 I].
+    readout="softmax_matched": softmax_scalar started at a_k = C / 4, where it equals the mixture at its start (all
+    w = 1/4) to first order in the experts' departures from uniform: softmax(z) = (1 + z - mean z) / C + O(z^2), so
+    a = C / 4 gives 1/C + (sum_k e_k - 4 / C) / 4 = sum_k e_k / 4. It tells the readout's zero start (no gradient
+    reaches the layers until a grows) from the softmax itself."""
 
     def __init__(self, N: int, reduced: bool = False, readout: str = "mixture"):
         super().__init__()
@@ -76,7 +80,8 @@ class SATransformer(nn.Module):
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         self.N, self.reduced, self.readout = N, reduced, readout
         self.W_R = nn.Parameter(torch.zeros(C, 4 * C)) if readout == "softmax" else None
-        self.a = nn.Parameter(torch.zeros(4)) if readout == "softmax_scalar" else None
+        self.a = (nn.Parameter(torch.full((4,), C / 4 if readout == "softmax_matched" else 0.0))
+                  if readout in ("softmax_scalar", "softmax_matched") else None)
         self.logits = nn.Parameter(torch.zeros(3))  # w_B, w_C, w_D relative to w_A (fixed logit 0)
         self.fixed_weights = None  # set to a (4,) tensor to hold w_A..w_D fixed
         if reduced:
@@ -113,7 +118,7 @@ class SATransformer(nn.Module):
         e = experts(seqs, *self.attention_parameters())  # (B, 4, C)
         if self.readout == "softmax":
             return torch.softmax(e.flatten(1) @ self.W_R.T, -1)
-        if self.readout == "softmax_scalar":
+        if self.a is not None:
             return torch.softmax(torch.einsum("k,bkc->bc", self.a, e), -1)
         return torch.einsum("e,bec->bc", self.weights(), e)
 

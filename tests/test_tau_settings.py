@@ -147,6 +147,27 @@ def test_the_scalar_softmax_hybrid_is_the_softmax_hybrid_with_a_map_that_keeps_s
     assert "W_R" not in dict(split.named_parameters())
 
 
+def test_the_matched_softmax_starts_as_the_mixture_to_first_order():
+    """readout="softmax_matched" at its start (a = C / 4) against the mixture at its start (w = 1/4), on experts
+    eps away from uniform: the gap shrinks as eps^2 (a quarter per halving), where a = 0 (softmax_scalar's start)
+    or a = C / 2 leaves a gap of order eps."""
+    g = torch.Generator().manual_seed(5)
+    noise = torch.randn(256, 4, st.C, generator=g)
+    noise = noise - noise.mean(-1, keepdim=True)  # departures that keep each expert a distribution
+    matched = tv.SATransformer(8, readout="softmax_matched")
+    assert torch.equal(matched.a.detach(), torch.full((4,), st.C / 4))
+
+    def gap(eps: float, a: torch.Tensor) -> float:
+        e = 1 / st.C + eps * noise
+        soft = torch.softmax(torch.einsum("k,bkc->bc", a, e), -1)
+        return float((soft - e.mean(1)).abs().max())  # the mixture at w = 1/4: the experts' mean
+
+    a = matched.a.detach()
+    assert 3.6 < gap(0.01, a) / gap(0.005, a) < 4.4
+    for wrong in (torch.zeros(4), torch.full((4,), st.C / 2)):
+        assert 1.6 < gap(0.01, wrong) / gap(0.005, wrong) < 2.4
+
+
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
     """A hybrid run is train_sa's with the hybrid's readout (its tau, the masked loss's halfway crossing, and phi on
     the run's evaluation set), written whole; hybrid_summary fits its taus and the record's SA taus alike."""
