@@ -215,15 +215,30 @@ def plot_k2(result: dict, path: str):
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
-        fig = plt.figure(figsize=(13, 8.6))  # 1300 px: read at a README's ~900 px width
-        grid = fig.add_gridspec(2, 6)
+        # 1300 px: read at a README's ~900 px width. Constrained layout, each row its own grid. With the fresh-chain
+        # null, three rows: Fig. 8a and its inset; Fig. 8b and A10; the null, its legend in a slot of its own beside it
+        # (in two rows the legend's width left Fig. 8b's K ticks touching)
+        null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
+        fig = plt.figure(figsize=(13, 12.6 if null else 8.6), layout="constrained")
+        rows = fig.add_gridspec(3 if null else 2, 1)
         if fit["K2_star"] is not None:
-            ax8a, inset = fig.add_subplot(grid[0, :4]), fig.add_subplot(grid[0, 4:])
-            ax8b, ax10, axeps = (fig.add_subplot(grid[1, 2 * i: 2 * i + 2]) for i in range(3))
+            top = rows[0].subgridspec(1, 2, width_ratios=[2, 1])
+            ax8a, inset = fig.add_subplot(top[0]), fig.add_subplot(top[1])
         else:
             inset = None
-            ax8a, ax8b = fig.add_subplot(grid[0, :3]), fig.add_subplot(grid[0, 3:])
-            ax10, axeps = fig.add_subplot(grid[1, :3]), fig.add_subplot(grid[1, 3:])
+        if null:
+            ax8a = ax8a if inset else fig.add_subplot(rows[0])
+            middle, bottom = rows[1].subgridspec(1, 2), rows[2].subgridspec(1, 2, width_ratios=[1.6, 1])
+            ax8b, ax10 = fig.add_subplot(middle[0]), fig.add_subplot(middle[1])
+            axeps, keys = fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1])
+            keys.axis("off")
+        elif inset:
+            bottom = rows[1].subgridspec(1, 3)
+            ax8b, ax10, axeps = (fig.add_subplot(bottom[i]) for i in range(3))
+        else:
+            top, bottom = rows[0].subgridspec(1, 2), rows[1].subgridspec(1, 2)
+            ax8a, ax8b = fig.add_subplot(top[0]), fig.add_subplot(top[1])
+            ax10, axeps = fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1])
 
         for K in Ks:
             seeds = [v for v in dtau[K] if v is not None]
@@ -257,10 +272,18 @@ def plot_k2(result: dict, path: str):
             inset.loglog(x, [medians[K][0] for K in finite], "ko")
             inset.loglog(x, divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"]), "k--", lw=1,
                          label=f"slope -gamma = {-fit['gamma']:.2f}")
-            for K, xi in zip(finite, x):
-                inset.annotate(f"K = {K}", (xi, medians[K][0]), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            fitted = divergence(fit["K2_star"] - x, fit["log_a"], fit["K2_star"], fit["gamma"])
+            for K, xi, on_fit in zip(finite, x, fitted):  # each label on the side of its point away from the falling
+                above = medians[K][0] >= on_fit  # fit line: above and right of a point over it, below and left under it
+                inset.annotate(f"K = {K}", (xi, medians[K][0]), xytext=(5, 4) if above else (-5, -4),
+                               textcoords="offset points", ha="left" if above else "right",
+                               va="bottom" if above else "top", fontsize=8)
             inset.set_xticks(x, [f"{v:.0f}" for v in x])  # K2* - K often spans less than a decade
             inset.set_xticks([], minor=True)
+            y = [medians[K][0] for K in finite]
+            for lim, lo, hi in ((inset.set_xlim, min(x), max(x)), (inset.set_ylim, min(y), max(y))):
+                pad = (hi / lo) ** 0.22 if hi > lo else 1.5  # room in log for the labels by the first and last points
+                lim(lo / pad, hi * pad)
             inset.set_xlabel("K2* - K")
             inset.set_ylabel("median Delta tau_K")
             inset.set_title("Fig. 8a inset: the divergence")
@@ -282,10 +305,10 @@ def plot_k2(result: dict, path: str):
             ax8a.legend(loc="upper left")
 
         eps = result["epsilon"]
-        null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
         two = "memorized_asymptote_two_sets" in result  # JSONs written before the second sets have one rule
-        rules = [("_two_sets", "k", "two sets (the rule)"), ("", "tab:gray", "one set")] if two else [("", "k", None)]
-        failed = 0
+        rules = [("_two_sets", "k", "two sets of sequences (the rule)"), ("", "tab:gray", "one set")] if two else \
+            [("", "k", None)]
+        failed, notes = 0, []
         for suffix, colour, label in rules:
             values = per_K(result["memorized_asymptote" + suffix])
             fitted = {K: converged(values[K]) for K in Ks}  # the seeds whose sigmoid fit converged
@@ -298,17 +321,18 @@ def plot_k2(result: dict, path: str):
                 top = int(np.argmax(means))
                 ax8b.plot([shown[top], zero], [means[top], 0], "--", color=colour, lw=1,
                           label=f"{label or 'fraction'}: 0 at K = {zero:.0f} (line in log K)")
-            elif zero is not None:  # a line that barely falls: its zero is no estimate
-                ax8b.plot([], [], " ", label=f"{label or 'fraction'}: 0 only at K = {zero:.0e} (line in log K)")
+            elif zero is not None:  # a line that barely falls: its zero is no estimate, said under the title (no line)
+                notes.append(f"{label or 'the fraction'}: a line in log K reaches 0 only at K = {zero:.0e}")
             failed = max(failed, sum(len(values[K]) - len(fitted[K]) for K in Ks))
-        if ax8b.get_legend_handles_labels()[0]:  # under the panel: the points and bars stay in view
-            ax8b.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+        if ax8b.get_legend_handles_labels()[0]:  # inside, at the bottom left: the largest fractions are at the small K
+            ax8b.legend(fontsize=8, loc="lower left")
         ax8b.set_xscale("log", base=2)
         ax8b.set_xlim(min(Ks) / 1.15, max(Ks) * 1.15)  # the line to the zero crossing runs on beyond: its K is in the legend
         ax8b.set_xlabel("K")
         ax8b.set_ylabel("memorized fraction at convergence\n(sigmoid asymptote)")
-        ax8b.set_title("Fig. 8b: fraction of chains memorized"
-                       + (f"\n{failed} seed(s) left out: the sigmoid fit did not converge" if failed else ""))
+        ax8b.set_title("Fig. 8b: fraction of chains memorized" + "".join(f"\n{note}" for note in notes)
+                       + (f"\n{failed} seed(s) left out: the sigmoid fit did not converge" if failed else ""),
+                       fontsize=11 if not notes and not failed else 10)
         for ax in (ax8a, ax8b):  # one tick per K: a log-2 axis alone labels only its powers of 2
             ax.set_xticks(Ks, [str(K) for K in Ks])
 
@@ -321,42 +345,50 @@ def plot_k2(result: dict, path: str):
                       label=f"K = {K}")
         ax10.set_xscale("log")
         ax10.set_xlabel("step")
+        # the one-set rule in symbols, its epsilon short: e.g. Delta^k < epsilon = -3.8e-4
+        mantissa, exponent = f"{eps['value']:.1e}".split("e")
+        rule = rf"$\Delta^k < \epsilon$ = {mantissa}e{int(exponent)}".replace("-", "−")
         ax10.set_ylabel("memorized: the two-set rule\n(corrected by the fresh-chain null)" if two else
-                        f"fraction with Delta^k < epsilon = {eps['value']:.2g}" + ("\n(corrected by the fresh-chain null)" if null else ""))
+                        f"fraction of trained chains memorized\n({rule}" + (", corrected by the fresh-chain null)" if null else ")"))
         ax10.set_title("Fig. A10: memorized fraction over training")
         ax10.legend(ncol=2)
         if null:  # at the end of the runs: the rule on S and on fresh chains, and the chain-specific advantage
             def at_end(key):
                 return [float(np.mean([c[key][-1] for c in curves_by_K[K]])) for K in Ks]
 
-            axeps.plot(Ks, at_end("fraction_raw"), "ko-", label=f"S: Delta^k < {eps['value']:.2g}")
-            axeps.plot(Ks, at_end("false_positive"), "x--", color="tab:red", label="fresh chains: Delta^k < epsilon")
+            # in words (S, the K chains a model trained on: its trained chains); rule: the one-set rule, uncorrected here
+            axeps.plot(Ks, at_end("fraction_raw"), "ko-", label=f"trained chains memorized\n({rule}, one set)")
+            axeps.plot(Ks, at_end("false_positive"), "x--", color="tab:red",
+                       label="fresh chains passing that rule\n(false positives)")
             axeps.plot(Ks, at_end("specific"), "s:", color="tab:blue",
-                       label=f"S: below the fresh chains'\n{NULL_ALPHA:.0%} quantile (corrected)")
+                       label=f"trained chains below the fresh chains'\n{NULL_ALPHA:.0%} quantile of $\\Delta^k$ (corrected)")
             if two:  # the scores' own noise: S's chains on two sets of sequences
-                axeps.plot(Ks, at_end("disagree"), "^-", color="tab:orange", label="S: passes on one set only")
+                axeps.plot(Ks, at_end("disagree"), "^-", color="tab:orange",
+                           label="trained chains passing on only one\nof the two sets of sequences")
                 axeps.plot(Ks, at_end("signal_share"), "v-.", color="tab:green",
-                           label="S: share of the chains' spread\nthat is not noise")
-                axeps.plot(Ks, at_end("two_sets_raw"), "D-", color="tab:purple", label="S: the two-set rule")
+                           label="share of the spread of the trained\nchains' $\\Delta^k$ that is not noise")
+                axeps.plot(Ks, at_end("two_sets_raw"), "D-", color="tab:purple",
+                           label="trained chains memorized by the\ntwo-set rule (uncorrected)")
             axeps.set_xscale("log", base=2)
             axeps.set_xticks(Ks, [str(K) for K in Ks])
             axeps.set_ylim(-0.05, 1.05)
             axeps.set_xlabel("K")
             axeps.set_ylabel("fraction of chains at the end")
-            axeps.set_title(f"the null: each model on {result['null']['chains']} fresh chains\n"
-                            f"(epsilon from {len(eps['per_model'])} models at K = inf)", fontsize=10)
-            axeps.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)  # beside: no point hidden
+            axeps.set_title(f"the null: each model on its K trained chains and on {result['null']['chains']} fresh "
+                            f"chains\n($\\epsilon$ from {len(eps['per_model'])} models at K = inf)",
+                            fontsize=10)
+            keys.legend(*axeps.get_legend_handles_labels(), loc="center left", fontsize=9)  # beside: no point hidden
         else:
             axeps.hist(eps["scores"], bins=40, color="tab:blue")
-            axeps.axvline(eps["value"], color="tab:red", ls="--", label=f"epsilon = mean - 2 std\n= {eps['value']:.3g}")
-            axeps.set_xlabel("Delta^k of K = inf models (fixed fresh chains)")
+            axeps.axvline(eps["value"], color="tab:red", ls="--",
+                          label=f"$\\epsilon$ = mean − 2 std\n= {eps['value']:.3g}".replace("-", "−"))
+            axeps.set_xlabel("$\\Delta^k$ of K = inf models on fixed fresh chains\n(loss above 2-Gen's on chain k)")
             axeps.set_ylabel("chains")
-            axeps.set_title(f"epsilon: {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
+            axeps.set_title(f"$\\epsilon$ from {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
             axeps.legend()
         width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
         fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
                      f"{width}, {result['iters']} steps)", fontsize=12)
-        fig.tight_layout()
         fig.savefig(path, dpi=100)
     plt.close(fig)
 

@@ -101,22 +101,37 @@ def draw_sweep(summary: dict, path: str):
     step 0 drawn at step 1/2, so that the log axis can show it."""
     steps = log_edges([max(s, 0.5) for s in summary["step"]])
     Ks = log_edges(summary["K"])
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    readouts = {  # the bottom row's titles and colour-bar labels: the paper's symbols, and in words what they measure
+        "phi_delta_1": (r"$\phi_\delta^{(1)}$: layer 1, previous state",
+                        "layer 1's attention on\nthe previous state (0 to 1)"),
+        "phi_beta_2": (r"$\phi_\beta^{(2)}$: layer 2, induction head",
+                       "layer 2's attention on the states\nthat followed the current one (0 to 1)"),
+        "n_A_1": (r"$n_A^{(1)} / N$: layer 1, positions attended",
+                  "layer 1's effective number of\nattended positions / N (0 to 1)"),
+        "n_A_2": (r"$n_A^{(2)} / N$: layer 2, positions attended",
+                  "layer 2's effective number of\nattended positions / N (0 to 1)")}
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8))
     for ax, (key, title) in zip(axes.flat, SWEEP_KEYS):
         values = np.asarray(summary[key], dtype=float)
         if key.startswith("kl"):  # darker = closer to the predictor; each panel's own range, on a log scale
             low, high = max(np.nanmin(values), 1e-4), max(np.nanmax(values), 2e-4)
             im = ax.pcolormesh(steps, Ks, values, cmap="Greys_r", norm=LogNorm(vmin=low, vmax=max(high, 1.01 * low)))
+            predictor = title[2:-1]  # "D(1-Gen)": 1-Gen
+            title = f"{title}: the model's divergence from {predictor}"
+            bar = f"D_KL({predictor} || model), nats\n(log; this panel's range; dark: close)"
         else:
             im = ax.pcolormesh(steps, Ks, values, cmap="viridis", vmin=0, vmax=1)
-        fig.colorbar(im, ax=ax)
+            title, bar = readouts.get(key, (title, title))
+        fig.colorbar(im, ax=ax, label=bar)
         ax.set_xscale("log")
         ax.set_yscale("log", base=2)
         ax.set_yticks(summary["K"], [str(K) for K in summary["K"]])
-        ax.set_title(title)
-        ax.set_xlabel("step (step 0 at 1/2)")
-        ax.set_ylabel("K")
-    fig.tight_layout()
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("training step (log scale; step 0 drawn at 1/2)")
+        ax.set_ylabel("K (chains in the training set)")
+    fig.suptitle("Figs. 2b-c: the phase diagram over K and training, each cell the seeds' mean. Top (2b): how far the "
+                 "model's predictions are from each predictor; bottom (2c): the attention readouts", fontsize=13)
+    fig.tight_layout(w_pad=2.5)  # a colour bar's label apart from the next panel's K axis
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -207,23 +207,36 @@ def plot(result: dict, path: str):
     """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
     through the baseline's first median; middle: phi's early growth rate against N, with (H_N / N)^2 likewise;
     right: the ladder, each setting's slope against N / log N with its nominal 95 % interval and its seeds per N."""
+    def shown(name: str) -> str:  # a setting's name as labels spell it, a space before its number ("lr 0.0125", as the
+        # record's "lr 0.05"); the keys stay as they are
+        return re.sub(r"^(lr|batch|momentum)(?=\d)", r"\1 ", name)
+
+    band = 0.94  # axes fraction: the band of the diverged runs, above the heads' scale
     fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
-               "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray"}
+               "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
+               "sa_softmax_matched": "gold"}
     names = list(result["compare"]) + list(result.get("hybrids", {}))
+    top = left.get_xaxis_transform()  # x in data, y in axes: a diverged run's N, in the band at the panel's top
+    capped, diverged = False, []  # what the y label and the legend must explain
     for name, row in result["compare"].items():  # the transformer's rungs: the head's formation
-        label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
+        label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
+            f"{shown(name)}: {DESCRIBE[name]}"
         heads = row["summary"]["N"]
         Ns = sorted(heads, key=int)
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
             left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
-            for status, head in zip(heads[N]["status"], heads[N]["head"]):
+            for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
                 if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
                     left.plot(int(N), CAPS[name], "^", color=colours[name])
+                    capped = True
+                elif status == "diverged":  # no head and no time: a × in a band above the steps' scale
+                    left.plot(int(N), band, "x", color=colours[name], ms=9, mew=2, transform=top)
+                    diverged.append((int(N), steps, colours[name]))
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
-            label += " (diverged: not drawn)"
+            label += " (diverged: × in the top band)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
         left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
         rates = row["early_rate_median"]
@@ -232,7 +245,7 @@ def plot(result: dict, path: str):
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
         Ns = sorted(fit["N"], key=int)
         left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=colours[name],
-                  label=f"{name}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
+                  label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
         rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name], "s", " (tau)")
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
@@ -242,20 +255,33 @@ def plot(result: dict, path: str):
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
     every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | set(map(int, Ns)))
-    for ax, what, ticks in ((left, "head formed (steps; ^: not by the cap); SA side: tau", every_N),
+    head_label = "head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")" \
+        + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else "")
+    for ax, what, ticks in ((left, head_label, every_N),
                             (right, "phi_beta(2)'s early growth per step", Ns)):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ticks, [str(int(n)) for n in ticks])
         ax.set_xlabel("N")
         ax.set_ylabel(what)
+    if diverged:  # the band above the data, its marker's meaning said there and once in the shared legend
+        low, high = left.get_ylim()
+        left.set_ylim(low, high * (high / low) ** 0.15)  # the band: the top ~13 % of the axes, above every head
+        left.axhline(high, color="0.7", lw=0.8, ls=":")
+        N, _, colour = max(diverged)
+        left.annotate("diverged", (N, band), xycoords=top, xytext=(8, 0), textcoords="offset points",
+                      va="center", fontsize=8, color=colour)
+        left.plot([], [], "x", color="0.3", ms=9, mew=2, ls="none",
+                  label=f"× in the top band: a run that diverged (by step {max(s for _, s, _ in diverged)}), no head")
     left.set_title("the induction head's formation against N, per setting")
     right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
     for x, style, text in ((1.0, "--", "theory"), (RESTORES, ":", "restores"), (DOES_NOT, ":", "does not")):
         ladder.axvline(x, color="gray", ls=style, lw=1)
-        ladder.annotate(text, (x, len(names) - 0.4), ha="center", fontsize=7, color="gray")
-    ladder.set_yticks(range(len(names)), list(reversed(names)), fontsize=8)
-    ladder.set_ylim(-0.6, len(names) - 0.2)
+        ladder.annotate(text, (x, len(names) - 0.35), ha="center", va="bottom", fontsize=7, color="gray")
+    ladder.set_yticks(range(len(names)), [shown(name) for name in reversed(names)], fontsize=8)
+    ladder.set_ylim(-0.6, len(names) + 0.05)  # the three lines' names inside the frame, under its top
+    low, high = ladder.get_xlim()
+    ladder.set_xlim(low - 0.1, max(high, 1.1))  # room for the leftmost rung's centred label and "theory" at 1
     ladder.set_xlabel("slope of the head's medians against N / log N\n(nominal 95 % interval, seeds per N)")
     ladder.set_title("the ladder: does a rung restore tau ~ N / log N?")
     handles, labels = left.get_legend_handles_labels()  # one legend for the panels: the settings' colours are shared

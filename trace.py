@@ -51,7 +51,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.colors import ListedColormap, Normalize
+from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import train
@@ -290,10 +290,12 @@ def trace_phases(runs: dict[str, str], n_seqs: int = 512, seed: int = 0, phases:
 
 THRESHOLD = 0.25  # Fig. 3's cut: edges at or below this fraction of the phase's strongest edge are left out, unless
 #                   they complete a path from the input to the output (circuit_edges)
-NODE_XY = {"Token": (0, 0), "A1Q": (-1.6, 1), "A1K": (-0.6, 1), "A1": (1.0, 1), "MLP1": (0, 2),
-           "A2Q": (-2.4, 3), "A2K": (-1.4, 3), "A2(Token)": (-0.1, 3), "A2(A1)": (1.1, 3), "A2(MLP1)": (2.3, 3),
-           "MLP2": (0, 4), "Linear": (0, 5)}
+NODE_XY = {"Token": (0, 0), "A1Q": (-1.6, 1), "A1K": (-0.6, 1), "A1": (1.0, 1), "MLP1": (0, 2),  # Att2's outputs
+           "A2Q": (-2.6, 3), "A2K": (-1.8, 3), "A2(Token)": (-0.6, 3), "A2(A1)": (1.3, 3), "A2(MLP1)": (2.5, 3),
+           "MLP2": (0, 4), "Linear": (0, 5)}  # apart by their labels' widths; the gap right of x = 0 for the long edges
+#                                             up the middle column, which bow to the right (draw_circuit)
 SUBCIRCUITS = (("A1Q", "A1"), ("A2Q", "A2(MLP1)"))  # the attention blocks, boxed with dashes
+NODE_FONT = 8  # points: a node's label
 
 
 EDGE_CMAP = ListedColormap(plt.cm.viridis(np.linspace(0.85, 0.15, 256)))  # light: weak edge, dark: the strongest
@@ -378,9 +380,6 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
     top = max(importance.values())
     c = circuit_edges(importance)
     used = {node for e in [*c["kept"], *c["path"]] for node in _parse_edge(e)} | {n for link in c["value"] for n in link}
-    for first, last in SUBCIRCUITS:
-        (x0, y0), (x1, _) = NODE_XY[first], NODE_XY[last]
-        ax.add_patch(Rectangle((x0 - 0.45, y0 - 0.3), x1 - x0 + 0.9, 0.6, fill=False, ls="--", lw=0.8, ec="0.5"))
     for src, out in c["value"]:
         (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[out]
         ax.plot([xs, xt], [ys, yt], ls=":", lw=1.2, color="0.55", zorder=0)
@@ -400,21 +399,43 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
                 transform=ax.transAxes, ha="center", va="top", fontsize=8, color="0.3")
     for node, (x, y) in NODE_XY.items():
         on = node in used
-        ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=2, color="k" if on else "0.45",
+        ax.text(x, y, node, ha="center", va="center", fontsize=NODE_FONT, zorder=2, color="k" if on else "0.45",
                 bbox=dict(boxstyle="round,pad=0.25", fc="w" if on else "0.95", ec="k" if on else "0.6", ls="-" if on else "--"))
-    ax.set_xlim(-3.1, 3.0)
+    ax.set_xlim(-3.2, 3.2)
     ax.set_ylim(-0.5, 5.5)
     ax.axis("off")
     ax.set_title(title, fontsize=9)
 
 
+def box_blocks(ax):
+    """The attention blocks' dashed boxes (SUBCIRCUITS) around their nodes' labels as drawn: called once the figure's
+    layout is final, since a label's width in data units depends on the axes' size."""
+    renderer = ax.figure.canvas.get_renderer()
+    to_data = ax.transData.inverted()
+    labels = {t.get_text(): t for t in ax.texts if t.get_text() in NODE_XY}
+    for first, last in SUBCIRCUITS:
+        row = [n for n, (x, y) in NODE_XY.items()
+               if y == NODE_XY[first][1] and NODE_XY[first][0] <= x <= NODE_XY[last][0] and n in labels]
+        if not row:
+            continue
+        extents = [labels[n].get_window_extent(renderer) for n in row]  # the texts; their rounded boxes pad 0.25 em
+        pad = 0.25 * NODE_FONT * ax.figure.dpi / 72 + 5  # pixels: the rounded box's pad and a margin beyond it
+        (x0, y0), (x1, y1) = to_data.transform([(min(e.x0 for e in extents) - pad, min(e.y0 for e in extents) - pad),
+                                                (max(e.x1 for e in extents) + pad, max(e.y1 for e in extents) + pad)])
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=0.8, ec="0.5"))
+
+
 def plot_circuits(phases: dict, path: str):
-    """Top: the connectivity matrices (Fig. A3); bottom: the circuit graphs (Figs. 3, A2), their edges on
-    one colour scale; a phase with no checkpoint in it (no importance: no_checkpoint's entry) says so instead, and
-    a phase's "note" (e.g. that its trace is not at the rule's checkpoint) goes under its title. Returns the figure
-    (closed)."""
-    fig, axes = plt.subplots(2, len(phases), figsize=(4.75 * len(phases), 10.5), gridspec_kw={"height_ratios": [1, 1.35]},
+    """Top: the connectivity matrices (Fig. A3), on one colour scale: every entry is an importance in nats, comparable
+    across the phases (a square-root shading keeps the weakest phase's pattern in view; the numbers are written in
+    the cells); bottom: the circuit graphs (Figs. 3, A2), their edges on one colour scale relative to each phase's
+    strongest; a phase with no checkpoint in it (no importance: no_checkpoint's entry) says so instead, and a phase's
+    "note" (e.g. that its trace is not at the rule's checkpoint) goes under its title. Returns the figure (closed)."""
+    fig, axes = plt.subplots(2, len(phases), figsize=(4.75 * len(phases), 12), gridspec_kw={"height_ratios": [1.2, 1.35]},
                              squeeze=False)
+    matrices = {phase: connectivity(r["importance"]) for phase, r in phases.items() if "importance" in r}
+    shade = PowerNorm(0.5, vmin=0, vmax=max((np.nanmax(M) for M in matrices.values()), default=1.0))
+    heat_maps, graphs = [], []
     for col, (phase, result) in enumerate(phases.items()):
         if "importance" not in result:
             for ax in axes[:, col]:
@@ -428,28 +449,36 @@ def plot_circuits(phases: dict, path: str):
                               + (f"\n\n{result['note']}" if result.get("note") else ""),
                               ha="center", va="center", fontsize=9, transform=axes[0, col].transAxes)
             continue
-        M = connectivity(result["importance"])
+        M = matrices[phase]
         ax = axes[0, col]
-        im = ax.imshow(M, cmap="Greys", vmin=0, vmax=np.nanmax(M))
+        im = ax.imshow(M, cmap="Greys", norm=shade)
         for i, j in zip(*np.where(~np.isnan(M))):
-            ax.text(j, i, f"{M[i, j]:.3f}", ha="center", va="center", fontsize=7,
-                    color="w" if M[i, j] > 0.5 * np.nanmax(M) else "k")
-        ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=8)
-        ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=8)
+            ax.text(j, i, f"{M[i, j]:.3f}", ha="center", va="center", fontsize=8.5,
+                    color="w" if shade(M[i, j]) > 0.55 else "k")
+        ax.set_xticks(range(len(TARGETS)), TARGETS, rotation=45, fontsize=9)
+        ax.set_yticks(range(len(SOURCES)), SOURCES, fontsize=9)
         ax.set_xlabel("target")
         if col == 0:
             ax.set_ylabel("source")
-        fig.colorbar(im, ax=ax, fraction=0.046, label="importance (nats)")
+        heat_maps.append(ax)
         name = os.path.basename(os.path.normpath(result["run"]))
         ax.set_title(f"{LABELS[phase]}: {name}, step {result['step']}\n"
                      f"divergence to {LABELS[phase]} {result['divergence']:.3f}"
                      + (f", next x{result['ratio']:.2f}" if "ratio" in result else "")
                      + (f"\n{result['note']}" if result.get("note") else ""), fontsize=10)
         draw_circuit(axes[1, col], result["importance"], f"{LABELS[phase]} circuit")
+        graphs.append(axes[1, col])
     fig.suptitle("Edge mean-ablation importance <D_KL(pi_theta || pi~_theta)> (nats). Graphs: edges above "
                  f"{THRESHOLD} of the phase's strongest (dashed: under the cut, on the strongest path; dotted: a value "
                  "path); nodes without edges in grey", fontsize=11)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.08, 0.93, 1))  # the right edge: the heat maps' one colour bar
+    if heat_maps:  # beside the last heat map, as tall as the maps are drawn (square cells: narrower than their axes)
+        heat_maps[-1].apply_aspect()
+        box = heat_maps[-1].get_position()
+        bar = fig.add_axes((0.94, box.y0, 0.009, box.height))
+        fig.colorbar(im, cax=bar, label=f"importance (nats), one scale for the\n{len(heat_maps)} maps (square-root shading)")
+    for ax in graphs:  # the layout is final: the dashed boxes can fit the labels as drawn
+        box_blocks(ax)
     bar = fig.add_axes((0.35, 0.05, 0.3, 0.015))  # under the graphs: what an edge's colour means
     fig.colorbar(plt.cm.ScalarMappable(Normalize(THRESHOLD, 1), EDGE_CMAP), cax=bar, orientation="horizontal",
                  label="edge importance / the phase's strongest edge (graphs)")

@@ -331,23 +331,22 @@ PAPER_EXPONENTS = {"beta": ("t", "t"), "delta": ("t", "t$^2$")}  # control, abla
 
 
 def exponent_title(key: str, result: dict) -> str:
-    """A beta or delta panel's title: the full model's exponents in the stated window, their range over the three
-    windows the fits were tried in, the full model's with w held at 1/3 (at the dynamics runs' N), and the paper's."""
-    parts = []
+    """A beta or delta panel's title, in words: the full model's exponents in the stated window, their range over the
+    three windows the fits were tried in and over the seeds, the full model's with w held at 1/3, and the paper's."""
+    lines, windows = [], [f"{a:g}-{b:g}" for a, b in EXPONENT_WINDOWS]  # the first: the stated window
     for setting in ("control", "ablation"):
         value = result.get(f"{key}_exponent_{setting}")
-        windows = list(result.get("exponents", {}).get(f"full_{setting}", {}).get(key, {}).values())
-        seeds = result.get("exponents_seeds", {}).get(f"full_{setting}", {}).get(key, [])
-        if value is not None and np.isfinite(value):
-            parts.append(f"{setting} t$^{{{value:.2f}}}$" + (f" [{min(windows):.2f}, {max(windows):.2f}]" if windows else "")
-                         + (f" {{{min(seeds):.2f}, {max(seeds):.2f}}}" if seeds else ""))
-        else:
-            parts.append(f"{setting}: not fitted")
+        fits = list(result.get("exponents", {}).get(f"full_{setting}", {}).get(key, {}).values())  # the seeds' mean
+        seeds = result.get("exponents_seeds", {}).get(f"full_{setting}", {}).get(key, [])  # each seed's, stated window
+        ranges = ([f"in the {len(fits)} fit windows {min(fits):.2f} to {max(fits):.2f}"] if fits else []) \
+            + ([f"each of {len(seeds)} seeds alone {min(seeds):.2f} to {max(seeds):.2f}"] if seeds else [])
+        lines.append(f"{setting} t$^{{{value:.2f}}}$" + (f" ({'; '.join(ranges)})" if ranges else "")
+                     if value is not None and np.isfinite(value) else f"{setting}: not fitted")
     paper, held = PAPER_EXPONENTS[key], next(iter(result.get("w_third", {}).get("exponents", {}).values()), {})
     held = ", ".join(f"{setting} t$^{{{e[key]['0.05-0.5']:.2f}}}$" for setting, e in held.items())
-    return (f"$\\{key}(t)$, full model: " + ", ".join(parts) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
-            + f"\n[ ]: the range over the three fit windows, {{ }}: over the seeds; paper: {paper[0]} (control), "
-              f"{paper[1]} (ablation)")
+    return (f"$\\{key}(t)$ of the full model: the seeds' mean fitted as a power of t over t = {windows[0]} x tau\n"
+            + "\n".join(lines) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
+            + f"\n(fit windows: t = {', '.join(windows)} x the mean tau); paper: {paper[0]} (control), {paper[1]} (ablation)")
 
 
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
@@ -355,7 +354,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
     tau = a N / log N, and the transformer (Fig. 6c bottom) with the power law fitted to it and that law.
     Returns the figure (closed)."""
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5))
+    fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
     axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
@@ -462,14 +461,14 @@ def plot_transformer_tau(ax, summary: dict):
     ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
     ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing")
     head = summary["fit_head"]["vs_N_over_logN"]
-    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)" if head is None else
-            f"head formed: slope {head['slope']:.2f} [{head['slope_ci'][0]:.2f}, {head['slope_ci'][1]:.2f}]")
+    ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)" if head is None else  # the 95 % bootstrap
+            f"head formed: slope {head['slope']:.2f} (95 % interval\n{head['slope_ci'][0]:.2f} to {head['slope_ci'][1]:.2f})")
     statuses = {status for row in summary["N"].values() for status in row["status"]}  # a marker in the legend if drawn
     if "censored" in statuses:
         ax.plot([], [], "^", color="k", label="censored at the cap (bound)")
     if "no head" in statuses:
         ax.plot([], [], "^", color="tab:orange", label="drop, no head (phi below PHI_FORMED)")
-    ax.errorbar([], [], [], fmt="s", color="k", label="median, exact interval")
+    ax.errorbar([], [], [], fmt="s", color="k", label="median over seeds, bar: its\nexact order-statistic interval")
     line = fit["vs_N_over_logN"]
     Ns = np.array(sorted(int(N) for N in summary["N"]), float)
     title = "transformer (no MLP1, non-AR): tau_2Gen = the loss's sustained drop"
@@ -482,7 +481,8 @@ def plot_transformer_tau(ax, summary: dict):
         ax.plot(kept, fit["prefactor"] * x, "--", color="gray", label=f"paper's law, {fit['prefactor']:.0f} N / log N")
         lo, hi = line["slope_ci"]
         seeds = set(line["seeds"])
-        title += (f"\nslope vs N / log N {line['slope']:.2f} [{lo:.2f}, {hi:.2f}], vs N {fit['vs_N']['slope']:.2f} (paper: 1)"
+        title += (f"\nslope vs N / log N {line['slope']:.2f} (95 % bootstrap interval {lo:.2f} to {hi:.2f}; paper: 1)"
+                  f"\nslope vs N {fit['vs_N']['slope']:.2f}"
                   + (f", {seeds.pop()} seeds per N" if len(seeds) == 1 else f", seeds per N {line['seeds']}"))
     if fit["left_out"]:
         title += f"; left out (median beyond the runs): N = {fit['left_out']}"

@@ -482,8 +482,9 @@ def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp
     frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
     fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
     title = fig.axes[3].get_title()
-    assert "slope vs N / log N -0.44 [-0.48, -0.38], vs N -0.34 (paper: 1), 8 seeds per N" in title
-    assert "head formed: slope 0.09 [0.06, 0.12]" in [t.get_text() for t in fig.axes[3].get_legend().get_texts()]
+    assert ("slope vs N / log N -0.44 (95 % bootstrap interval -0.48 to -0.38; paper: 1)\nslope vs N -0.34, 8 seeds per N"
+            in title)  # the README's brackets, in words on the figure
+    assert "head formed: slope 0.09 (95 % interval\n0.06 to 0.12)" in [t.get_text() for t in fig.axes[3].get_legend().get_texts()]
     assert [ax.get_ylabel() for ax in fig.axes] == [r"$\beta$ (mean over seeds)", r"$\delta$ (mean over seeds)",
                                                     "tau_2Gen (iterations)", "tau_2Gen (iterations)"]
 
