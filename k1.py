@@ -162,11 +162,12 @@ def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
 
 
 def k1(args):
-    if getattr(args, "replot", False):  # Figs. 7a-c, A9 from the JSON a search wrote
-        path = os.path.join(args.figures, "k1.json")
-        result = cli.read_json(path, ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search")
-        plot_k1(result, os.path.join(args.figures, "k1.png"))
-        print(f"wrote {args.figures}/k1.png from {path}")
+    if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
+        path = cli.replot_path(args, "k1.json")
+        png = os.path.splitext(path)[0] + ".png"
+        cli.redraw(path, ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search",
+                   lambda result: plot_k1(result, png))
+        print(f"wrote {png} from {path}")
         return
     preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
     conditions = args.conditions.split(",")
@@ -369,7 +370,7 @@ def main():
     cli.add_seeds(p, None, "seeds of each perturbation (default: quick 0-1, paper 0-3)", "--perturbed-seeds")
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
-    p.add_argument("--replot", action="store_true", help="only redraw FIGURES/k1.png from FIGURES/k1.json")
+    cli.add_replot(p, "FIGURES/k1.json", "Figs. 7a-c, A9 (k1.png)")
     p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
     cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
     p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")

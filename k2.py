@@ -6,6 +6,7 @@ chains has an asymptote that falls with K. The rules are analysis/thresholds.py'
     python k2.py sweep                     # quick preset on the CPU: figures/k2.png and .json
     python k2.py sweep --print-commands    # the paper preset's runs, one command line each
     python k2.py dtau runs/k2_paper        # Delta tau of any K*_s* runs (a grid trained elsewhere)
+    python k2.py sweep --replot            # only redraw figures/k2.png from figures/k2.json (or --replot JSON)
 
 The estimators (the divergence and sigmoid fits, epsilon) are in analysis/estimators.py.
 """
@@ -467,6 +468,8 @@ def dtau(args):
 
 
 def k2(args):
+    if args.replot is not None:
+        return replot(args)
     preset, root, p, jobs, device, seeds = common_args(args, K2_PRESETS, "k2")
     cfgs = k2_runs(preset, root, seeds, device)
     if args.print_commands:
@@ -501,12 +504,14 @@ def k2(args):
 
 
 def replot(args):
-    """Redraw a sweep's figure from its JSON; then, per K at the end (seed means, raw), one set's fraction, the two-set
-    rule's, and a Gaussian model's prediction of the latter and of the noise-free fraction (gaussian_noise_model)."""
-    result = cli.read_json(args.json, ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
-                           "replot")
-    plot_k2(result, os.path.splitext(args.json)[0] + ".png")
-    print(f"wrote {os.path.splitext(args.json)[0]}.png from {args.json}")
+    """sweep --replot [JSON]: redraw a sweep's figure from its JSON (bare: FIGURES/k2.json), the PNG beside it; then,
+    per K at the end (seed means, raw), one set's fraction, the two-set rule's, and a Gaussian model's prediction of
+    the latter and of the noise-free fraction (gaussian_noise_model)."""
+    path = cli.replot_path(args, "k2.json")
+    png = os.path.splitext(path)[0] + ".png"
+    result = cli.redraw(path, ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
+                        lambda result: plot_k2(result, png))
+    print(f"wrote {png} from {path}")
     for K in result["K"] if all("two_sets_raw" in c for cs in result["memorized_curves"].values() for c in cs) else []:
         cs = result["memorized_curves"][str(K)]
         model = [gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
@@ -524,15 +529,14 @@ def main():
                                   "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
     add_run_flags(p, "seeds at every K (default: 0-3)")
+    cli.add_replot(p, "FIGURES/k2.json", "a sweep's figure (figures/k2*.json)")
     p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
                    "command wrote (its analysis redone from the per-run rows)")
     p.add_argument("--json", default=None, help="also write everything to this JSON file")
-    p = sub.add_parser("replot", help="only redraw a sweep's figure from its JSON (figures/k2*.json), as a PNG beside it")
-    p.add_argument("json", help="a JSON `k2.py sweep` wrote")
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"sweep": k2, "dtau": dtau, "replot": replot}[args.command](args)
+    {"sweep": k2, "dtau": dtau}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -435,17 +435,17 @@ TREND_KEYS = ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen")  # pl
 DEPTHS_KEYS = ("preset", "config", "K2_hat")  # plot_depths
 
 
-def replot(figures: str, mode: str = "heatmaps", iters: int | None = None):
-    """--replot: a figure again from its JSON in FIGURES (it writes no JSON), or one line on what is missing or broken.
-    mode: "heatmaps" (mem_heatmaps.png from mem_minimal.json), "trend" (mem_trend.png from mem_trend.json) or
-    "depths" (mem_depths_<iters>.png from mem_depths_<iters>.json)."""
+def replot(figures: str, mode: str = "heatmaps", iters: int | None = None, path: str | None = None):
+    """--replot [JSON]: a figure again from its JSON (default in FIGURES), the PNG beside it (it writes no JSON), or one
+    line on what is missing or broken. mode: "heatmaps" (mem_heatmaps.png from mem_minimal.json), "trend"
+    (mem_trend.png from mem_trend.json) or "depths" (mem_depths_<iters>.png from mem_depths_<iters>.json)."""
     name, keys, draw, writer = {
         "heatmaps": ("mem_minimal", HEATMAP_KEYS, plot_heatmaps, "mem_minimal.py"),
         "trend": ("mem_trend", TREND_KEYS, plot_trend, "mem_minimal.py --trend"),
         "depths": (f"mem_depths_{iters}", DEPTHS_KEYS, plot_depths, f"mem_minimal.py --depths-only --iters {iters}")}[mode]
-    path = os.path.join(figures, f"{name}.json")
-    png = os.path.join(figures, "mem_heatmaps.png" if mode == "heatmaps" else f"{name}.png")
-    draw(cli.read_json(path, keys, writer), png)
+    path = path or os.path.join(figures, f"{name}.json")
+    png = os.path.join(os.path.dirname(path), "mem_heatmaps.png" if mode == "heatmaps" else f"{name}.png")
+    cli.redraw(path, keys, writer, lambda result: draw(result, png))
     print(f"wrote {png} from {path}")
 
 
@@ -457,9 +457,8 @@ def main():
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true",
-                        help="only redraw a figure from its JSON: mem_heatmaps.png from FIGURES/mem_minimal.json; with "
-                             "--trend mem_trend.png from mem_trend.json; with --depths-only mem_depths_<iters>.png")
+    cli.add_replot(parser, "FIGURES/mem_minimal.json; with --trend mem_trend.json, with --depths-only "
+                           "mem_depths_<iters>.json", "a figure (mem_heatmaps.png, mem_trend.png, mem_depths_<iters>.png)")
     parser.add_argument("--depths-only", action="store_true",
                         help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
                              "studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, reusing the searches "
@@ -478,8 +477,9 @@ def main():
     if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
         iters = check_int("--iters", args.iters, 1)
         base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
-    if args.replot:
-        replot(args.figures, "trend" if args.trend else "depths" if args.depths_only else "heatmaps", base.iters)
+    if args.replot is not None:
+        replot(args.figures, "trend" if args.trend else "depths" if args.depths_only else "heatmaps", base.iters,
+               args.replot or None)
         return
     jobs = check_int("--jobs", args.jobs, 1)
     seeds = list(range(P["search_seeds"])) if args.seeds is None else cli.parse_list("--seeds", args.seeds)

@@ -4,6 +4,7 @@ and against the context length N, with 2-Gen's and 1-Gen's N -> infinity limits.
 
     python predictor_scaling.py                  # quick: K to 2^12, N to 2^13, 256 sequences
     python predictor_scaling.py --preset paper   # K to 2^13, N to 2^14, 2048 sequences
+    python predictor_scaling.py --replot         # only redraw the figure from figures/predictor_scaling.json
 
 The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on the 2-core VM with
 its cores shared, where its loss vs K alone took 17 min on 2026-11-27), then a line with the ETA every 30 s or so.
@@ -160,7 +161,15 @@ def main():
     cli.add_device(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
+    cli.add_replot(parser, "FIGURES/predictor_scaling.json", "the figure")
     args = parser.parse_args()
+    if args.replot is not None:
+        path = cli.replot_path(args, "predictor_scaling.json")
+        png = os.path.splitext(path)[0] + ".png"
+        cli.redraw(path, ("K", "N", "loss_vs_K", "loss_vs_N", "asymptotic"), "predictor_scaling.py",
+                   lambda result: plot_scaling(result, png))
+        print(f"wrote {png} from {path}")
+        return
     check_int("--dists", args.dists, 1)
     paper = cli.preset(args.preset) == "paper"
     device = torch.device(cli.device(args.device))

@@ -23,6 +23,7 @@ trajectories of the dynamics runs ("runs": t, masked loss, beta, delta, w; the f
 parameter snapshots) and of the transformer runs ("transformer_runs": t, loss, phi; "transformer_tau" re-reads
 them).
 """
+import contextlib
 import json
 import math
 import os
@@ -440,15 +441,28 @@ def write_record(result: dict, path: str):
     os.replace(path + ".tmp", path)
 
 
-def replot(figures: str, train: tuple | None = None, w_third: int | None = None):
-    """--replot: the five figures from FIGURES/sa_scaling.json, tau_2Gen refitted and the transformer's criterion
-    re-read from its stored trajectories (cheap; a record without them keeps its first crossings); train: (preset,
-    jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are trained and merged in first,
-    the JSON written as they finish; w_third: the number of processes for train_w_third's runs. The JSON is rewritten only when a number in it changed beyond float noise, and then
-    with the others' last digits as they were (settle), so a pure redraw leaves a clone's record as it was."""
-    path = os.path.join(figures, "sa_scaling.json")
+def replot(path: str, train: tuple | None = None, w_third: int | None = None):
+    """--replot [JSON]: the five figures from the JSON at path (FIGURES/sa_scaling.json), beside it, tau_2Gen refitted
+    and the transformer's criterion re-read from its stored trajectories (cheap; a record without them keeps its first
+    crossings); train: (preset, jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are
+    trained and merged in first, the JSON written as they finish; w_third: the number of processes for
+    train_w_third's runs. The JSON is rewritten only when a number in it changed beyond float noise, and then with the
+    others' last digits as they were (settle), so a pure redraw leaves a clone's record as it was."""
+    figures = os.path.dirname(path)
     result = cli.read_json(path, REPLOTTED, "sa_transformer.py")
     before = json.loads(json.dumps(result))
+    with cli.drawing(path, "sa_transformer.py") if train is None and w_third is None else contextlib.nullcontext():
+        result = refit(result, before, path, train, w_third)
+    if result == before:
+        print(f"wrote {figures}/sa_*.png from {path} (tau refitted: the same numbers, the JSON left as it was)")
+        return
+    write_record(result, path)
+    print(f"wrote {figures}/sa_*.png and {path} (tau refitted, new numbers)")
+
+
+def refit(result: dict, before: dict, path: str, train: tuple | None, w_third: int | None) -> dict:
+    """replot's work: the record's fits redone (and its runs trained first, with train or w_third), the figures drawn
+    beside path; returns the record to keep (settle: float noise left as it was)."""
     if train is not None:
         add_transformer_runs(result, *train, write=lambda r: write_record(r, path))
     if "transformer_runs" in result:
@@ -463,12 +477,8 @@ def replot(figures: str, train: tuple | None = None, w_third: int | None = None)
     if w_third is not None:
         result["w_third"] = train_w_third(result, w_third)
     result = settle(result, before)
-    write_figures(result, figures)
-    if result == before:
-        print(f"wrote {figures}/sa_*.png from {path} (tau refitted: the same numbers, the JSON left as it was)")
-        return
-    write_record(result, path)
-    print(f"wrote {figures}/sa_*.png and {path} (tau refitted, new numbers)")
+    write_figures(result, os.path.dirname(path))
+    return result
 
 
 def main():
@@ -482,7 +492,7 @@ def main():
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true", help="only redraw the figures from FIGURES/sa_scaling.json")
+    cli.add_replot(parser, "FIGURES/sa_scaling.json", "the five figures (sa_*.png)")
     parser.add_argument("--transformer-only", action="store_true",
                         help="only the transformer runs (Fig. 6c bottom) at the preset's (N, seed) whose trajectory "
                              "FIGURES/sa_scaling.json does not hold yet, merged into it as they finish; then --replot. "
@@ -492,10 +502,10 @@ def main():
                              "control and ablation; CPU ~20 min on one core), into FIGURES/sa_scaling.json; then --replot")
     args = parser.parse_args()
     device = cli.device(args.device)
-    if args.replot or args.transformer_only or args.w_third:
+    if args.replot is not None or args.transformer_only or args.w_third:
         cli.writable_dir(args.figures, "--figures")
         train = (PRESETS[cli.preset(args.preset)], check_int("--jobs", args.jobs, 1), device) if args.transformer_only else None
-        replot(args.figures, train, check_int("--jobs", args.jobs, 1) if args.w_third else None)
+        replot(cli.replot_path(args, "sa_scaling.json"), train, check_int("--jobs", args.jobs, 1) if args.w_third else None)
         return
     preset = cli.preset(args.preset)
     cli.set_threads(args.threads)

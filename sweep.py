@@ -152,14 +152,13 @@ def main():
     parser.add_argument("--print-commands", action="store_true", help="print one train.py command per model and exit")
     parser.add_argument("--plot", action="store_true", help="draw FIGURES/fig2bc.png after a grid given by --K too")
     parser.add_argument("--plot-only", action="store_true", help="only draw the heat maps from the runs in OUT")
-    parser.add_argument("--replot", metavar="JSON", help="only redraw the heat maps from their numbers "
-                        "(figures/fig2bc.json), as a PNG beside them")
+    cli.add_replot(parser, "FIGURES/fig2bc.json", "the heat maps from their numbers")
     args = parser.parse_args()
-    if args.replot:
-        summary = cli.read_json(args.replot, ("K", "step") + tuple(k for k, _ in SWEEP_KEYS), "sweep.py")
-        path = os.path.splitext(args.replot)[0] + ".png"
-        draw_sweep(summary, path)
-        print(f"wrote {path} from {args.replot}")
+    if args.replot is not None:
+        path = cli.replot_path(args, "fig2bc.json")
+        png = os.path.splitext(path)[0] + ".png"
+        cli.redraw(path, ("K", "step") + tuple(k for k, _ in SWEEP_KEYS), "sweep.py", lambda summary: draw_sweep(summary, png))
+        print(f"wrote {png} from {path}")
         return
     args.out = args.out or OUT
     cli.set_threads(args.threads)

@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None):
     cli.add_preset(parser, PRESET_RUNS, "which runs: quick K = 16 and information at K = 4, 16, 64, trained on the CPU "
                                         "if missing; paper K = 128 and 32, 64, 128, N = 256, trained on a GPU if missing")
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/task_vectors.json")
+    cli.add_replot(parser, "FIGURES/task_vectors.json", "the figure")
     parser.add_argument("--run", default=None, help="the memorizing run (default: runs/K16_s0, paper runs/K128_s0)")
     parser.add_argument("--runs", default=None, help="comma-separated runs for the information curves (default: --Ks)")
     parser.add_argument("--Ks", default=None, help="K of the preset's runs for the information curves "
@@ -381,10 +381,11 @@ def main(argv: list[str] | None = None):
     except ValueError:
         raise ValueError(f"--Ks must be comma-separated integers >= 2, got {Ks_text!r}") from None
     cli.writable_dir(args.figures, "--figures")  # before the runs it may train
-    if args.replot:
-        path = os.path.join(args.figures, "task_vectors.json")
-        plot(cli.read_json(path, PLOTTED, "task_vectors.py"), os.path.join(args.figures, "task_vectors.png"))
-        print(f"wrote {args.figures}/task_vectors.png from {path}")
+    if args.replot is not None:
+        path = cli.replot_path(args, "task_vectors.json")
+        png = os.path.splitext(path)[0] + ".png"
+        cli.redraw(path, PLOTTED, "task_vectors.py", lambda result: plot(result, png))
+        print(f"wrote {png} from {path}")
         return
     K_run = PRESET_RUNS[preset]["run"]
     found = find_run(args.run, K_run, preset, "--run")

@@ -371,7 +371,7 @@ def main():
     parser.add_argument("--root", default=os.path.join("runs", "tau_settings"), help="where each run's JSON goes")
     cli.add_jobs(parser)
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_settings.json")
+    cli.add_replot(parser, "FIGURES/tau_settings.json", "the figure")
     trainable = [*SETTINGS, *HYBRIDS]
     parser.add_argument("--settings", default=",".join(trainable),
                         help=f"the settings and hybrids to train, comma-separated (default all: {','.join(trainable)})")
@@ -380,11 +380,14 @@ def main():
     if any(name not in trainable for name in names):
         parser.error(f"--settings {args.settings}: each must be one of {', '.join(trainable)}")
     cli.writable_dir(args.figures, "--figures")
-    if args.replot:
-        result = cli.read_json(os.path.join(args.figures, "tau_settings.json"), ("compare", "runs"), "tau_settings.py")
-        plot(result, os.path.join(args.figures, "tau_settings.png"))
-        print(f"wrote {args.figures}/tau_settings.png from {args.figures}/tau_settings.json")
-        print("\n".join(table(result)))
+    if args.replot is not None:
+        path = cli.replot_path(args, "tau_settings.json")
+        png = os.path.splitext(path)[0] + ".png"
+        lines = []
+        cli.redraw(path, ("compare", "runs"), "tau_settings.py", lambda result: (plot(result, png),
+                                                                              lines.extend(table(result))))
+        print(f"wrote {png} from {path}")
+        print("\n".join(lines))
         return
     os.makedirs(args.root, exist_ok=True)
     jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in SCREEN["seeds"]

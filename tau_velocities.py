@@ -287,15 +287,19 @@ def main():
     parser.add_argument("--root", default=os.path.join("runs", "tau_velocities"), help="where each run's JSON goes")
     cli.add_jobs(parser)
     cli.add_figures(parser)
-    parser.add_argument("--replot", action="store_true", help="only redraw from FIGURES/tau_velocities.json")
+    cli.add_replot(parser, "FIGURES/tau_velocities.json", "the figure")
     args = parser.parse_args()
     cli.writable_dir(args.figures, "--figures")
     path = os.path.join(args.figures, "tau_velocities.json")
-    if args.replot:
-        measured = cli.read_json(path, ("measure", "summary"), "tau_velocities.py")
-        plot_velocities(measured["summary"], measured["measure"]["fractions"], path[:-4] + "png")
-        print(f"wrote {path[:-4]}png from {path}")
-        print("\n".join(velocity_table(measured)))
+    if args.replot is not None:
+        path = cli.replot_path(args, "tau_velocities.json")
+        png = os.path.splitext(path)[0] + ".png"
+        lines = []
+        cli.redraw(path, ("measure", "summary"), "tau_velocities.py", lambda measured: (
+            plot_velocities(measured["summary"], measured["measure"]["fractions"], png),
+            lines.extend(velocity_table(measured))))
+        print(f"wrote {png} from {path}")
+        print("\n".join(lines))
         return
     os.makedirs(args.root, exist_ok=True)
     times = stage_times(args.figures)

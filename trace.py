@@ -489,18 +489,23 @@ def plot_circuits(phases: dict, path: str):
 # ----------------------------------------------------------------------------- command line
 
 
-def replot(figures: str):
-    """--replot: the figure again from FIGURES/circuits.json, or one line on what is missing or broken."""
-    path = os.path.join(figures, "circuits.json")
-    phases = cli.read_json(path, ("phases",), "trace.py circuits")["phases"]
+def replot(path: str):
+    """--replot: the figure again from the JSON at path (FIGURES/circuits.json), the PNG beside it, or one line on what
+    is missing or broken."""
     keys = ("run", "step", "divergence", "importance")  # a phase with no checkpoint in it: no_checkpoint's keys
     untraced = ("run", "in_phase", "floor", "closest", "why")
-    if not isinstance(phases, dict) or set(phases) != set(PREDICTORS) or any(
-            not isinstance(p, dict) or set(untraced if p.get("in_phase") is False else keys) - set(p)
-            for p in phases.values()):
-        raise ValueError(f"--replot: {path} lacks the four phases' {', '.join(keys)} (not written by trace.py circuits)")
-    plot_circuits({phase: phases[phase] for phase in PREDICTORS}, os.path.join(figures, "circuits.png"))
-    print(f"wrote {figures}/circuits.png from {path}")
+    png = os.path.splitext(path)[0] + ".png"
+
+    def draw(result: dict):
+        phases = result["phases"]
+        if not isinstance(phases, dict) or set(phases) != set(PREDICTORS) or any(
+                not isinstance(p, dict) or set(untraced if p.get("in_phase") is False else keys) - set(p)
+                for p in phases.values()):
+            raise KeyError(f"the four phases' {', '.join(keys)}")
+        plot_circuits({phase: phases[phase] for phase in PREDICTORS}, png)
+
+    cli.redraw(path, ("phases",), "trace.py circuits", draw)
+    print(f"wrote {png} from {path}")
 
 
 def circuits(args):
@@ -532,7 +537,7 @@ def main():
     cli.add_preset(p, PRESET_K, "which runs: quick K = 4, 64, 1024, trained on the CPU if missing; "
                                 "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
     cli.add_figures(p)
-    p.add_argument("--replot", action="store_true", help="only redraw the figure from FIGURES/circuits.json")
+    cli.add_replot(p, "FIGURES/circuits.json", "the figure")
     p.add_argument("--runs", default=None, help="comma-separated run directories whose checkpoints the four phases are "
                    "picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
     p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
@@ -544,8 +549,8 @@ def main():
         check_int("--seed", args.seed, 0)
         cli.set_threads(args.threads)
         cli.writable_dir(args.figures, "--figures")
-        if args.replot:
-            replot(args.figures)
+        if args.replot is not None:
+            replot(cli.replot_path(args, "circuits.json"))
             return
         circuits(args)
 

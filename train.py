@@ -345,15 +345,15 @@ def main():
                         "chain for every sequence (a list is a grid: sweep.py)")
     cli.add_seeds(parser, "0", "the model seed (a list is a grid: sweep.py)", "--seed", "--seeds")
     add_run_flags(parser)
-    parser.add_argument("--replot", metavar="JSON", help="only redraw a run's Fig. 2a from a JSON of its config and "
-                        "full evaluation rows (figures/fig2a_K*.json), as a PNG beside it")
+    cli.add_replot(parser, "figures/fig2a_K256.json", "a run's Fig. 2a (a JSON of its config and rows: figures/fig2a_K*.json)")
     args = parser.parse_args()
-    if args.replot:
-        saved = cli.read_json(args.replot, ("config", "rows"), "a run's metrics (see figures/fig2a_K256.json)")
-        cfg = Config(**{f.name: saved["config"][f.name] for f in fields(Config) if f.name in saved["config"]})
-        path = os.path.splitext(args.replot)[0] + ".png"
-        plot_run([r for r in saved["rows"] if not r.get("dense")], cfg, path)
-        print(f"wrote {path} from {args.replot}")
+    if args.replot is not None:
+        path = cli.replot_path(args, "fig2a_K256.json")
+        png = os.path.splitext(path)[0] + ".png"
+        cli.redraw(path, ("config", "rows"), "train.py", lambda saved: plot_run(
+            [r for r in saved["rows"] if not r.get("dense")],
+            Config(**{f.name: saved["config"][f.name] for f in fields(Config) if f.name in saved["config"]}), png))
+        print(f"wrote {png} from {path}")
         return
     Ks = cli.parse_list("--K", args.K, inf=True, rule=f"K: an integer from 1 to {MAX_K}, or inf")
     seeds = cli.parse_list("--seed", args.seed)

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import fields
 
 import torch
@@ -75,7 +76,8 @@ def _terminate(signum, frame):
 def run(main):
     """Call main(); a ValueError (how the library reports bad input) becomes a one-line error, exit 2; Ctrl-C
     one line (the training loop's says where it stopped and how to continue), exit 130 as a shell reports it;
-    SIGTERM the same line, exit 143. The process's SIGTERM handler is put back after."""
+    SIGTERM the same line, exit 143; output piped into a reader that stopped early (| head) nothing, exit 141. The
+    process's SIGTERM handler is put back after."""
     TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -86,6 +88,9 @@ def run(main):
     except KeyboardInterrupt as e:
         print(str(e) or ("terminated" if TERMINATED else "interrupted"), file=sys.stderr)
         sys.exit(143 if TERMINATED else 130)
+    except BrokenPipeError:  # the output piped into a reader that stopped (| head): quiet, as a shell's tools are
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too
+        sys.exit(141)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -246,6 +251,44 @@ def read_json(path: str, keys: tuple[str, ...], writer: str, flag: str = "--repl
     if missing:
         raise ValueError(f"{flag}: {path} lacks {', '.join(missing)} (not written by {writer}; rerun it)")
     return result
+
+
+def add_replot(parser: argparse.ArgumentParser, default: str, what: str):
+    """--replot [JSON], every script's one way to redraw: only draw `what` again from a JSON the script wrote (bare:
+    `default`, e.g. FIGURES/k1.json), its PNG beside that JSON; nothing is trained or computed anew."""
+    parser.add_argument("--replot", nargs="?", const="", default=None, metavar="JSON",
+                        help=f"only redraw {what} from JSON (bare --replot: {default}), the PNG beside it")
+
+
+def replot_path(args: argparse.Namespace, name: str) -> str:
+    """The JSON --replot names: its value, or `name` in --figures (figures where the script has no such flag)."""
+    return args.replot or os.path.join(getattr(args, "figures", "figures"), name)
+
+
+def redraw(path: str, keys: tuple[str, ...], writer: str, draw) -> dict:
+    """draw(result) for the JSON object at `path` (read_json: it must hold `keys`), under drawing(); returns it."""
+    result = read_json(path, keys, writer)
+    with drawing(path, writer):
+        draw(result)
+    return result
+
+
+@contextmanager
+def drawing(path: str, writer: str):
+    """A redraw from the JSON at `path`: what it cannot use, a key or row missing deeper in, an empty list, a string
+    where a number belongs, is one line naming the file and what was wrong, not a traceback; and a string is never
+    drawn as a category (matplotlib would place it at an arbitrary position): numeric text is read as its number,
+    other text is an error."""
+    import numpy as np
+    from matplotlib import units  # the scripts that redraw import matplotlib anyway; the others never pay for it
+    categorical = {t: units.registry.pop(t) for t in (str, bytes, np.str_, np.bytes_) if t in units.registry}
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no message'}"
+        raise ValueError(f"--replot: {path} does not hold what {writer} draws ({what}); rerun {writer}") from None
+    finally:
+        units.registry.update(categorical)
 
 
 # ----------------------------------------------------------------------------- parallel runs

@@ -695,3 +695,22 @@ def test_parallel_map_keeps_the_order_and_reports_progress(capsys):
     seen = []
     assert cli.parallel_map(_square, [4, 2, 3], 2, on_result=lambda job, result: seen.append((job, result))) == [16, 4, 9]
     assert seen == [(4, 16), (2, 4), (3, 9)]  # each job with its result, in order, as they come in
+
+
+def test_a_redraw_reads_numeric_text_as_numbers_and_other_text_is_one_line(tmp_path):
+    """Under cli.drawing, matplotlib draws no category: "0.5" and "0.7" sit at x = 0.5 and 0.7 (as categories they
+    would sit at 0 and 1); a word is a ValueError naming the file; afterwards categories work again."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    with cli.drawing(str(tmp_path / "f.json"), "x.py"):
+        line, = ax.plot(["0.5", "0.7"], [1.0, 2.0])
+        fig.canvas.draw()
+    assert np.allclose(np.asarray(line.get_xydata())[:, 0], [0.5, 0.7])
+    with pytest.raises(ValueError, match=r"--replot: .*f.json does not hold what x.py draws \(ValueError: .*; rerun x.py"):
+        with cli.drawing(str(tmp_path / "f.json"), "x.py"):
+            ax.plot(["a", "b"], [1.0, 2.0])
+            fig.canvas.draw()
+    _, other = plt.subplots()
+    line, = other.plot(["a", "b"], [1.0, 2.0])
+    assert np.allclose(np.asarray(line.get_xydata())[:, 0], [0, 1])
+    plt.close("all")

@@ -356,8 +356,8 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     monkeypatch.setattr(k2, "read_metrics", _with_K(k2.read_metrics))
     monkeypatch.setattr(k2, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None, print_commands=False,
-                              device="cpu", figures=str(tmp_path / "figures"))
+    args = argparse.Namespace(replot=None, preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None,
+                              print_commands=False, device="cpu", figures=str(tmp_path / "figures"))
     k2.k2(args)
     text = (tmp_path / "figures" / "k2.json").read_text()
     assert "Infinity" not in text and "NaN" not in text  # standard JSON: beyond-the-run values are null

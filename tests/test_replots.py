@@ -39,7 +39,7 @@ def scaled(value, factor: float):
 
 def test_sa_transformer_replot_leaves_its_json_as_it_was(tmp_path, capsys):
     before = committed(tmp_path, **{"sa_scaling.json": "sa_scaling.json"})
-    sa.replot(str(tmp_path))
+    sa.replot(str(tmp_path / "sa_scaling.json"))
     assert_unchanged(tmp_path, before)
     assert capsys.readouterr().out == (f"wrote {tmp_path}/sa_*.png from {tmp_path}/sa_scaling.json (tau refitted: the "
                                        "same numbers, the JSON left as it was)\n")
@@ -52,7 +52,7 @@ def test_sa_transformer_replot_rewrites_its_json_for_a_new_number_not_for_float_
     before = committed(tmp_path, **{"sa_scaling.json": "sa_scaling.json"})
     fit = sa.fit_tau
     monkeypatch.setattr(sa, "fit_tau", lambda taus: scaled(fit(taus), 1 + 1.2e-13))
-    sa.replot(str(tmp_path))
+    sa.replot(str(tmp_path / "sa_scaling.json"))
     assert_unchanged(tmp_path, before)
 
     old = json.loads(before["sa_scaling.json"])
@@ -64,7 +64,7 @@ def test_sa_transformer_replot_rewrites_its_json_for_a_new_number_not_for_float_
         return out
 
     monkeypatch.setattr(sa, "fit_tau", moved)
-    sa.replot(str(tmp_path))
+    sa.replot(str(tmp_path / "sa_scaling.json"))
     lines_before = before["sa_scaling.json"].decode().splitlines()
     lines_after = (tmp_path / "sa_scaling.json").read_text().splitlines()
     assert len(lines_before) == len(lines_after)
@@ -94,7 +94,7 @@ def test_task_vectors_replot_leaves_its_json(tmp_path, capsys, source):
 
 def test_trace_replot_leaves_its_json(tmp_path, capsys):
     before = committed(tmp_path, **{"circuits.json": "circuits.json"})
-    trace.replot(str(tmp_path))
+    trace.replot(str(tmp_path / "circuits.json"))
     assert_unchanged(tmp_path, before)
     assert capsys.readouterr().out == f"wrote {tmp_path}/circuits.png from {tmp_path}/circuits.json\n"
 
@@ -105,7 +105,7 @@ def test_trace_replot_leaves_its_json(tmp_path, capsys):
 @pytest.mark.parametrize("script, args, jsons, pngs", [
     ("train.py", ["--replot", "{tmp}/fig2a_K256.json"], ["fig2a_K256.json"], ["fig2a_K256.png"]),
     ("sweep.py", ["--replot", "{tmp}/fig2bc.json"], ["fig2bc.json"], ["fig2bc.png"]),
-    ("k2.py", ["replot", "{tmp}/k2.json"], ["k2.json"], ["k2.png"]),
+    ("k2.py", ["sweep", "--replot", "{tmp}/k2.json"], ["k2.json"], ["k2.png"]),
     ("k1.py", ["search", "--replot", "--figures", "{tmp}"], ["k1.json"], ["k1.png"]),
     ("k1.py", ["summary", os.path.join("bench", "results", "2026-11-26_h100_k1_grid_d.json"), "--figures", "{tmp}"],
      ["k1_grid_h100.json"], ["k1_grid_h100.png"]),
@@ -144,3 +144,68 @@ def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path,
         stored = json.loads(before[f"{name}.json"])
         rows = len(stored["compare"]) + len(stored.get("hybrids", {}))
     assert len(printed) == rows and all(row in text for row in printed), printed
+
+
+# ----------------------------------------------------------------------------- a redraw of a JSON that is not the script's
+
+REDRAWS = [("train.py", [], "fig2a_K256.json"), ("sweep.py", [], "fig2bc.json"), ("k2.py", ["sweep"], "k2.json"),
+           ("k1.py", ["search"], "k1.json"), ("trace.py", ["circuits"], "circuits.json"),
+           ("sa_transformer.py", [], "sa_scaling.json"), ("mem_minimal.py", [], "mem_minimal.json"),
+           ("task_vectors.py", [], "task_vectors.json"), ("tau_settings.py", [], "tau_settings.json"),
+           ("tau_velocities.py", [], "tau_velocities.json"), ("predictor_scaling.py", [], "predictor_scaling.json")]
+
+
+def emptied(value):
+    """value with every list in it empty: the keys all there, the rows gone."""
+    if isinstance(value, dict):
+        return {k: emptied(v) for k, v in value.items()}
+    return [] if isinstance(value, list) else value
+
+
+def as_words(value):
+    """value with every number (not a bool) as a word: what a hand-edited or foreign JSON could hold."""
+    if isinstance(value, dict):
+        return {k: as_words(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_words(v) for v in value]
+    return "n/a" if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def as_digits(value):
+    """value with every number (not a bool) as its digits, a string: "0.5" where 0.5 was."""
+    if isinstance(value, dict):
+        return {k: as_digits(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_digits(v) for v in value]
+    return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def pngs(folder) -> dict:
+    return {p.name: p.read_bytes() for p in folder.glob("*.png")}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")  # an empty figure's means and legends
+@pytest.mark.parametrize("change", [emptied, as_words, as_digits], ids=["rows emptied", "numbers as words",
+                                                                        "numbers as digits"])
+@pytest.mark.parametrize("script, args, name", REDRAWS, ids=[f"{s} {n}" for s, _, n in REDRAWS])
+def test_a_redraw_of_a_json_it_cannot_draw_is_one_line(tmp_path, run, script, args, name, change):
+    """Every script's --replot JSON on its committed JSON changed as a broken or foreign file would be: one line
+    naming the file, exit 2, never a traceback, and the JSON never rewritten. Numbers as words never draw a figure;
+    numbers as digits ("0.5") draw the committed JSON's figure pixel for pixel or are that one line (matplotlib
+    would draw text as categories, at the wrong places); emptied rows draw (an empty figure says nothing wrong) or
+    are that one line."""
+    (tmp_path / "changed").mkdir()
+    path = tmp_path / "changed" / name
+    path.write_text(json.dumps(change(json.load(open(os.path.join(FIGURES, name))))))
+    before = path.read_bytes()
+    proc = run(script, *args, "--replot", path)
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr
+    if change is as_words or proc.returncode != 0:
+        assert proc.returncode == 2 and len(lines) == 1 and str(path) in lines[0], proc.stderr
+    assert path.read_bytes() == before
+    if change is as_digits and proc.returncode == 0:
+        (tmp_path / "committed").mkdir()
+        shutil.copy(os.path.join(FIGURES, name), tmp_path / "committed" / name)
+        assert run(script, *args, "--replot", tmp_path / "committed" / name).returncode == 0
+        assert pngs(tmp_path / "changed") == pngs(tmp_path / "committed")

@@ -801,7 +801,7 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     result["transformer_tau"]["N"]["32"]["status"] = ["tau"] * 3  # stale: the replot re-reads it
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
     monkeypatch.setattr(sa, "write_figures", lambda result, out: None)  # the panel is drawn below
-    sa.replot(str(tmp_path))
+    sa.replot(str(tmp_path / "sa_scaling.json"))
     again = json.loads((tmp_path / "sa_scaling.json").read_text())
     assert again["transformer_tau"]["N"]["32"]["status"] == ["tau", "tau", "censored"]
     fit = again["transformer_tau"]["fit"]

@@ -131,7 +131,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
     monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as runners/probes.py reads the probes
     monkeypatch.chdir(tmp_path)
-    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
+    args = type("Args", (), dict(replot=None, preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
                                  figures="figures", device=None))
     k1.k1(args)
@@ -232,7 +232,7 @@ def test_k1_replot_draws_the_committed_json_with_a_legend_of_what_is_drawn(tmp_p
     (tmp_path / "k1.json").write_bytes(open(committed, "rb").read())
     figures = []
     monkeypatch.setattr(k1.plt, "close", figures.append)
-    k1.k1(argparse.Namespace(replot=True, figures=str(tmp_path)))
+    k1.k1(argparse.Namespace(replot="", figures=str(tmp_path)))
     assert (tmp_path / "k1.json").read_bytes() == open(committed, "rb").read() and (tmp_path / "k1.png").exists()
     legend = figures[0].axes[0].get_legend()
     labels = [t.get_text() for t in legend.get_texts()]
