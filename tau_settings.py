@@ -127,10 +127,10 @@ def hybrid_summary(hybrid_runs: dict, record_tau: dict) -> dict:
     run}}}, a run without a tau counted as longer than its cap) and for "sa", the record's SA-transformer (its
     control taus at the same N)."""
     Ns = sorted({N for by_N in hybrid_runs.values() for N in by_N}, key=int)
-    out = {"sa": fit_tau_censored({N: list(record_tau[N]) for N in Ns if N in record_tau})}
-    for name, by_N in hybrid_runs.items():
-        out[name] = fit_tau_censored({N: [r["tau"] for r in by_N[N].values()] for N in sorted(by_N, key=int)})
-    return out
+    taus = {"sa": {N: list(record_tau[N]) for N in Ns if N in record_tau}}
+    taus.update({name: {N: [r["tau"] for r in by_N[N].values()] for N in sorted(by_N, key=int)}
+                 for name, by_N in hybrid_runs.items()})
+    return {name: {**fit_tau_censored(t), "offset": offset_fit(t)} for name, t in taus.items()}
 
 
 def early_rate(run: dict) -> float:
@@ -163,6 +163,40 @@ def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 
     return point, [float(np.quantile(boot, q)), float(np.quantile(boot, 1 - q))]
 
 
+def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict | None:
+    """tau = T0 + c N / log N through the medians per N ({N: [tau or head per seed, None where there is none]}): an
+    N-independent part T0 (steps before and after the plateau's escape) and the theory's law c N / log N. A log-log
+    slope reads a large T0 as flatness even where the law holds; c (steps per unit of N / log N) and its share of tau
+    at the largest N, c x / (T0 + c x), tell the two apart. Intervals: bootstrap percentiles from resampling the seeds
+    within each N (with 2 seeds a nominal level, not a coverage); None with fewer than 3 N."""
+    finite = {N: [x for x in v if x is not None] for N, v in values.items()}
+    Ns = sorted((N for N, v in finite.items() if v), key=int)
+    if len(Ns) < 3:
+        return None
+    x = np.array([int(N) / math.log(int(N)) for N in Ns])
+
+    def fit(medians: list) -> tuple:
+        c, T0 = np.polyfit(x, medians, 1)
+        return float(T0), float(c), float(c * x[-1] / (T0 + c * x[-1]))
+
+    T0, c, share = fit([float(np.median(finite[N])) for N in Ns])
+    rng = np.random.default_rng(0)
+    boot = np.array([fit([float(np.median(rng.choice(finite[N], len(finite[N])))) for N in Ns])
+                     for _ in range(resamples)])
+    q = (1 - level) / 2
+    lo, hi = np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
+    return {"N": [int(N) for N in Ns], "seeds": [len(finite[N]) for N in Ns], "T0": T0, "T0_ci": [lo[0], hi[0]],
+            "c": c, "c_ci": [lo[1], hi[1]], "share": share, "share_ci": [lo[2], hi[2]]}
+
+
+def record_full(transformer_runs: dict) -> dict:
+    """The committed record at every N it holds (8 seeds, N = 32-256): its head's slope against N / log N and its
+    offset_fit, for the ladder's first row beside the screen's N."""
+    summary = transformer_summary(transformer_runs)
+    return {"fit_head": summary["fit_head"]["vs_N_over_logN"],
+            "offset": offset_fit({N: v["head"] for N, v in summary["N"].items()})}
+
+
 def head_ratio(run: dict, base: dict) -> float | None:
     """The head's formation in `run` as a multiple of the baseline run's (None where either never formed)."""
     head, base_head = tau_2gen_drop(run)["head"], tau_2gen_drop(base)["head"]
@@ -182,6 +216,7 @@ def compare(runs: dict, baseline: dict) -> dict:
         row = {"summary": summary, "early_rate": rates, "early_rate_median": medians,
                "theory_rate": {N: harmonic(int(N)) / int(N) for N in by_N}}
         row["early_rate_slope"], row["early_rate_slope_ci"] = rate_slope(rates, row["theory_rate"])
+        row["offset"] = offset_fit({N: v["head"] for N, v in summary["N"].items()})
         if name != "baseline":
             row["head_vs_baseline"] = {N: {s: head_ratio(r, baseline[N][s]) for s, r in by_N[N].items()}
                                        for N in by_N if N in baseline}
@@ -295,11 +330,24 @@ def plot(result: dict, path: str):
 def table(result: dict) -> list[str]:
     """The comparison as markdown rows (RESULTS.md's table): per setting the head's formation at each N for seeds 0
     and 1, its range as a multiple of the record's run of the same seed, the slope of the head's medians against
-    N / log N with its interval and seeds, and the early rate's slope against H_N / N (the theory's: 2)."""
-    def num(x: float) -> str:  # a typographic minus, as the tables write it
-        return f"{x:.2f}".replace("-", "−")
+    N / log N with its interval and seeds, the law's part c N / log N beside an offset (offset_fit: c, and its share
+    of tau at the largest N), and the early rate's slope against H_N / N (the theory's: 2)."""
+    def num(x: float, digits: int = 2) -> str:  # a typographic minus, as the tables write it
+        return f"{x:.{digits}f}".replace("-", "−")
+
+    def offset(fit: dict | None) -> str:  # offset_fit's c and share (a JSON collected before it has none)
+        if not fit:
+            return "—"
+        return (f"{num(fit['c'], 0)} [{num(fit['c_ci'][0], 0)}, {num(fit['c_ci'][1], 0)}]; {num(fit['share'])} "
+                f"[{num(fit['share_ci'][0])}, {num(fit['share_ci'][1])}] at N = {fit['N'][-1]}")
 
     rows = []
+    if "record_full" in result:  # the record at all its N: the screen's rows below take N = 32-128
+        full = result["record_full"]
+        line = full["fit_head"]
+        rows.append(f"| the record at every N (N = 32–256) | (figures/sa_scaling.json) | 1 | {num(line['slope'])} "
+                    f"[{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']} | "
+                    f"{offset(full['offset'])} | — |")
     for name, row in result["compare"].items():
         by_N = row["summary"]["N"]
         heads = " / ".join(", ".join("—" if h is None else f"{h:.0f}" for s, h in zip(v["seeds"], v["head"]) if s < 2)
@@ -315,7 +363,7 @@ def table(result: dict) -> list[str]:
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"
-        rows.append(f"| {what} | {heads} | {times} | {slope} | {rate} |")
+        rows.append(f"| {what} | {heads} | {times} | {slope} | {offset(row.get('offset'))} | {rate} |")
     for name, fit in result.get("hybrids", {}).items():  # the SA side: its tau (the SA-transformer's criterion)
         taus = result["hybrid_runs"][name] if name in result.get("hybrid_runs", {}) else None
         per_N = " / ".join(", ".join("—" if r["tau"] is None else f"{r['tau']:.0f}" for r in taus[N].values())
@@ -324,7 +372,8 @@ def table(result: dict) -> list[str]:
         line = fit["vs_N_over_logN"]
         slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
             if line else "—"
-        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | (the SA's criterion) | {slope} | — |")
+        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | (the SA's criterion) | {slope} | {offset(fit.get('offset'))} "
+                    "| — |")
     return rows
 
 
@@ -356,7 +405,8 @@ def collect(root: str, figures: str) -> dict:
     baseline = {N: transformer[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in transformer}
     result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]} for name in runs},
               "baseline": "figures/sa_scaling.json's transformer_runs (all their seeds)", "runs": runs,
-              "compare": compare(runs, baseline)}
+              "compare": compare(runs, baseline),
+              "record_full": record_full(transformer)}
     if hybrid_runs:
         result["hybrid_runs"] = hybrid_runs
         result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"])
@@ -375,7 +425,10 @@ def main():
     trainable = [*SETTINGS, *HYBRIDS]
     parser.add_argument("--settings", default=",".join(trainable),
                         help=f"the settings and hybrids to train, comma-separated (default all: {','.join(trainable)})")
+    cli.add_seeds(parser, ",".join(map(str, SCREEN["seeds"])), "the seeds of each setting and N (the screen's: 0,1; "
+                  "a rung's confirmation: 0-7)")
     args = parser.parse_args()
+    seeds = cli.parse_list("--seeds", args.seeds)
     names = args.settings.split(",")
     if any(name not in trainable for name in names):
         parser.error(f"--settings {args.settings}: each must be one of {', '.join(trainable)}")
@@ -390,10 +443,10 @@ def main():
         print("\n".join(lines))
         return
     os.makedirs(args.root, exist_ok=True)
-    jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in SCREEN["seeds"]
+    jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in seeds
             if not os.path.exists(run_path(args.root, name, N, seed))]
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
-          f"{list(SCREEN['N'])}, seeds {list(SCREEN['seeds'])}), {args.jobs} at a time on the CPU; writing {args.root}/ "
+          f"{list(SCREEN['N'])}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(_run_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
                      cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])

@@ -239,3 +239,24 @@ def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path):
     with open(figures / "tau_settings.json") as fh:
         assert json.load(fh) == json.loads(json.dumps(result))
     assert (figures / "tau_settings.png").exists()
+
+
+def test_the_offset_fit_finds_the_law_under_an_offset_that_flattens_the_log_log_slope():
+    """Medians exactly T0 + c N / log N with T0 = 3000, c = 80 (seeds spread around them, asymmetric): offset_fit
+    gives back T0 and c, and the law's share of tau at the largest N, where the log-log slope reads ~0.3 (flat by the
+    ladder's rule); with no law (c = 0) c's interval holds 0; fewer than 3 N: no fit."""
+    def law(N):
+        return 3000 + 80 * N / math.log(N)
+    spread = [-40.0, 0.0, 10.0, 25.0, 300.0]  # median 10 above the law at every N: T0 + 10, c exact
+    values = {str(N): [law(N) + d for d in spread] for N in (32, 64, 128)}
+    fit = ts.offset_fit(values)
+    assert fit["T0"] == pytest.approx(3010, abs=1e-6) and fit["c"] == pytest.approx(80, abs=1e-9)
+    x = 128 / math.log(128)
+    assert fit["share"] == pytest.approx(80 * x / (3010 + 80 * x))
+    assert fit["c_ci"][0] <= 80 <= fit["c_ci"][1] and fit["c_ci"][0] > 0 and fit["seeds"] == [5, 5, 5]
+    medians = [law(N) + 10 for N in (32, 64, 128)]
+    slope = np.polyfit(np.log([N / math.log(N) for N in (32, 64, 128)]), np.log(medians), 1)[0]
+    assert slope < 0.35  # the ladder's slope calls this flat
+    flat = ts.offset_fit({str(N): [2500 + d for d in spread] + [None] for N in (32, 64, 128)})
+    assert flat["c"] == pytest.approx(0, abs=1e-9) and flat["c_ci"][0] <= 0 <= flat["c_ci"][1]
+    assert ts.offset_fit({"32": [1.0], "64": [2.0], "128": [None]}) is None
