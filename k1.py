@@ -163,11 +163,7 @@ def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
 
 def k1(args):
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
-        path = cli.replot_path(args, "k1.json")
-        png = os.path.splitext(path)[0] + ".png"
-        cli.redraw(path, ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search",
-                   lambda result: plot_k1(result, png))
-        print(f"wrote {png} from {path}")
+        cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_k1)
         return
     preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
     conditions = args.conditions.split(",")
@@ -356,9 +352,17 @@ def k1_grid(args):
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: k1.py search, 31 min 39 s from a fresh clone on the 2-core development VM (2026-11-26); writes "
+        "figures/k1.png and figures/k1.json and its probes' runs under runs/k1_quick/ (grid, summary: their --help)."))
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("search", help="K1* per seed for control, gradient reweighting and task injection (Fig. 7, A9)")
+    p = sub.add_parser("search", help="K1* per seed for control, gradient reweighting and task injection (Fig. 7, A9)",
+                       runs="Default run: 31 min 39 s from a fresh clone on the 2-core development VM, its cores "
+                            "otherwise idle (2026-11-26) (quick preset: K1* searched in K = 16..256 for 4 control seeds "
+                            "and 2 each with reweighting, w = 1/2, and injection; N = 64, 1200 steps a probe; tau_2gen "
+                            "over 6 seeds); writes figures/k1.png and figures/k1.json, and the probes' runs "
+                            "runs/k1_quick/<condition>/K<K>_s<seed>/ (config.json, metrics.jsonl, ckpt.pt, "
+                            "model_<step>.pt).\n--replot: seconds, trains nothing.")
     cli.add_preset(p, PRESETS, "quick: calibrated on the CPU, N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1_<preset>)")
     cli.add_device(p)
@@ -371,7 +375,12 @@ def main():
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
     cli.add_replot(p, "FIGURES/k1.json", "Figs. 7a-c, A9 (k1.png)")
-    p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)")
+    p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)",
+                       runs="Default run: none, --K is required; about 8 min per K on the 2-core development VM (an "
+                            "estimate from search's 31 min 39 s for 34 probes, ~1.4 min of one core per 1200 steps: a K "
+                            "is 4 control probes and 4 reweighted ones, w = 1/2, of twice the steps, two at a time) "
+                            "(quick preset); writes figures/k1_grid.png and figures/k1_grid.json (--name), and the runs "
+                            "runs/k1grid_quick_w0.5/<condition>/K<K>_s<seed>/ (as search's).")
     cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
     p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
     p.add_argument("--conditions", default="control,reweight", help="comma-separated subset of control, reweight, inject")
@@ -379,7 +388,10 @@ def main():
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
     p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
     add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
-    p = sub.add_parser("summary", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)")
+    p = sub.add_parser("summary", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)",
+                       runs="Default run: none, the JSON is required; about 5 s on the 2-core development VM (an "
+                            "estimate: a process's imports, ~4 s there by tests/stand_ins.py, and one figure), trains "
+                            "nothing; writes figures/k1_grid_h100.png and figures/k1_grid_h100.json (--name).")
     p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")
     p.add_argument("--name", default="k1_grid_h100", help="the figure's name: FIGURES/NAME.png and .json")
     cli.add_figures(p)

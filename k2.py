@@ -504,14 +504,15 @@ def k2(args):
 
 
 def replot(args):
-    """sweep --replot [JSON]: redraw a sweep's figure from its JSON (bare: FIGURES/k2.json), the PNG beside it; then,
-    per K at the end (seed means, raw), one set's fraction, the two-set rule's, and a Gaussian model's prediction of
-    the latter and of the noise-free fraction (gaussian_noise_model)."""
-    path = cli.replot_path(args, "k2.json")
-    png = os.path.splitext(path)[0] + ".png"
-    result = cli.redraw(path, ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
-                        lambda result: plot_k2(result, png))
-    print(f"wrote {png} from {path}")
+    """sweep --replot [JSON]: redraw a sweep's figure from its JSON (bare: FIGURES/k2.json), the PNG beside it; then
+    the memorized fractions at the end (memorized_at_the_end)."""
+    cli.replot(args, "k2.json", ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
+               plot_k2, after=memorized_at_the_end)
+
+
+def memorized_at_the_end(result: dict):
+    """Per K at the end (seed means, raw): one set's fraction, the two-set rule's, and a Gaussian model's prediction
+    of the latter and of the noise-free fraction (gaussian_noise_model); nothing for a JSON without the two-set rule."""
     for K in result["K"] if all("two_sets_raw" in c for cs in result["memorized_curves"].values() for c in cs) else []:
         cs = result["memorized_curves"][str(K)]
         model = [gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
@@ -522,15 +523,26 @@ def replot(args):
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: k2.py sweep, 87 min 9 s on the 2-core development VM (2026-11-27); writes figures/k2.png and "
+        "figures/k2.json and its runs under runs/k2_quick/ (dtau: its --help)."))
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("sweep", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)")
+    p = sub.add_parser("sweep", help="Delta tau_K, its divergence at K2*, memorized fractions and epsilon (Fig. 8a, 8b, A10)",
+                       runs="Default run: 87 min 9 s on the 2-core development VM, shared for its first hour "
+                            "(2026-11-27): the runs ~69 min, then 18.3 min of scores (quick preset: K = 24, 28, 32, 36, "
+                            "40, 48 x seeds 0-3 and 2 runs at K = inf, N = 64, MLPs 8 wide, 4000 steps); writes "
+                            "runs/k2_quick/K<K>_s<seed>/ (config.json, metrics.jsonl, per_chain*.jsonl, ckpt.pt, "
+                            "model_<step>.pt), figures/k2.png and figures/k2.json; a rerun reuses them, ~10 s.\n"
+                            "--replot: seconds, trains nothing.")
     cli.add_preset(p, K2_PRESETS, "quick: calibrated on the CPU, N = 64, MLPs 8 wide, 4000 steps, K = 24..48; "
                                   "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
     add_run_flags(p, "seeds at every K (default: 0-3)")
     cli.add_replot(p, "FIGURES/k2.json", "a sweep's figure (figures/k2*.json)")
-    p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)")
+    p = sub.add_parser("dtau", help="Delta tau_K, its medians and the divergence fit of the runs K*_s*/ in ROOT (any flags)",
+                       runs="Default run: none, ROOT is required; about 10 s on the 2-core development VM (an estimate: "
+                            "a rerun of sweep on its cached scores, this analysis and more, ~10 s), trains nothing; reads "
+                            "ROOT/K*_s*/metrics.jsonl and writes only --json FILE (e.g. figures/dtau_paper_h100.json).")
     p.add_argument("root", help="a directory of train.py runs with dense rows, e.g. a grid's --out, or a JSON this "
                    "command wrote (its analysis redone from the per-run rows)")
     p.add_argument("--json", default=None, help="also write everything to this JSON file")

@@ -152,7 +152,11 @@ def plot_scaling(result: dict, path: str):
 
 
 def main():
-    parser = cli.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.")
+    parser = cli.ArgumentParser(description="Appendix figure: scaling of the four Bayes predictor losses with K and N.", runs=(
+        "Default run: about 1-2 h on the 2-core development VM with its cores shared, ~40-80 min of CPU time (its "
+        "first line's estimate, from its loss vs K, 17 min there on 2026-11-27; not timed whole) (quick preset: K to "
+        "4096 at N = 256, N to 8192 at K = 128, 8 task distributions, 256 sequences); writes "
+        "figures/predictor_scaling.png and figures/predictor_scaling.json.\n--replot: seconds, computes nothing."))
     cli.add_preset(parser, ("quick", "paper"), "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, "
                                                "N to 2^14, 2048 sequences")
     parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
@@ -164,11 +168,8 @@ def main():
     cli.add_replot(parser, "FIGURES/predictor_scaling.json", "the figure")
     args = parser.parse_args()
     if args.replot is not None:
-        path = cli.replot_path(args, "predictor_scaling.json")
-        png = os.path.splitext(path)[0] + ".png"
-        cli.redraw(path, ("K", "N", "loss_vs_K", "loss_vs_N", "asymptotic"), "predictor_scaling.py",
-                   lambda result: plot_scaling(result, png))
-        print(f"wrote {png} from {path}")
+        cli.replot(args, "predictor_scaling.json", ("K", "N", "loss_vs_K", "loss_vs_N", "asymptotic"),
+                   "predictor_scaling.py", plot_scaling)
         return
     check_int("--dists", args.dists, 1)
     paper = cli.preset(args.preset) == "paper"

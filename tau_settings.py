@@ -417,7 +417,12 @@ def collect(root: str, figures: str) -> dict:
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: about 5 h on the 2-core development VM (the docstring's estimate, not timed whole; the nearest "
+        "record: the two knock-outs' 12 runs, 1 h 46 min as two to three one-thread processes beside other jobs, "
+        "2026-11-28) (10 settings x N = 32, 64, 128 x seeds 0, 1: 60 runs, those in --root skipped); writes "
+        "runs/tau_settings/<setting>_N<N>_s<seed>.json, figures/tau_settings.png and figures/tau_settings.json.\n"
+        "--replot: seconds, trains nothing."))
     parser.add_argument("--root", default=os.path.join("runs", "tau_settings"), help="where each run's JSON goes")
     cli.add_jobs(parser)
     cli.add_figures(parser)
@@ -434,13 +439,8 @@ def main():
         parser.error(f"--settings {args.settings}: each must be one of {', '.join(trainable)}")
     cli.writable_dir(args.figures, "--figures")
     if args.replot is not None:
-        path = cli.replot_path(args, "tau_settings.json")
-        png = os.path.splitext(path)[0] + ".png"
-        lines = []
-        cli.redraw(path, ("compare", "runs"), "tau_settings.py", lambda result: (plot(result, png),
-                                                                              lines.extend(table(result))))
-        print(f"wrote {png} from {path}")
-        print("\n".join(lines))
+        cli.replot(args, "tau_settings.json", ("compare", "runs"), "tau_settings.py", plot,
+                   after=lambda result: print("\n".join(table(result))))
         return
     os.makedirs(args.root, exist_ok=True)
     jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in seeds

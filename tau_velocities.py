@@ -283,7 +283,12 @@ def collect_measurements(root: str, figures: str) -> dict:
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: about 1 h on the 2-core development VM (the docstring's estimate as one process; 15 of its 16 "
+        "runs took 68 min as one one-thread process beside three to four other runs, 2026-11-28) (the transformer and "
+        "the SA-transformer, N = 32, 64, 128, 256, seeds 0, 1, each to half its escape; runs in --root skipped); writes "
+        "runs/tau_velocities/measure_<model>_N<N>_s<seed>.json, figures/tau_velocities.png and "
+        "figures/tau_velocities.json.\n--replot: seconds, trains nothing."))
     parser.add_argument("--root", default=os.path.join("runs", "tau_velocities"), help="where each run's JSON goes")
     cli.add_jobs(parser)
     cli.add_figures(parser)
@@ -292,14 +297,9 @@ def main():
     cli.writable_dir(args.figures, "--figures")
     path = os.path.join(args.figures, "tau_velocities.json")
     if args.replot is not None:
-        path = cli.replot_path(args, "tau_velocities.json")
-        png = os.path.splitext(path)[0] + ".png"
-        lines = []
-        cli.redraw(path, ("measure", "summary"), "tau_velocities.py", lambda measured: (
-            plot_velocities(measured["summary"], measured["measure"]["fractions"], png),
-            lines.extend(velocity_table(measured))))
-        print(f"wrote {png} from {path}")
-        print("\n".join(lines))
+        cli.replot(args, "tau_velocities.json", ("measure", "summary"), "tau_velocities.py",
+                   lambda measured, png: plot_velocities(measured["summary"], measured["measure"]["fractions"], png),
+                   after=lambda measured: print("\n".join(velocity_table(measured))))
         return
     os.makedirs(args.root, exist_ok=True)
     times = stage_times(args.figures)

@@ -529,11 +529,19 @@ def circuits(args):
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: trace.py circuits, 2 min 19 s on the 2-core development VM (2026-11-27) with the quick runs "
+        "K = 4, 64, 1024 in place (5-10 min each to train first); writes figures/circuits.png and "
+        "figures/circuits.json (circuits --help: more)."))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)",
                        description="Trace the four phases' circuits (Figs. 3, A2, A3). Writes FIGURES/circuits.png and "
-                                   ".json; the default FIGURES, figures, holds the repository's committed copies.")
+                                   ".json; the default FIGURES, figures, holds the repository's committed copies.",
+                       runs="Default run: 2 min 19 s on the 2-core development VM (--threads 1, beside a K2* run; "
+                            "2026-11-27), the quick runs in place; a missing one is trained first, 5-10 min each (quick "
+                            "preset: 4 phases x 23 edge ablations on 512 sequences of runs/K<K>_s0/, K = 4, 64, 1024); "
+                            "writes figures/circuits.png and figures/circuits.json, and a missing run's runs/K<K>_s0/ "
+                            "(train.py's files).\n--replot: seconds, trains nothing.")
     cli.add_preset(p, PRESET_K, "which runs: quick K = 4, 64, 1024, trained on the CPU if missing; "
                                 "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
     cli.add_figures(p)

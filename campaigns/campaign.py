@@ -376,13 +376,30 @@ def status(name: str, ledgers: str = LEDGERS) -> str:
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    gpu = "paper-scale GPU jobs: on an H100 a k1_paper piece of 1-8 probes took 41-106 s, 2026-11-27"
+    figures = "figures/<campaign>.json and figures/<campaign>.png (reweight_paper: reweight_paper_<condition>.png instead"
+    parser = cli.ArgumentParser(prog="campaigns", description=__doc__.split("\n\n")[0], runs=(
+        "Default run: none, a command is required: status about 5 s and report at most about 30 s on the 2-core "
+        f"development VM, run and call up to their --budget-min minutes ({gpu}); writes ledgers/<campaign>.json, "
+        "figures/<campaign>.png and .json, scratch runs in runs/campaign_<campaign>/ (each command's --help: which)."))
     sub = parser.add_subparsers(dest="command", required=True)
-    for command, text in (("status", "what is done and what remains"),
-                          ("run", "run the next pieces that fit the budget, appending to the ledger"),
-                          ("call", "one process for several k1 and grid campaigns: pieces of one filled ensemble each"),
-                          ("report", "draw the campaign's figures and JSON from its ledger")):
-        p = sub.add_parser(command, help=text)
+    for command, text, runs in (
+            ("status", "what is done and what remains",
+             "Default run: about 5 s on the 2-core development VM (an estimate: a process's imports, ~4 s there by "
+             "tests/stand_ins.py), trains nothing; writes nothing, reads ledgers/<campaign>.json."),
+            ("run", "run the next pieces that fit the budget, appending to the ledger",
+             f"Default run: none, --budget-min is required: up to that many minutes, analysis included ({gpu}); writes "
+             "ledgers/<campaign>.json after every piece, scratch runs in runs/campaign_<campaign>/ (emptied by the "
+             "next call)."),
+            ("call", "one process for several k1 and grid campaigns: pieces of one filled ensemble each",
+             f"Default run: none, --budget-min is required: up to that many minutes, the last 30 s (--report-seconds) "
+             f"kept for the reports ({gpu}); writes ledgers/<campaign>.json after every piece, scratch runs in "
+             f"runs/campaign_<the campaigns joined by _>/, at the end {figures}); with --out OUT/campaign.tar.gz too."),
+            ("report", "draw the campaign's figures and JSON from its ledger",
+             "Default run: at most about 30 s on the 2-core development VM (an estimate: the 30 s call keeps for its "
+             f"reports, --report-seconds), trains nothing; writes {figures}; circuits_*: also fig2a_*_K<K>.png and "
+             "task_vectors_*.png and .json) from ledgers/<campaign>.json.")):
+        p = sub.add_parser(command, help=text, runs=runs)
         if command == "call":
             p.add_argument("campaigns", nargs="+", choices=list(SPECS), metavar="campaign",
                            help="k1 and grid campaigns, in the order their runs fill a piece")

@@ -30,22 +30,38 @@ import torch
 from markov import check_int
 
 JOBS = 2  # the development machine's cores; every script's default
+TORCH_THREADS = torch.get_num_threads()  # torch's default, one per core: the most set_threads gives by default
 PRESET_HELP = "hyper-parameters: quick (CPU-sized) or paper (the paper's); default paper on CUDA, quick otherwise"
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but an unknown flag or a bad value is one line: `<prog>: error: <message>`; an abbreviated
     flag is unknown (argparse would silently take --iter 5 or --i 5 as --iters 5); --help shows every flag's
-    default. Sub-commands' parsers are of this class too."""
+    default. Sub-commands' parsers are of this class too (add_parser passes `runs` on).
+    runs: --help's closing paragraph, what the default run costs and leaves behind, "Default run: <how long, on which
+    machine, when> (<what it is>); writes <the files>." and on a line of its own "--replot: seconds, trains nothing.";
+    each line wrapped to the width argparse wraps the flags' help to."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, runs: str | None = None, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
+        if runs is not None:
+            kwargs["epilog"] = help_paragraph(runs)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def help_paragraph(text: str) -> str:
+    """text with each of its lines wrapped as argparse wraps help, to the terminal's width less 2 (the descriptions
+    are printed as written: HelpFormatter), paths and flags never split."""
+    import shutil
+    import textwrap
+    width = max(shutil.get_terminal_size().columns - 2, 40)
+    return "\n".join(textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False)
+                     for line in text.splitlines())
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -138,12 +154,34 @@ def device(name: str | None) -> str:
 def add_threads(parser: argparse.ArgumentParser, default: int | None = None, why: str = ""):
     parser.add_argument("--threads", type=int, default=default,
                         help="torch threads of this process; parallel workers get one each (default: "
-                             + (f"{default}{why}" if default else "torch's, one per core") + ")")
+                             + (f"{default}{why}" if default else "one per core that no other process keeps busy "
+                                "at the start") + ")")
 
 
 def set_threads(threads: int | None):
+    """--threads, or by default torch's one thread per core less the cores other processes keep busy now (at least
+    one): two threads beside one busy process ran the main job's steps ~1.5x slower than one thread, where one
+    thread alone is ~1.4x slower than two (bench/bench_threads.py, bench/README.md)."""
     if threads is not None:
         torch.set_num_threads(check_int("--threads", threads, 1))
+        return
+    torch.set_num_threads(max(1, TORCH_THREADS - busy_cores()))
+
+
+def busy_cores(samples: int = 5, every: float = 0.01, source: str = "/proc/loadavg") -> int:
+    """How many cores other processes keep busy now: the runnable threads of /proc/loadavg (its fourth field, a count
+    at this instant, unlike the load averages that lag by a minute) less this one, the median of a few samples; 0
+    where there is no /proc."""
+    try:
+        counts = []
+        for i in range(samples):
+            with open(source) as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+            if i < samples - 1:
+                time.sleep(every)
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, sorted(counts)[samples // 2])
 
 
 def add_jobs(parser: argparse.ArgumentParser):
@@ -263,6 +301,21 @@ def add_replot(parser: argparse.ArgumentParser, default: str, what: str):
 def replot_path(args: argparse.Namespace, name: str) -> str:
     """The JSON --replot names: its value, or `name` in --figures (figures where the script has no such flag)."""
     return args.replot or os.path.join(getattr(args, "figures", "figures"), name)
+
+
+def replot(args: argparse.Namespace, name: str, keys: tuple[str, ...], writer: str, draw, after=None):
+    """A script's --replot [JSON]: draw(result, png) from the JSON (replot_path: --replot's value or FIGURES/name),
+    the PNG beside it, then the line saying so and after(result) (a script's printed table), all under drawing()."""
+    path = replot_path(args, name)
+    png = os.path.splitext(path)[0] + ".png"
+
+    def draw_and_say(result: dict):
+        draw(result, png)
+        print(f"wrote {png} from {path}")
+        if after is not None:
+            after(result)
+
+    redraw(path, keys, writer, draw_and_say)
 
 
 def redraw(path: str, keys: tuple[str, ...], writer: str, draw) -> dict:

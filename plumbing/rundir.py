@@ -259,8 +259,14 @@ def run_header(cfgs: list, where: str, resume_step: int | None, evals: int) -> s
     evals: how many full evaluations it writes (log-spaced steps that round to the same one count once)."""
     c0 = cfgs[0]
     what = (f"preset {c0.preset}: {c0.iters} steps of batch {c0.batch} at N = {c0.N}, {evals} full evaluations at "
-            f"log-spaced steps, on {c0.device} in {precision(c0)}")
+            f"log-spaced steps, on {c0.device}{threads(c0.device)} in {precision(c0)}")
     return "\n".join([what, where] + ([] if resume_step is None else [f"resuming from step {resume_step}"]))
+
+
+def threads(device: str) -> str:
+    """On a CPU, how many torch threads the steps run on (--threads, or one per core not busy at the start)."""
+    n = torch.get_num_threads()
+    return f" ({n} thread{'s' if n > 1 else ''})" if device == "cpu" else ""
 
 
 def precision(cfg) -> str:
@@ -327,10 +333,12 @@ class Progress:
             step in self.evals or step == iters or time.time() - self.t_print >= PROGRESS_SECONDS)
 
     @contextmanager
-    def evaluation(self):
+    def evaluation(self, count: bool = True):
+        """A full evaluation (count=False: a checkpoint's writing, which comes with each evaluation and is counted
+        with them, not in the steps' rate: at the dense early evaluations it would halve a young run's rate)."""
         t = time.time()
         yield
-        self.eval_seconds, self.evals_done = self.eval_seconds + time.time() - t, self.evals_done + 1
+        self.eval_seconds, self.evals_done = self.eval_seconds + time.time() - t, self.evals_done + count
 
     @contextmanager
     def readout(self):
@@ -340,8 +348,8 @@ class Progress:
 
     def phases(self) -> dict[str, float]:
         """Seconds of the set-up (the evaluation data, the models, compilation and capture), of the steps, of the
-        dense readouts, of the full evaluations (the steps' time is the loop's less theirs) and of the writing
-        after the loop."""
+        dense readouts, of the full evaluations and checkpoints (the steps' time is the loop's less theirs) and of
+        the writing after the loop."""
         loop = self.t_end - self.t_train
         return {"set-up": self.t_train - self.t0, "steps": loop - self.readout_seconds - self.eval_seconds,
                 "readouts": self.readout_seconds, "evaluations": self.eval_seconds, "writing": time.time() - self.t_end}

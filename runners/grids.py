@@ -97,11 +97,12 @@ def train_ensemble(cfgs: list[train.Config], ckpt_path: str, resume: bool = Fals
                     for e, record in enumerate(records):
                         record.log_dense(t, {k: v[e] for k, v in readouts.items()})
                 if t > start and (t in evals or t % c0.ckpt_every == 0 or t == c0.iters):  # resumable from here
-                    states = [{**trainer.member_state(e), "rng": g.get_state(), "step": t, "config": asdict(cfg)}
-                              for e, (g, cfg) in enumerate(zip(gens, cfgs))]
-                    for cfg, state in zip(cfgs, states):
-                        rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
-                    rundir.save_atomic({"step": t, "members": states}, ckpt_path)
+                    with progress.evaluation(count=False):
+                        states = [{**trainer.member_state(e), "rng": g.get_state(), "step": t, "config": asdict(cfg)}
+                                  for e, (g, cfg) in enumerate(zip(gens, cfgs))]
+                        for cfg, state in zip(cfgs, states):
+                            rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
+                        rundir.save_atomic({"step": t, "members": states}, ckpt_path)
                 if show:
                     progress.show(t, values, [r.rows for r in records])
                 if t == c0.iters:

@@ -43,8 +43,10 @@ class Result:
 @pytest.fixture
 def run(monkeypatch, capsys):
     """run(script, *args, cwd=...): `python script args` as its __main__ runs it, in this process (torch's thread
-    count, which --threads sets, put back after)."""
+    count, which --threads sets, put back after; the default --threads as on an idle machine, whatever else runs
+    beside the suite, so that two runs of a test compute alike)."""
     threads = torch.get_num_threads()
+    monkeypatch.setattr(cli, "busy_cores", lambda: 0)
 
     def call(script, *args, cwd=ROOT):
         module = load(script)

@@ -80,7 +80,8 @@ def test_kernel_matches_reference_bf16(B, H, N, d, rotary, use_bias):
         torch.testing.assert_close(a.float(), b.float(), rtol=3e-2, atol=3e-2, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.skipif(DEVICE == "cpu", reason="the interpreter runs programs in a fixed order; see the next test")
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a GPU: Triton's interpreter runs programs in a fixed order, so "
+                    "only a GPU can show an order-dependent reduction; see the next test")
 def test_bias_gradient_is_deterministic():
     """On a GPU: repeated runs give the same bits (atomics in the reduction would not)."""
     q, k, v, bias = inputs(2, 2, 100, 16, True)

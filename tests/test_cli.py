@@ -511,9 +511,11 @@ def test_the_rate_starts_after_the_set_up(tmp_path, monkeypatch, capsys, members
 @pytest.mark.parametrize("members", [1, 2])
 def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, members):
     """On rundir.py's clock: 1000 s of evaluation data (set-up), 100 s per dense readout (eval_every = 4: steps 0, 4,
-    8, 12), 10 s per full evaluation of a model (steps 0, 2, 5, 12), 7 s per figure written after the loop, and
-    0.01 s per reading of the clock: the last line splits the time into those phases, the steps' time being the
-    rest of the loop (a campaign's log shows this for every ensemble, to find what a piece's fixed cost is)."""
+    8, 12), 10 s per full evaluation of a model (steps 0, 2, 5, 12), 3 s per file saved (each evaluation's
+    model_<step>.pt, and the checkpoints at 2, 4, 5, 8, 12: counted with the evaluations, not in the steps' rate),
+    7 s per figure written after the loop, and 0.01 s per reading of the clock: the last line splits the time into
+    those phases, the steps' time being the rest of the loop (a campaign's log shows this for every ensemble, to find
+    what a piece's fixed cost is)."""
     clock = [0.0]
 
     def tick():
@@ -530,6 +532,7 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
     monkeypatch.setattr(evaluation, "make_eval_data", costing(evaluation.make_eval_data, 1000))  # once: the members share K = 3
     monkeypatch.setattr(train, "evaluate", costing(train.evaluate, 10))
     monkeypatch.setattr(train, "plot_run", costing(train.plot_run, 7))
+    monkeypatch.setattr(rundir, "save_atomic", costing(rundir.save_atomic, 3))
     if members == 1:
         monkeypatch.setattr(train, "dense_readouts", costing(train.dense_readouts, 100))
         train.train(tiny_config(tmp_path / "run", eval_every=4))
@@ -540,7 +543,8 @@ def test_the_last_line_says_where_the_time_went(tmp_path, monkeypatch, capsys, m
     last = capsys.readouterr().out.splitlines()[-1]
     phases = {name: float(value) for name, value in re.findall(r"([a-z-]+) (\d+) s", last)}
     assert phases.keys() == {"set-up", "steps", "readouts", "evaluations", "writing"}
-    want = {"set-up": 1000, "steps": 0, "readouts": 400, "evaluations": 40 * members, "writing": 7 * members}
+    want = {"set-up": 1000, "steps": 0, "readouts": 400, "evaluations": 40 * members + 3 * (4 * members + 5),
+            "writing": 7 * members + (3 * members if members > 1 else 0)}  # an ensemble ends with each member's ckpt.pt
     assert all(abs(phases[name] - want[name]) <= 2 for name in want), (last, want)
 
 
@@ -714,3 +718,59 @@ def test_a_redraw_reads_numeric_text_as_numbers_and_other_text_is_one_line(tmp_p
     line, = other.plot(["a", "b"], [1.0, 2.0])
     assert np.allclose(np.asarray(line.get_xydata())[:, 0], [0, 1])
     plt.close("all")
+
+
+@pytest.mark.parametrize("loadavg, busy, threads", [("0.10 0.20 0.30 1/140 123", 0, 3), ("2.00 1.50 1.00 2/140 123", 1, 2),
+                                                   ("3.00 3.00 3.00 4/140 123", 3, 1), ("0.0 0.0 0.0 9/140 1", 8, 1)])
+def test_the_default_threads_leave_the_busy_cores_alone(tmp_path, monkeypatch, loadavg, busy, threads):
+    """busy_cores: the runnable threads of /proc/loadavg's fourth field less this process (not the lagging averages
+    in front of it); set_threads(None): torch's one per core (here 3) less those, at least one; --threads wins."""
+    source = tmp_path / "loadavg"
+    source.write_text(loadavg + "\n")
+    assert cli.busy_cores(source=str(source), every=0) == busy
+    assert cli.busy_cores(source=str(tmp_path / "none")) == 0  # no /proc: as if idle
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(cli, "TORCH_THREADS", 3)
+        monkeypatch.setattr(cli, "busy_cores", lambda: busy)
+        cli.set_threads(None)
+        assert torch.get_num_threads() == threads
+        cli.set_threads(None)  # a second call counts from torch's default again, not from the first call's
+        assert torch.get_num_threads() == threads
+        cli.set_threads(2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- what a default run costs
+
+HELPED = ["train.py", "sweep.py", "trace.py", "trace.py circuits", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
+          "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_transformer.py", "tau_settings.py", "tau_velocities.py",
+          "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run", "campaigns call",
+          "campaigns report"]
+
+
+@pytest.mark.parametrize("command", HELPED)
+def test_help_ends_with_how_long_the_default_run_takes_and_what_it_writes(tmp_path, monkeypatch, capsys, command, run):
+    """--help's last paragraph: "Default run: <a time> ...; writes <a path> ...". `python -m campaigns --help` once
+    as a process (its usage names campaigns, not __main__.py); its commands here, with the argv[0] that -m gives."""
+    script, *sub = command.split()
+    if command == "campaigns":
+        proc = subprocess.run([sys.executable, "-m", "campaigns", "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    elif script == "campaigns":
+        from campaigns import campaign
+        monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "campaigns", "__main__.py"), *sub, "--help"])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stop:
+            cli.run(campaign.main)
+        proc = SimpleNamespace(returncode=stop.value.code, stdout=capsys.readouterr().out)
+    else:
+        proc = run(script, *sub, "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: "), proc
+    if script == "campaigns":
+        assert proc.stdout.startswith(f"usage: {command} "), proc.stdout.splitlines()[0]
+    last = " ".join(proc.stdout.strip().split("\n\n")[-1].split())
+    assert re.match(r"Default run: .*?\b\d+(\.\d+)? (s|min|h)\b", last), last
+    assert re.search(r"\bwrites\b.*?[\w.<>*-]+/[\w.<>*-]", last), last
