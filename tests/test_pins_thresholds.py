@@ -302,7 +302,7 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
     monkeypatch.setitem(k1.PRESETS, "quick", preset)
     for module in (k1, probes):  # the searches' rounds (runners/probes.py) and Fig. 7b's runs (k1.py)
         monkeypatch.setattr(module, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
-    args = type("Args", (), dict(preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
+    args = type("Args", (), dict(replot=None, preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,
                                  conditions="control,reweight,inject", seeds=None, perturbed_seeds=None,
                                  figures=str(tmp_path), device="cpu"))
     k1.k1(args)

@@ -235,7 +235,9 @@ def test_cuda_trains_in_bf16_unless_told_and_the_first_line_says_so(monkeypatch,
         assert (cfg.tf32, cfg.bf16) == want, device
         words = {(True, True): "bf16 mixed precision with TF32 matmuls", (False, True): "bf16 mixed precision",
                  (True, False): "TF32 matmuls", (False, False): "fp32"}[want]
-        assert rundir.run_header([cfg], "", None, 101).splitlines()[0].endswith(f"on {device} in {words}")
+        threads = f" ({torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})"  # the CPU's alone
+        assert rundir.run_header([cfg], "", None, 101).splitlines()[0].endswith(
+            f"on {device}{threads if device == 'cpu' else ''} in {words}")
 
 
 def test_a_grid_passes_fp32_on_to_its_members(run):
