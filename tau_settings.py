@@ -19,11 +19,13 @@ then the model's differences from the SA-transformer (knock-outs):
     layer 1          a recency window: layer 1's position bias learns at lags 0 and 1 only.
 and the readout: phi_beta(2)'s early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it),
 from every run here and from the committed record's. A rung restores the law when the head's slope against
-N / log N is >= 0.6; <= 0.3 it does not.
+N / log N is >= 0.6; <= 0.3 it does not. A slope reads a large N-independent part of tau as flatness, so each rung
+is also fitted as tau = T0 + c N / log N (offset_fit): c > 0 is the law's part under any offset.
 
     python tau_settings.py                  # every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~5 h on 2 cores), then
                                             # figures/tau_settings.png and .json
     python tau_settings.py --settings window1   # only those settings' runs, added to the committed JSON's
+    python tau_settings.py --settings sa_softmax_matched --seeds 2-7   # a rung's confirmation at more seeds
     python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
 Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
@@ -34,6 +36,7 @@ import json
 import math
 import os
 import re
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -238,6 +241,11 @@ def rung(ax, line: dict | None, y: int, colour, marker: str = "o", note: str = "
                 textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
 
 
+def law_part(fit: dict | None) -> str:
+    """A rung's offset_fit as the ladder writes it: c, the steps per unit of N / log N, with its interval."""
+    return "" if not fit else f"; c {fit['c']:.0f} [{fit['c_ci'][0]:.0f}, {fit['c_ci'][1]:.0f}]"
+
+
 def plot(result: dict, path: str):
     """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
     through the baseline's first median; middle: phi's early growth rate against N, with (H_N / N)^2 likewise;
@@ -247,7 +255,7 @@ def plot(result: dict, path: str):
         return re.sub(r"^(lr|batch|momentum)(?=\d)", r"\1 ", name)
 
     band = 0.94  # axes fraction: the band of the diverged runs, above the heads' scale
-    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
+    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 8), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
@@ -276,12 +284,14 @@ def plot(result: dict, path: str):
         left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
         rates = row["early_rate_median"]
         right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=colours[name], label=label)
-        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name])
+        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name],
+             note=law_part(row.get("offset")))
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
         Ns = sorted(fit["N"], key=int)
         left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=colours[name],
                   label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
-        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name], "s", " (tau)")
+        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name], "s",
+             " (tau)" + law_part(fit.get("offset")))
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
@@ -317,12 +327,14 @@ def plot(result: dict, path: str):
     ladder.set_ylim(-0.6, len(names) + 0.05)  # the three lines' names inside the frame, under its top
     low, high = ladder.get_xlim()
     ladder.set_xlim(low - 0.1, max(high, 1.1))  # room for the leftmost rung's centred label and "theory" at 1
-    ladder.set_xlabel("slope of the head's medians against N / log N\n(nominal 95 % interval, seeds per N)")
+    ladder.set_xlabel("slope of the head's medians against N / log N\n(nominal 95 % interval, seeds per N; c: the "
+                      "steps per unit of N / log N\nof tau = T0 + c N / log N, its nominal interval)")
     ladder.set_title("the ladder: does a rung restore tau ~ N / log N?")
     handles, labels = left.get_legend_handles_labels()  # one legend for the panels: the settings' colours are shared
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
+    labels = [textwrap.fill(label, 100) for label in labels]  # long rung names wrapped: two columns that fit
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
     right.legend(*[x[-1:] for x in right.get_legend_handles_labels()], fontsize=8, loc="lower left")  # the theory
-    fig.tight_layout(rect=(0, 0.15, 1, 1))
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -380,26 +380,26 @@ def tau_settings():
     d = load("tau_settings.json")
     c = d["compare"]
 
-    def ratios(name):
-        return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values() if r is not None]
-
-    def slope(line):
-        return [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2)]
-
     def head(name):
-        return slope(c[name]["summary"]["fit_head"]["vs_N_over_logN"])
+        return [f(c[name]["summary"]["fit_head"]["vs_N_over_logN"]["slope"], 2)]
 
     screen = list(d["runs"])
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
-    hybrid_Ns = sorted({int(N) for by_N in d["hybrid_runs"].values() for N in by_N})
-    rates = [c[name]["early_rate_slope"] for name in screen if c[name]["early_rate_slope"] is not None]
+    softmax = [d["hybrids"][name] for name in d["hybrids"] if name.startswith("sa_softmax")]
+    slopes = [h["vs_N_over_logN"]["slope"] for h in softmax]
+    laws, offsets = [h["offset"]["c"] for h in softmax], [h["offset"]["T0"] for h in softmax]
+    record, full = c["baseline"]["offset"], d["record_full"]["offset"]
+    at_512 = full["T0"] + full["c"] * 512 / math.log(512)  # the prediction the next run can fail
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
-            + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2")
-            + [f(min(ratios("smallstart")), 1), f(max(ratios("smallstart")), 1)] + head("smallstart") + head("window1")
-            + slope(d["hybrids"]["sa"]["vs_N_over_logN"]) + slope(d["hybrids"]["sa_softmax"]["vs_N_over_logN"])
-            + [n(hybrid_Ns[0]), n(hybrid_Ns[-1]), f(c["baseline"]["early_rate_slope"], 2), f(min(rates), 2),
-               f(max(rates), 2), "2"])  # the theory's exponent, derived in RESULTS.md
+            + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
+            + head("window1") + [f(d["hybrids"]["sa"]["vs_N_over_logN"]["slope"], 2), f(min(slopes), 2),
+                                 f(max(slopes), 2), n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)),
+                                 f(min(laws), 0), f(max(laws), 0), f(d["hybrids"]["sa"]["offset"]["c"], 0),
+                                 n(round(min(offsets), -2)), n(round(max(offsets), -2))]
+            + [f(record["c"], 0), f(record["c_ci"][0], 0), f(record["c_ci"][1], 0), n(record["N"][0]), n(record["N"][-1])]
+            + [f(full["c"], 0), f(full["c_ci"][0], 0), f(full["c_ci"][1], 0), n(full["N"][0]), n(full["N"][-1]),
+               n(max(full["seeds"])), "512", n(round(at_512, -2))])
 
 
 def tau_velocities():

@@ -142,7 +142,7 @@ def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path,
         text = fh.read()
     if rows is None:
         stored = json.loads(before[f"{name}.json"])
-        rows = len(stored["compare"]) + len(stored.get("hybrids", {}))
+        rows = len(stored["compare"]) + len(stored.get("hybrids", {})) + ("record_full" in stored)
     assert len(printed) == rows and all(row in text for row in printed), printed
 
 
