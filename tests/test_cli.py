@@ -774,3 +774,14 @@ def test_help_ends_with_how_long_the_default_run_takes_and_what_it_writes(tmp_pa
     last = " ".join(proc.stdout.strip().split("\n\n")[-1].split())
     assert re.match(r"Default run: .*?\b\d+(\.\d+)? (s|min|h)\b", last), last
     assert re.search(r"\bwrites\b.*?[\w.<>*-]+/[\w.<>*-]", last), last
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly():
+    """`script | head -1`: the reader closes the pipe, the next print fails; cli.run exits 141 with nothing on stderr
+    (Python would print a BrokenPipeError traceback, and another at exit for the unflushed output)."""
+    code = "from plumbing import cli\n\ndef main():\n    for i in range(10**6):\n        print('line', i)\n\ncli.run(main)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and err == b"", err
