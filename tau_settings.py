@@ -26,6 +26,8 @@ is also fitted as tau = T0 + c N / log N (offset_fit): c > 0 is the law's part u
                                             # figures/tau_settings.png and .json
     python tau_settings.py --settings window1   # only those settings' runs, added to the committed JSON's
     python tau_settings.py --settings sa_softmax_matched --seeds 2-7   # a rung's confirmation at more seeds
+    python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (seeds 0-1; ~2 h a run on
+                                            # one thread, resumable: each run checkpoints at its evaluations)
     python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
 Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
@@ -61,10 +63,11 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "smallstart": ({**TRAINING, "init": {"scale": {f"att{l}.W_{m}.weight": 0.05 for l in (1, 2) for m in "QK"},
                                          "zero": ["W_U.weight"]}}, "the theory's start: W_Q, W_K x 0.05, W_U at zero"),
     "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
+    "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
 CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
-        "frozenP2": 20000, "smallstart": 20000, "window1": 20000}  # step of 1/4 (1/16) needs 4x (16x) the record's
-# ~2500 to the head; the knock-outs get the record's paper-protocol cap
+        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "record": 20000}  # step of 1/4 (1/16) needs 4x
+# (16x) the record's ~2500 to the head; the knock-outs and the record get the record's paper-protocol cap
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests); "sa", the parent, is the
     # committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
@@ -91,11 +94,14 @@ def _run_job(job: tuple) -> dict:
 
 def _train_job(job: tuple) -> dict:
     root, name, N, seed = job
-    run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0]))
     path = run_path(root, name, N, seed)
+    run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0],
+                                checkpoint=path + ".ckpt"))  # a run of hours resumes from its last evaluation
     with open(path + ".tmp", "w") as f:
         json.dump(run, f)
     os.replace(path + ".tmp", path)  # atomic: a killed screen leaves whole runs only
+    if os.path.exists(path + ".ckpt"):  # none when the run ended at its first evaluation
+        os.remove(path + ".ckpt")
     return run
 
 
@@ -192,11 +198,14 @@ def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict
             "c": c, "c_ci": [lo[1], hi[1]], "share": share, "share_ci": [lo[2], hi[2]]}
 
 
-def record_full(transformer_runs: dict) -> dict:
-    """The committed record at every N it holds (8 seeds, N = 32-256): its head's slope against N / log N and its
-    offset_fit, for the ladder's first row beside the screen's N."""
-    summary = transformer_summary(transformer_runs)
-    return {"fit_head": summary["fit_head"]["vs_N_over_logN"],
+def record_full(transformer_runs: dict, extension: dict | None = None) -> dict:
+    """The committed record at every N it holds (8 seeds, N = 32-256), with the "record" setting's runs at the N it
+    does not hold (extension, {N: {seed: run}}; e.g. N = 512): the heads per N, their slope against N / log N and
+    their offset_fit, for the ladder's first row beside the screen's N."""
+    summary = transformer_summary(dict(sorted({**(extension or {}), **transformer_runs}.items(), key=lambda kv: int(kv[0]))))
+    return {"heads": {N: v["head"] for N, v in summary["N"].items()},
+            "extended": sorted((N for N in extension or {} if N not in transformer_runs), key=int),
+            "fit_head": summary["fit_head"]["vs_N_over_logN"],
             "offset": offset_fit({N: v["head"] for N, v in summary["N"].items()})}
 
 
@@ -294,12 +303,21 @@ def plot(result: dict, path: str):
              " (tau)" + law_part(fit.get("offset")))
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
+    full = result.get("record_full", {}).get("heads", {})  # the record beyond the screen's N (sa_scaling.json's, and
+    beyond = [N for N in sorted(full, key=int) if int(N) > Ns[-1]]  # the "record" setting's)
+    for N in beyond:
+        left.plot([int(N)] * len(full[N]), [math.nan if h is None else h for h in full[N]], "o", mfc="none", color="k")
+    if beyond:  # its medians, from the screen's last N on
+        line = [str(int(Ns[-1])), *beyond]
+        left.plot([int(N) for N in line], [median_ci(full[N])[0] for N in line], ":", color="k", label="the record beyond the screen (open circles; seeds: "
+                  + ", ".join(f"{len(full[N])} at N = {N}" for N in beyond) + ")")
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
     left.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
     r0 = base["early_rate_median"][str(int(Ns[0]))]
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
-    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | set(map(int, Ns)))
+    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | set(map(int, Ns))
+                     | set(map(int, beyond)))
     head_label = "head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")" \
         + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else "")
     for ax, what, ticks in ((left, head_label, every_N),
@@ -357,7 +375,11 @@ def table(result: dict) -> list[str]:
     if "record_full" in result:  # the record at all its N: the screen's rows below take N = 32-128
         full = result["record_full"]
         line = full["fit_head"]
-        rows.append(f"| the record at every N (N = 32–256) | (figures/sa_scaling.json) | 1 | {num(line['slope'])} "
+        Ns = sorted(full["offset"]["N"]) if full["offset"] else []
+        added = "".join(f"; N = {N}: " + ", ".join("—" if h is None else f"{h:.0f}" for h in full["heads"][N])
+                        for N in full.get("extended", []))  # the "record" setting's runs
+        rows.append(f"| the record at every N (N = {Ns[0]}–{Ns[-1]}) | (figures/sa_scaling.json{added}) | 1 | "
+                    f"{num(line['slope'])} "
                     f"[{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']} | "
                     f"{offset(full['offset'])} | — |")
     for name, row in result["compare"].items():
@@ -414,11 +436,12 @@ def collect(root: str, figures: str) -> dict:
     if not runs:
         raise ValueError(f"no runs under {root}: `python tau_settings.py` trains them")
     transformer = record["transformer_runs"]
-    baseline = {N: transformer[N] for N in sorted({N for by_N in runs.values() for N in by_N}, key=int) if N in transformer}
+    rungs = {name: by_N for name, by_N in runs.items() if name != "record"}  # "record" extends the record's N
+    baseline = {N: transformer[N] for N in sorted({N for by_N in rungs.values() for N in by_N}, key=int) if N in transformer}
     result = {"settings": {name: SETTINGS[name][0] | {"cap": CAPS[name], "tests": SETTINGS[name][1]} for name in runs},
               "baseline": "figures/sa_scaling.json's transformer_runs (all their seeds)", "runs": runs,
-              "compare": compare(runs, baseline),
-              "record_full": record_full(transformer)}
+              "compare": compare(rungs, baseline),
+              "record_full": record_full(transformer, runs.get("record"))}
     if hybrid_runs:
         result["hybrid_runs"] = hybrid_runs
         result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"])
@@ -440,12 +463,17 @@ def main():
     cli.add_figures(parser)
     cli.add_replot(parser, "FIGURES/tau_settings.json", "the figure")
     trainable = [*SETTINGS, *HYBRIDS]
-    parser.add_argument("--settings", default=",".join(trainable),
-                        help=f"the settings and hybrids to train, comma-separated (default all: {','.join(trainable)})")
+    screen = [name for name in trainable if name != "record"]  # the record's own runs at N = 32-128 are committed
+    parser.add_argument("--settings", default=",".join(screen), help=f"the settings and hybrids to train, comma-"
+                        f"separated (default the screen's: {','.join(screen)}; also: record, with --N)")
     cli.add_seeds(parser, ",".join(map(str, SCREEN["seeds"])), "the seeds of each setting and N (the screen's: 0,1; "
                   "a rung's confirmation: 0-7)")
+    parser.add_argument("--N", default=",".join(map(str, SCREEN["N"])), help="the sequence lengths, comma-separated "
+                        "(the screen's: 32,64,128; the record at an N it does not hold: --settings record --N 512)")
     args = parser.parse_args()
     seeds = cli.parse_list("--seeds", args.seeds)
+    if min(Ns := cli.parse_list("--N", args.N, rule="N: sequence lengths >= 2")) < 2:
+        parser.error(f"--N {args.N}: each N must be at least 2 (a context and its last position)")
     names = args.settings.split(",")
     if any(name not in trainable for name in names):
         parser.error(f"--settings {args.settings}: each must be one of {', '.join(trainable)}")
@@ -455,10 +483,10 @@ def main():
                    after=lambda result: print("\n".join(table(result))))
         return
     os.makedirs(args.root, exist_ok=True)
-    jobs = [(args.root, name, N, seed) for name in names for N in SCREEN["N"] for seed in seeds
+    jobs = [(args.root, name, N, seed) for name in names for N in Ns for seed in seeds
             if not os.path.exists(run_path(args.root, name, N, seed))]
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
-          f"{list(SCREEN['N'])}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
+          f"{Ns}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(_run_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
                      cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])

@@ -14,6 +14,7 @@ On CUDA the seeds of one N train as one batched model (`train_seeds`: torch.func
 seed's data drawn from its own generator), each seed equal to float rounding to itself trained alone (`train_one`).
 """
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from bayes import nll, one_gen, two_gen
 from engine import fastdata
 from kernels import markov_walk
 from markov import ablate_bias, sample_chains, sample_sequences, stationary, uniforms
+from plumbing.rundir import save_atomic
 from transformer import Transformer, attention_scores, layer_norm
 
 # ----------------------------------------------------------------------------- data and levels
@@ -238,13 +240,16 @@ def record(run: dict, t: int, logits, A2, context, target) -> bool:
 
 
 def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: dict = TRAINING,
-              measure=None) -> dict:
+              measure=None, checkpoint: str | None = None) -> dict:
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
     run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
     initial values; "trainable": {name: indices} that alone train, gradient_masks; "init": model_for's knock-out).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (induction).
+    checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
+    so far) and resumed from if it exists, so a run of hours that is killed goes on from its last evaluation with
+    the same numbers as a run never stopped; the caller removes it once the run is kept.
 
     The escape from the plateau is limited by gradient noise (one target per sequence): at N = 32,
     batch 128, momentum 0.9, lr 0.1 the plateau sits 0.02-0.03 above the best 1-point loss and the
@@ -258,14 +263,24 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     masks = gradient_masks(params, training.get("trainable", {}))  # entries outside the mask keep their start
     opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
                           momentum=training["momentum"])
-    for t in range(iters + 1):
-        if t % training["eval_every"] == 0 or t == iters:
+    first = 0
+    if checkpoint is not None and os.path.exists(checkpoint):  # resume after the last evaluation it holds
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        g.set_state(state["generator"])
+        run, first = state["run"], state["run"]["t"][-1]
+    for t in range(first, iters + 1):
+        if (t % training["eval_every"] == 0 or t == iters) and not (t == first and run["t"]):
             if measure is not None:
                 measure(t, params)
             with torch.no_grad():
                 done = record(run, t, *last_position(params, eval_context), eval_context, eval_target)
             if done:
                 break
+            if checkpoint is not None:
+                save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": g.get_state(),
+                             "run": run}, checkpoint)
         if t == iters:
             break
         context, target = fresh_batch(training["batch"], N, g)

@@ -140,6 +140,8 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("bench/bench_attention.py", ["--N", "300"], ["--N"]),
     ("bench/bench_attention.py", ["--sweep-kernels", "dq,skew"], ["--sweep-kernels"]),
     ("sa_transformer.py", ["--jobs", "0"], ["--jobs"]),
+    ("tau_settings.py", ["--N", "1"], ["--N 1", "at least 2"]),
+    ("tau_settings.py", ["--settings", "record", "--N", "512x"], ["--N", "'512x' cannot be read"]),
     # abbreviated flags (values that fail fast should an abbreviation be taken for the flag again)
     ("k2.py", ["sweep", "--see", "x"], ["unrecognized arguments: --see x"]),  # a sub-command's flags too
     ("mem_minimal.py", ["--seed", "2-1"], ["unrecognized arguments: --seed 2-1"]),  # --seeds

@@ -48,7 +48,7 @@ def test_compare_pairs_each_run_with_the_baselines_of_its_N_and_seed():
     assert out["baseline"]["theory_rate"]["64"] == pytest.approx(sum(1 / k for k in range(1, 65)) / 64)
 
 
-@pytest.mark.parametrize("name", sorted(ts.SETTINGS))
+@pytest.mark.parametrize("name", sorted(set(ts.SETTINGS) - {"record"}))
 def test_every_setting_changes_the_run_of_the_same_seed(name):
     """Twelve steps at N = 8, evaluated every 4: the setting's trajectory is not the record's."""
     torch.set_num_threads(1)
@@ -59,6 +59,44 @@ def test_every_setting_changes_the_run_of_the_same_seed(name):
     else:
         assert base["t"][0] == other["t"][0] == 0 and base["loss"][0] == other["loss"][0]  # the same model and eval set
     assert len(other["loss"]) < len(base["loss"]) or not np.allclose(base["loss"][1:], other["loss"][1:], rtol=1e-6)
+
+
+def test_the_record_setting_is_the_records_run_and_a_killed_run_resumes_to_the_same_numbers(tmp_path):
+    """The "record" setting trains the record's run (at an N it does not hold); a run killed after an evaluation
+    (here at t = 8, its checkpoint holding t = 0 and 4) goes on from its checkpoint to the trajectory of the run never
+    stopped, number for number: the momentum, the batches' generator and the record come back with the weights."""
+    torch.set_num_threads(1)
+    every = {"eval_every": 4}
+    base = st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, **every})
+    assert st.train_one(8, 0, 16, eval_batch=64, training={**ts.SETTINGS["record"][0], **every}) == base
+    ckpt = str(tmp_path / "run.ckpt")
+
+    def kill(t, params):
+        if t == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, **every}, measure=kill, checkpoint=ckpt)
+    assert torch.load(ckpt, weights_only=False)["run"]["t"] == [0, 4]
+    resumed = st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, **every}, checkpoint=ckpt)
+    assert resumed["t"] == base["t"] == [0, 4, 8, 12, 16]
+    assert resumed["loss"] == base["loss"] and resumed["phi"] == base["phi"]
+
+
+def test_the_record_at_an_N_it_does_not_hold_joins_its_fit_and_its_row():
+    """record_full with the "record" setting's runs at N = 512: their heads beside the committed N, in the slope
+    and the offset fit over N = 32-512, named in the table's first row."""
+    with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as fh:
+        transformer = json.load(fh)["transformer_runs"]
+    alone = ts.record_full(transformer)
+    extension = {"512": {"0": trajectory(512, 0, 5025, 1e-5, cap=10000), "1": trajectory(512, 1, 6025, 1e-5, cap=10000)}}
+    full = ts.record_full(transformer, extension)
+    assert list(full["heads"]) == ["32", "64", "128", "256", "512"] and full["extended"] == ["512"]
+    assert full["heads"]["512"] == [pytest.approx(5025, abs=30), pytest.approx(6025, abs=30)]
+    assert full["fit_head"]["seeds"] == [8, 8, 8, 8, 2] and full["offset"]["N"][-1] == 512
+    assert full["fit_head"]["slope"] > alone["fit_head"]["slope"] + 0.1  # heads at twice N = 256's steepen it
+    row = ts.table({"record_full": full, "compare": {}})[0]
+    assert "N = 32–512" in row and "N = 512: 5026, 6025" in row
 
 
 def test_a_frozen_parameter_stays_where_training_moves_it_and_a_diverged_run_stops(monkeypatch):
