@@ -27,7 +27,6 @@ from dataclasses import fields
 
 import torch
 
-from markov import check_int
 
 JOBS = 2  # the development machine's cores; every script's default
 TORCH_THREADS = torch.get_num_threads()  # torch's default, one per core: the most set_threads gives by default
@@ -152,7 +151,7 @@ def device(name: str | None) -> str:
 
 
 def add_threads(parser: argparse.ArgumentParser, default: int | None = None, why: str = ""):
-    parser.add_argument("--threads", type=int, default=default,
+    parser.add_argument("--threads", type=at_least(1), default=default,
                         help="torch threads of this process; parallel workers get one each (default: "
                              + (f"{default}{why}" if default else "one per core that no other process keeps busy "
                                 "at the start") + ")")
@@ -163,7 +162,7 @@ def set_threads(threads: int | None):
     one): two threads beside one busy process ran the main job's steps ~1.5x slower than one thread, where one
     thread alone is ~1.4x slower than two (bench/bench_threads.py, bench/README.md)."""
     if threads is not None:
-        torch.set_num_threads(check_int("--threads", threads, 1))
+        torch.set_num_threads(threads)
         return
     torch.set_num_threads(max(1, TORCH_THREADS - busy_cores()))
 
@@ -184,8 +183,19 @@ def busy_cores(samples: int = 5, every: float = 0.01, source: str = "/proc/loada
     return max(0, sorted(counts)[samples // 2])
 
 
+def at_least(minimum: int):
+    """An argparse type: an integer >= minimum written in digits, else argparse's one-line error naming the flag."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"\s*-?\d+\s*", text) or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return int(text)
+    parse.__name__ = f"an integer >= {minimum}"  # argparse's name for the type in its messages
+    return parse
+
+
 def add_jobs(parser: argparse.ArgumentParser):
-    parser.add_argument("--jobs", type=int, default=JOBS, help="independent runs at a time, as one-thread processes")
+    parser.add_argument("--jobs", type=at_least(1), default=JOBS, help="independent runs at a time, as one-thread "
+                        "processes")
 
 
 def parse_list(flag: str, text: str, inf: bool = False, rule: str = "") -> list[int | float]:

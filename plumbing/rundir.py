@@ -183,6 +183,18 @@ def save_atomic(obj, path: str):
     os.replace(tmp, path)
 
 
+def write_atomic(path: str, text: str):
+    """Text written whole or not at all (a temporary file renamed over the path): a kill leaves the previous file."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def write_json(path: str, obj, indent: int | None = None):
+    """write_atomic of obj as JSON: every figure's, run's and ledger's JSON is written this way."""
+    write_atomic(path, json.dumps(obj, indent=indent))
+
+
 def append_row(path: str, row: dict):
     """One JSON line, strict JSON: a NaN or infinity is an error here, never a bare NaN token in the file."""
     with open(path, "a") as f:

@@ -787,3 +787,31 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly():
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 141 and err == b"", err
+
+
+@pytest.mark.parametrize("text, ok", [("3", True), (" 2 ", True), ("1", False), ("-4", False), ("2.0", False),
+                                      ("1e3", False), ("", False), ("x", False)])
+def test_at_least_takes_integers_from_its_minimum_up_written_in_digits(text, ok):
+    """cli.at_least(2), an argparse type: 2 passes and 1 does not (>= , not >), digits only."""
+    parse = cli.at_least(2)
+    if ok:
+        assert parse(text) == int(text)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match=">= 2"):
+            parse(text)
+
+
+def test_write_json_leaves_the_previous_file_when_the_write_is_cut_short(tmp_path, monkeypatch):
+    """rundir.write_json: the new JSON whole, or, killed before the rename (here: the rename fails), the old file as
+    it was (a write straight to the path would have left the new text, or half of it)."""
+    path = str(tmp_path / "x.json")
+    rundir.write_json(path, {"a": [1, 2]}, indent=1)
+    assert json.load(open(path)) == {"a": [1, 2]} and "\n" in open(path).read()
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        rundir.write_json(path, {"a": [3]})
+    assert json.load(open(path)) == {"a": [1, 2]}
