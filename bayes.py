@@ -24,8 +24,6 @@ from markov import check_int, check_seqs, stationary
 
 CHUNK_ELEMENTS = 2**20  # elements of the largest per-chunk array (4 MB in float32: stays in cache)
 PREDICTORS = ("1gen", "2gen", "1mem", "2mem")
-LABELS = {"1gen": "1-Gen", "2gen": "2-Gen", "1mem": "1-Mem", "2mem": "2-Mem"}
-COLORS = {"1gen": "tab:green", "2gen": "tab:blue", "1mem": "tab:orange", "2mem": "tab:red"}  # the same in every figure
 
 
 def _chunks(B: int, per_sequence: int):

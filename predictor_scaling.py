@@ -19,9 +19,10 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from bayes import COLORS, LABELS, PREDICTORS, ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, nll, predict
+from bayes import PREDICTORS, ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, nll, predict
 from markov import TaskSet, check_int
 from plumbing import cli
+from plumbing.style import COLORS, LABELS
 
 K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
 # seconds per units() on the 2-core VM on 2026-11-27, its cores shared with other jobs, lo and hi: the quick preset's

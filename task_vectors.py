@@ -49,9 +49,10 @@ from sklearn.neighbors import KNeighborsClassifier
 from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
 from analysis.runs import load_run
-from bayes import LABELS, mixed_mem
+from bayes import mixed_mem
 from markov import TaskSet, check_int, sample_sequences
 from plumbing import cli
+from plumbing.style import LABELS
 from trace import TRAIN_TIME, find_run, run_edges, train_run
 from transformer import Transformer
 

@@ -56,9 +56,10 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import train
 from analysis.runs import ensure_run, load_run, read_metrics
-from bayes import LABELS, PREDICTORS, kl_div
+from bayes import PREDICTORS, kl_div
 from markov import check_int
 from plumbing import cli
+from plumbing.style import LABELS
 from transformer import EPS, Transformer, attend
 
 SOURCES = ("Token", "A1", "MLP1", "A2(Token)", "A2(A1)", "A2(MLP1)", "MLP2")

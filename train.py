@@ -30,10 +30,11 @@ import torch
 from matplotlib.ticker import FixedLocator
 
 import bayes
-from bayes import COLORS, LABELS, PREDICTORS
+from bayes import PREDICTORS
 from evaluation import dense_readouts, evaluate, held_out_sets, lm_loss, per_chain_scores
 from markov import check_int, task_source
 from plumbing import cli, rundir
+from plumbing.style import COLORS, LABELS
 from transformer import Transformer
 
 

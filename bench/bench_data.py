@@ -81,7 +81,7 @@ def main():
         assert torch.allclose(plain, fast, atol=1e-4), (plain - fast).abs().max()
         t = interleaved_medians({"plain": lambda: bayes.predict(name, seqs, tasks.T),
                                  "fast": lambda: fastdata.predict(name, seqs, tasks.T)}, {"plain": 2, "fast": 4}, args.rounds)
-        report(f"{bayes.LABELS[name]}, K={K} B={B} L={L}", t)
+        report(f"{LABELS[name]}, K={K} B={B} L={L}", t)
 
 
 if __name__ == "__main__":

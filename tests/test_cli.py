@@ -21,9 +21,9 @@ import torch
 import evaluation
 import train
 from analysis import runs
-from bayes import COLORS
 from engine import ensemble
 from plumbing import cli, rundir
+from plumbing.style import COLORS
 from runners import grids
 from stand_ins import ROOT, assert_one_line_error, load, run  # noqa: F401 (run: a fixture)
 

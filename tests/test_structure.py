@@ -1,7 +1,7 @@
 """The shape of the code, as a reader sees it: the top level is the reader's path and one script per figure; the rest
 lives in packages that depend only downwards (kernels <- the reader's path <- plumbing <- engine <- train <- analysis
 <- runners <- the scripts <- campaigns); no import cycle; no file past ~500 lines without a reason; and the README's
-reading order names the lines where its functions are.
+reading order names what its files define.
 
 Read from the source with ast, not by importing: an import inside a function (train.py's speed block, a lazy import of
 scipy's or a script's) counts like one at the top."""
@@ -24,7 +24,7 @@ LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plum
 READER = {"markov": set(), "bayes": {"markov"}, "transformer": set(), "evaluation": {"markov", "bayes", "transformer"}}
 # train.py: the reader's path and the plumbing (command line, run directories) at the top; the engine only in its
 # speed block, inside `train`
-TRAIN_TOP = {"markov", "bayes", "transformer", "evaluation", "plumbing.cli", "plumbing.rundir"}
+TRAIN_TOP = {"markov", "bayes", "transformer", "evaluation", "plumbing.cli", "plumbing.rundir", "plumbing.style"}
 TRAIN_ENGINE = {"train": {"engine.ensemble"}}
 # the files past ~500 lines, and why a reader would accept it
 LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training, the K2_hat searches with their run-time "
@@ -197,10 +197,6 @@ def test_no_file_past_500_lines_without_a_reason():
 
 # ----------------------------------------------------------------------------- the README's reading order
 
-NAMES = r"`[\w.]+`(?:(?:, | / | and )`[\w.]+`)*"  # one name, or a group whose range spans them all
-RANGE = re.compile(rf"({NAMES}) (\d+)(?:-(\d+))?(?!\d)")
-
-
 def spans(path: str) -> dict[str, tuple[int, int]]:
     """Every function, class (with its methods, and a function's inner functions, as outer.name) and module-level
     assignment of a file: its lines."""
@@ -219,30 +215,27 @@ def spans(path: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def reading_order() -> list[tuple[str, str, int, int]]:
-    """(file, names, first line, last line) of every range the README's reading-order tables give."""
+def reading_order() -> list[tuple[str, str]]:
+    """(file, name) for every function, class or constant the README's reading order names: each item names its
+    files and then what to read in them; a name is looked up in the item's file that defines it."""
     text = open(os.path.join(ROOT, "README.md")).read()
     section = text[text.index("## Reading order"):]
     section = section[: section.index("\n## ", 3)]
     found = []
-    for line in section.splitlines():
-        cells = line.split("|")
-        if len(cells) > 3 and cells[1].strip().startswith("`"):
-            for path in re.findall(r"`([\w/]+\.py)`", cells[1]):
-                for names, a, b in RANGE.findall(cells[3]):
-                    found.append((path, names, int(a), int(b or a)))
+    for item in re.split(r"\n(?=\d+\. |- )", section)[1:]:
+        paths = re.findall(r"`([\w/]+\.py)`", item)
+        for name in re.findall(r"`([A-Za-z_][\w.]*)`", item):
+            if not name.endswith(".py"):
+                defining = [p for p in paths if name in spans(os.path.join(ROOT, p))]
+                found.append((defining[0] if defining else paths[0], name))
     return found
 
 
-def test_the_reading_order_names_ranges():
-    assert len(reading_order()) >= 30
+def test_the_reading_order_names_every_file_of_the_readers_path_and_every_script():
+    named = {path for path, _ in reading_order()}
+    assert {f"{m}.py" for m in READERS_PATH} | {f"{m}.py" for m in SCRIPTS} <= named, "a file the reading order skips"
 
 
-@pytest.mark.parametrize("path, names, first, last", reading_order())
-def test_reading_order_ranges_are_where_the_functions_are(path, names, first, last):
-    where = spans(os.path.join(ROOT, path))
-    listed = re.findall(r"`([\w.]+)`", names)
-    missing = [n for n in listed if n not in where]
-    assert not missing, f"{path} has no {missing}"
-    want = (where[listed[0]][0], where[listed[-1]][1])
-    assert (first, last) == want, f"README: {names} {first}-{last}; {path}: {want[0]}-{want[1]}"
+@pytest.mark.parametrize("path, name", reading_order())
+def test_the_reading_order_names_what_its_files_define(path, name):
+    assert name in spans(os.path.join(ROOT, path)), f"README's reading order: {path} has no {name}"

@@ -10,10 +10,11 @@ from matplotlib.figure import Figure
 
 import train
 from analysis import runs
-from bayes import COLORS, PREDICTORS
+from bayes import PREDICTORS
 from engine import fastdata
 from markov import TaskSet
 from plumbing import rundir
+from plumbing.style import COLORS
 from runners import grids, probes
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 from train import Config, eval_steps
