@@ -2,7 +2,7 @@
 Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other settings, each a rung that can restore the
 theory's tau ~ N / log N (the theory's coordinates measured in both models: tau_velocities.py).
 
-At the settings of the committed record (sa_transformer.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
+At the settings of the committed record (sa_scaling.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
 128, ours; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
 while the theory's rate H_N / N falls x5.3 over that range. Which difference from the theory's regime takes the runs
 out of it? The SGD settings first:
@@ -46,13 +46,12 @@ import numpy as np
 import torch
 
 from analysis.estimators import median_ci
-from analysis.sa_analysis import fit_tau_censored
-from analysis.sa_model import layers
-from analysis.sa_theory import harmonic
-from analysis.transformer_tau import TRAINING, fresh_batch, induction, rounded_run, tau_2gen_drop, train_one
-from markov import check_int
+from analysis.sa_fits import fit_tau_censored
+from analysis.transformer_tau import (TRAINING, fresh_batch, induction, rounded_run, tau_2gen_drop, train_one,
+                                      transformer_summary)
 from plumbing import cli
-from sa_transformer import Run, train_sa, transformer_summary
+from plumbing.rundir import write_json
+from sa_transformer import Run, harmonic, layers, train_sa
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
     "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
@@ -97,9 +96,7 @@ def _train_job(job: tuple) -> dict:
     path = run_path(root, name, N, seed)
     run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0],
                                 checkpoint=path + ".ckpt"))  # a run of hours resumes from its last evaluation
-    with open(path + ".tmp", "w") as f:
-        json.dump(run, f)
-    os.replace(path + ".tmp", path)  # atomic: a killed screen leaves whole runs only
+    write_json(path, run)  # atomic: a killed screen leaves whole runs only
     if os.path.exists(path + ".ckpt"):  # none when the run ended at its first evaluation
         os.remove(path + ".ckpt")
     return run
@@ -124,10 +121,7 @@ def _hybrid_job(job: tuple) -> dict:
     run = {"N": N, "seed": seed, "cap": HYBRID_CAP, "readout": HYBRIDS[name][0], "levels": out["levels"],
            "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
            "tau": None if math.isnan(out["tau"]) else out["tau"]}
-    path = run_path(root, name, N, seed)
-    with open(path + ".tmp", "w") as f:
-        json.dump(run, f)
-    os.replace(path + ".tmp", path)
+    write_json(run_path(root, name, N, seed), run)
     return run
 
 
@@ -445,8 +439,7 @@ def collect(root: str, figures: str) -> dict:
     if hybrid_runs:
         result["hybrid_runs"] = hybrid_runs
         result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"])
-    with open(stored_path, "w") as f:
-        json.dump(result, f)
+    write_json(stored_path, result)
     plot(result, os.path.join(figures, "tau_settings.png"))
     return result
 
@@ -488,7 +481,7 @@ def main():
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
           f"{Ns}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
-    cli.parallel_map(_run_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
+    cli.parallel_map(_run_job, jobs, args.jobs, progress="runs",
                      cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])
     result = collect(args.root, args.figures)
     print(f"wrote {args.figures}/tau_settings.png and .json")

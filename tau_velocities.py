@@ -25,13 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from analysis.estimators import median_ci
-from analysis.sa_model import C, SATransformer, layers, target_loss
-from analysis.sa_theory import harmonic
-from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, rounded_run,
-                                      train_one)
-from markov import check_int
+from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, rounded_run, train_one,
+                                      transformer_summary)
 from plumbing import cli
-from sa_transformer import Run, train_sa, transformer_summary
+from plumbing.rundir import write_json
+from sa_transformer import C, Run, SATransformer, harmonic, layers, target_loss, train_sa
 from transformer import layer_norm
 
 MEASURE = dict(N=(32, 64, 128, 256), seeds=(0, 1), fractions=(0.0, 0.1, 0.25, 0.5), batch=16384, chunk=1024,
@@ -136,9 +134,7 @@ def _measure_job(job: tuple) -> dict:
         out = {"t": run["t"], "phi": phi, "loss": run["masked_loss"]}
     result = {"model": model_name, "N": N, "seed": seed, "times": {str(t): rows[t] for t in times}, **out}
     path = os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
+    write_json(path, result)
     return result
 
 
@@ -276,8 +272,7 @@ def collect_measurements(root: str, figures: str) -> dict:
         record = json.load(f)["transformer_runs"]
     result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
               "runs": measured, "summary": measure_summary(measured, record)}
-    with open(os.path.join(figures, "tau_velocities.json"), "w") as f:
-        json.dump(result, f)
+    write_json(os.path.join(figures, "tau_velocities.json"), result)
     plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, "tau_velocities.png"))
     return result
 
@@ -308,7 +303,7 @@ def main():
             if not os.path.exists(os.path.join(args.root, f"measure_{model}_N{N}_s{seed}.json"))]
     print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
           f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
-    cli.parallel_map(_measure_job, jobs, check_int("--jobs", args.jobs, 1), progress="runs",
+    cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs",
                      cost=[j[4][-1] * j[2] * (1 + j[2] / 128) * (0.3 if j[1] == "sa" else 1) for j in jobs])
     measured = collect_measurements(args.root, args.figures)
     print(f"wrote {path[:-4]}png and .json")

@@ -306,7 +306,7 @@ def fit_sigmoid(steps: list[int], fraction: list[float], maxfev: int = 20_000) -
     if f.max() <= 0:
         return {"A": 0.0, "log_t0": None, "width": None}  # nothing memorized: no sigmoid to place
     half = t[np.argmax(f >= f.max() / 2)]
-    # least squares with bounds; imported here, not at the top: ~0.6 s that k1.py's, k2.py's and sa_transformer.py's
+    # least squares with bounds; imported here, not at the top: ~0.6 s that k1.py's, k2.py's and sa_scaling.py's
     # --help (and every other use of this module) does not need
     from scipy.optimize import OptimizeWarning, curve_fit
     with warnings.catch_warnings():  # few points make the covariance singular; only the asymptote is used

@@ -13,19 +13,24 @@ censored (the cap a lower bound), never a value. The first halfway crossing (`cr
 On CUDA the seeds of one N train as one batched model (`train_seeds`: torch.func.vmap over stacked parameters, each
 seed's data drawn from its own generator), each seed equal to float rounding to itself trained alone (`train_one`).
 """
+import json
 import math
 import os
+import time
 
 import torch
 import torch.nn.functional as F
 
-from analysis.sa_model import C
+from analysis.sa_fits import fit_tau_censored
 from bayes import nll, one_gen, two_gen
 from engine import fastdata
 from kernels import markov_walk
 from markov import ablate_bias, sample_chains, sample_sequences, stationary, uniforms
+from plumbing import cli
 from plumbing.rundir import save_atomic
 from transformer import Transformer, attention_scores, layer_norm
+
+C = 10  # the chains' states in Fig. 6's setting (the paper's C)
 
 # ----------------------------------------------------------------------------- data and levels
 
@@ -330,3 +335,111 @@ def rounded_run(run: dict) -> dict:
     """The run's record as stored in the JSON: the trajectory rounded (loss to 1e-5 nats, phi to 1e-4), enough to
     re-read the criterion, whose level gaps are 0.03 nats and more."""
     return {**run, "loss": [round(y, 5) for y in run["loss"]], "phi": [round(p, 4) for p in run["phi"]]}
+
+
+# ----------------------------------------------------------------------------- the record of Fig. 6c bottom
+
+
+def _train_one_job(args: tuple) -> dict:
+    return train_one(*args)
+
+
+def train_transformers(P: dict, jobs: int, device: str = "cpu", todo: list | None = None, done=None) -> dict:
+    """Fig. 6c bottom: {N: [runs]} of the non-autoregressive transformer without MLP1 at the (N, seed) pairs of
+    `todo` (default: every N of P with its seeds_transformer seeds). On CUDA an N's seeds train as one batched model
+    (train_seeds), one N after the other; on the CPU every pair is a one-thread process (train_one), `jobs` at a time,
+    smallest N first. done(N, runs), if given, is called as runs finish (on the CPU each run, on CUDA each N), so
+    that a call cut short keeps what it finished: an N of the paper's protocol takes hours on two cores."""
+    if todo is None:
+        todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"])]
+    cap, eval_batch = P["transformer_iters"], P["transformer_eval_batch"]
+    out, t0 = {}, time.time()
+
+    def finished(N, runs):
+        runs = [rounded_run(r) for r in runs]
+        out.setdefault(N, []).extend(runs)
+        print(f"transformer N = {N}, seeds {[r['seed'] for r in runs]}: {[tau_2gen_drop(r)['status'] for r in runs]}, "
+              f"{[r['t'][-1] for r in runs]} steps ({time.time() - t0:.0f} s so far)", flush=True)
+        if done is not None:
+            done(N, runs)
+
+    if device == "cpu":
+        jobs_ = [(N, s, cap, eval_batch) for N, s in sorted(todo)]
+        # a step's time on one VM core grows about as fast as N (30, 52, 110 and 330-465 ms at N = 32, 64, 128, 256 in
+        # the paper-protocol runs, evaluations included): the ETA's weights, the steps a run takes unknown until it ends
+        cli.parallel_map(_train_one_job, jobs_, jobs, progress=f"transformer runs ({len(jobs_)})",
+                         cost=[N * (1 + N / 128) for N, *_ in jobs_], on_result=lambda job, run: finished(job[0], [run]))
+    else:
+        by_N = {}
+        for N, s in todo:
+            by_N.setdefault(N, []).append(s)
+        for N, seeds in sorted(by_N.items()):
+            finished(N, train_seeds(N, seeds, cap, eval_batch, device))
+    return out
+
+
+def merge_transformer_runs(result: dict, runs: dict):
+    """Merge {N: [runs]} into result's "transformer_runs" {N: {seed: run}} and re-read the criterion from them all
+    (transformer_summary)."""
+    stored = result.setdefault("transformer_runs", {})
+    for N, group in runs.items():
+        stored.setdefault(str(N), {}).update({str(r["seed"]): r for r in group})
+    result["transformer_runs"] = {N: dict(sorted(stored[N].items(), key=lambda kv: int(kv[0])))
+                                  for N in sorted(stored, key=int)}
+    result["transformer_tau"] = transformer_summary(result["transformer_runs"])
+
+
+def check_protocol(stored: dict, P: dict):
+    """A ValueError (exit 2, before training) unless every run of the record's transformer runs {N: {seed: run}} has
+    P's protocol: what its numbers depend on besides N and seed (the step cap, the eval set's size, TRAINING). One fit
+    over N must not mix two protocols."""
+    want = json.dumps({"cap": P["transformer_iters"], "eval_batch": P["transformer_eval_batch"], **TRAINING})
+    other = {json.dumps({k: run.get(k) for k in json.loads(want)}) for runs in stored.values() for run in runs.values()}
+    if other - {want}:
+        raise ValueError(f"sa_scaling.json holds transformer runs of another protocol ({', '.join(sorted(other - {want}))}; "
+                         f"this preset's: {want}): name their --preset, or --figures DIR for a record of these")
+
+
+def previous_transformer_runs(path: str) -> dict:
+    """The transformer runs {N: {seed: run}} of the record at path; none if there is no readable record."""
+    try:
+        with open(path) as f:
+            return json.load(f).get("transformer_runs", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
+    """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
+    and merge them in; write(result), if given, as runs finish (train_transformers' done). The record's runs must be
+    of P's protocol (check_protocol). The earlier record's runs that kept only tau (no trajectory:
+    "tau_transformer") are not runs here, and stay as they are."""
+    stored = result.get("transformer_runs", {})
+    check_protocol(stored, P)
+    todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"]) if str(s) not in stored.get(str(N), {})]
+    print(f"transformer runs (N, seed) = {todo} (at most {P['transformer_iters']} steps, {device}); "
+          f"{sum(map(len, stored.values()))} in the record", flush=True)
+
+    def done(N, runs):
+        merge_transformer_runs(result, {N: runs})
+        if write is not None:
+            write(result)
+
+    if todo:
+        train_transformers(P, jobs, device, todo, done)
+
+
+def transformer_summary(stored: dict) -> dict:
+    """Fig. 6c bottom re-read from the stored trajectories {N: {seed: run}}: per N, each seed's tau_2gen_drop (status,
+    tau or None, the censoring bound, max phi, the head's formation, the first halfway crossing, the steps run), and
+    the fits of the sustained-drop tau (fit_tau_censored: medians over seeds, a run without a confirmed drop counted as
+    longer than its run) and, beside it, of the head's formation and of the first crossing."""
+    per_N = {N: [tau_2gen_drop(r) for r in runs.values()] for N, runs in stored.items()}
+    out = {"N": {N: {key: [r[key] for r in rows] for key in rows[0]} | {"seeds": [int(s) for s in stored[N]]}
+                 for N, rows in per_N.items()}}
+    out["fit"] = fit_tau_censored({N: [r["tau"] if r["status"] == "tau" else None for r in rows]
+                                   for N, rows in per_N.items()})
+    out["fit_head"] = fit_tau_censored({N: [r["head"] for r in rows] for N, rows in per_N.items()})
+    out["fit_first_crossing"] = fit_tau_censored({N: [None if math.isnan(r["first_crossing"]) else r["first_crossing"]
+                                                      for r in rows] for N, rows in per_N.items()})
+    return out

@@ -18,10 +18,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import sa_transformer as sa
+import sa_scaling as sa
 import tau_settings as ts
 import trace
-from analysis import sa_analysis, thresholds
+from analysis import sa_fits, thresholds
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
 from analysis.transformer_tau import tau_2gen_drop
@@ -301,7 +301,7 @@ def sa_dynamics():
 def sa_parameters():
     run = load("sa_scaling.json")["runs"]["full_control"][0]
     t = max(run["snapshots"], key=int)
-    return [f(sa_analysis.normalized_parameters(run["snapshots"][t])["P1"][1], 2), t]
+    return [f(sa.normalized_parameters(run["snapshots"][t])["P1"][1], 2), t]
 
 
 def sa_theory():
@@ -311,8 +311,8 @@ def sa_theory():
 
 def delta_at_beta(runs: list, beta: float = 1.0) -> float:
     """delta of the seed-mean trajectory where its beta first reaches `beta` (linear between evaluations)."""
-    _, b = sa_analysis.seed_mean(runs, "beta")
-    _, d = sa_analysis.seed_mean(runs, "delta")
+    _, b = sa_fits.seed_mean(runs, "beta")
+    _, d = sa_fits.seed_mean(runs, "delta")
     i = int(np.argmax(b >= beta))
     return float(np.interp(beta, b[: i + 1], d[: i + 1]))
 

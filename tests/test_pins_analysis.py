@@ -1,4 +1,4 @@
-"""The fits behind Fig. 6b-c (analysis/sa_analysis.py) and Fig. 8f (mem_minimal.py) at the choices a symmetric test
+"""The fits behind Fig. 6b-c (analysis/sa_fits.py) and Fig. 8f (mem_minimal.py) at the choices a symmetric test
 cannot see: which seeds' statistic (a mean, not a median), which points a window holds (both ends), the spread
 drawn as error bars, and the sign of the K2_hat criterion."""
 import math
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import mem_minimal as mm
-from analysis import sa_analysis
+from analysis import sa_fits
 
 
 def test_tau_fit_averages_the_seeds():
     """Three seeds at 1/3, 2/3 and 2 times 3 N / log N: their mean is 3 N / log N (prefactor 3, slope 1), their
     median 2 N / log N, their geometric mean (4/9)^(1/3) 3 N / log N."""
     Ns = [32, 64, 128, 256]
-    fit = sa_analysis.fit_tau({N: [f * 3 * N / math.log(N) for f in (1 / 3, 2 / 3, 2)] for N in Ns})
+    fit = sa_fits.fit_tau({N: [f * 3 * N / math.log(N) for f in (1 / 3, 2 / 3, 2)] for N in Ns})
     assert fit["prefactor"] == pytest.approx(3.0) and fit["slope_vs_N_over_logN"] == pytest.approx(1.0)
 
 
@@ -24,9 +24,9 @@ def test_rate_and_power_windows_include_both_ends():
     t = [0, 10, 20, 30, 40, 50, 60]
     y = [100.0, 4.0, 2.0, 3.0, 4.0, 9.0, -100.0]  # window [10, 50]: (10, 4), (20, 2), (30, 3), (40, 4), (50, 9)
     # mean t 30, mean y 4.4; S_ty = (-20)(-0.4) + (-10)(-2.4) + 0 + 10(-0.4) + 20(4.6) = 120, S_tt = 1000
-    assert sa_analysis.fit_rate(t, y, 10, 50) == pytest.approx(0.12)
+    assert sa_fits.fit_rate(t, y, 10, 50) == pytest.approx(0.12)
     logs = np.log([10, 20, 30, 40, 50]), np.log(y[1:6])
-    assert sa_analysis.fit_power(t, y, 10, 50) == pytest.approx(np.polyfit(*logs, 1)[0])
+    assert sa_fits.fit_power(t, y, 10, 50) == pytest.approx(np.polyfit(*logs, 1)[0])
 
 
 def test_tau_of_the_exponent_windows_is_the_mean_over_seeds():
@@ -34,7 +34,7 @@ def test_tau_of_the_exponent_windows_is_the_mean_over_seeds():
     t = list(range(0, 1001, 10))
     runs = [{"t": t, "beta": [x * (1 + i) for x in t], "delta": [x**2 for x in t], "tau": tau}
             for i, tau in enumerate((100.0, 200.0, 600.0, math.nan))]
-    assert sa_analysis.summarize_exponents(runs, [(0.1, 1.0)])["tau_mean"] == 300.0
+    assert sa_fits.summarize_exponents(runs, [(0.1, 1.0)])["tau_mean"] == 300.0
 
 
 def test_geometric_stats_are_the_mean_and_spread_in_log2():

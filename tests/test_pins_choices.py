@@ -14,7 +14,7 @@ import mem_minimal as mm
 import task_vectors as tv
 import trace
 import train
-from analysis import runs, sa_analysis
+from analysis import runs, sa_fits
 from bayes import PREDICTORS
 
 # ----------------------------------------------------------------------------- Fig. 4: k-NN separability
@@ -107,7 +107,7 @@ def test_the_prefactor_is_the_least_squares_of_log_tau_at_slope_one():
     Ns = [16, 64, 256]
     ratio = {16: 2.0, 64: 8.0, 256: 32.0}
     taus = {N: [ratio[N] * N / math.log(N) * f for f in (0.5, 1.5)] for N in Ns}  # seed mean: ratio N / log N
-    fit = sa_analysis.fit_tau(taus)
+    fit = sa_fits.fit_tau(taus)
     assert fit["prefactor"] == pytest.approx(8.0, rel=1e-12)
     y = np.log([ratio[N] * N / math.log(N) for N in Ns])
     for name, x in (("N_over_logN", np.log([N / math.log(N) for N in Ns])), ("N", np.log(Ns))):

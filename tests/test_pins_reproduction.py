@@ -25,10 +25,10 @@ import k1
 import k2
 import mem_minimal as mm
 import predictor_scaling
-import sa_transformer
+import sa_scaling as sa
 import train
 from analysis.estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
-from analysis.sa_theory import F1_exact, F_d, I_coefficient, predicted_rates
+from sa_transformer import F1_exact, F_d, I_coefficient, predicted_rates
 from analysis.thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
 from bayes import PREDICTORS
 from engine import fastdata
@@ -160,11 +160,11 @@ def test_sa_dynamics_numbers_from_the_committed_trajectories():
     dynamics seeds and the final and early weights."""
     d = committed("sa_scaling.json")
     runs = d["runs"]
-    dyn = {key: runs[name] for name, key in sa_transformer.SETTINGS.items()}
+    dyn = {key: runs[name] for name, key in sa.SETTINGS.items()}
     frozen = {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    N_dyn = sa_transformer.PRESETS[d["preset"]]["N_dyn"]
-    w_plateau, tau_control = sa_transformer.plateau_weights(dyn[(False, False)], N_dyn)
-    out = sa_transformer.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
+    N_dyn = sa.PRESETS[d["preset"]]["N_dyn"]
+    w_plateau, tau_control = sa.plateau_weights(dyn[(False, False)], N_dyn)
+    out = sa.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
     assert close(json.loads(json.dumps(out)), {k: d[k] for k in out}, rel=1e-5)
 
 

@@ -1,5 +1,5 @@
 """A redraw from a committed JSON leaves that JSON byte for byte as it was (a clone's `git status` stays clean after
-a pure redraw) and says what it wrote: sa_transformer.py, mem_minimal.py, task_vectors.py and trace.py circuits."""
+a pure redraw) and says what it wrote: sa_scaling.py, mem_minimal.py, task_vectors.py and trace.py circuits."""
 import json
 import os
 import shutil
@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 import mem_minimal as mm
-import sa_transformer as sa
+import sa_scaling as sa
 import task_vectors as tv
 import trace
 from stand_ins import run  # noqa: F401 (a fixture)
@@ -46,7 +46,7 @@ def test_sa_transformer_replot_leaves_its_json_as_it_was(tmp_path, capsys):
     assert len(list(tmp_path.glob("sa_*.png"))) == 5
 
 
-def test_sa_transformer_replot_rewrites_its_json_for_a_new_number_not_for_float_noise(tmp_path, monkeypatch):
+def test_sa_scaling_replot_rewrites_its_json_for_a_new_number_not_for_float_noise(tmp_path, monkeypatch):
     """A refit on another machine moved the last digits (relative 1.2e-13): the record stays. A refit that changes
     a number (here one slope by 1e-6) goes into it, and that line alone changes: the others keep their digits."""
     before = committed(tmp_path, **{"sa_scaling.json": "sa_scaling.json"})
@@ -150,7 +150,7 @@ def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path,
 
 REDRAWS = [("train.py", [], "fig2a_K256.json"), ("sweep.py", [], "fig2bc.json"), ("k2.py", ["sweep"], "k2.json"),
            ("k1.py", ["search"], "k1.json"), ("trace.py", ["circuits"], "circuits.json"),
-           ("sa_transformer.py", [], "sa_scaling.json"), ("mem_minimal.py", [], "mem_minimal.json"),
+           ("sa_scaling.py", [], "sa_scaling.json"), ("mem_minimal.py", [], "mem_minimal.json"),
            ("task_vectors.py", [], "task_vectors.json"), ("tau_settings.py", [], "tau_settings.json"),
            ("tau_velocities.py", [], "tau_velocities.json"), ("predictor_scaling.py", [], "predictor_scaling.json")]
 

@@ -1,5 +1,5 @@
-"""analysis/sa_model.py, sa_theory.py, sa_analysis.py, sa_transformer.py: exact limits of the SA-transformer, its
-factorized attention, the theory, the fits and figures."""
+"""sa_transformer.py (the model, its theory, its training), analysis/sa_fits.py and sa_scaling.py (Figs. 5, 6, A4,
+A7): exact limits of the SA-transformer, its factorized attention, the theory, the fits and figures."""
 import itertools
 import json
 import math
@@ -12,8 +12,9 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-import sa_transformer as sa
-from analysis import sa_analysis, sa_model, sa_theory
+import sa_scaling as sa
+import sa_transformer as sat
+from analysis import sa_fits
 from analysis import transformer_tau as st
 from markov import sample_chains, sample_sequences
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
@@ -36,13 +37,13 @@ def test_factorized_layer1_equals_explicit_attention():
     lag = torch.arange(N).view(N, 1) - torch.arange(N).view(1, N)
     scores = M1[seqs.unsqueeze(1), seqs.unsqueeze(2)] + P1[lag.clamp(min=0)]  # [b, i, j] = M1[s_j, s_i] + P1[i - j]
     A1 = torch.softmax(scores.masked_fill(lag < 0, -math.inf), -1)
-    torch.testing.assert_close(sa_model.layer1(seqs, X, M1, P1), A1 @ X)
+    torch.testing.assert_close(sat.layer1(seqs, X, M1, P1), A1 @ X)
 
 
 def test_at_initialization_the_experts_are_one_point_statistics():
     seqs = batch()
     N = seqs.shape[1]
-    e = sa_model.experts(seqs, *sa_model.SATransformer(N).attention_parameters())
+    e = sat.experts(seqs, *sat.SATransformer(N).attention_parameters())
     X = torch.nn.functional.one_hot(seqs, 10).float()
     freq = X.mean(1)
     torch.testing.assert_close(e[:, 0], X[:, -1])
@@ -50,13 +51,13 @@ def test_at_initialization_the_experts_are_one_point_statistics():
     torch.testing.assert_close(e[:, 2], freq)  # uniform layer-2 attention
     H = torch.tensor([sum(1 / i for i in range(j + 1, N + 1)) for j in range(N)])  # sum_{i >= j} 1 / i
     torch.testing.assert_close(e[:, 3], (X * H.view(1, N, 1)).sum(1) / N)  # running means, averaged
-    model = sa_model.SATransformer(N)
+    model = sat.SATransformer(N)
     torch.testing.assert_close(model.weights(), torch.full((4,), 0.25))
 
 
 def test_large_beta_delta_with_w_C_is_the_empirical_two_point_estimate():
     seqs = batch(B=40, N=60, seed=2)
-    model = sa_model.SATransformer(60, reduced=True)
+    model = sat.SATransformer(60, reduced=True)
     with torch.no_grad():
         model.beta.fill_(80.0)
         model.delta.fill_(40.0)
@@ -77,12 +78,12 @@ def test_large_beta_delta_with_w_C_is_the_empirical_two_point_estimate():
 
 def test_reduced_model_is_the_full_model_with_constrained_parameters():
     seqs = batch(N=25, seed=3)
-    reduced = sa_model.SATransformer(25, reduced=True)
+    reduced = sat.SATransformer(25, reduced=True)
     with torch.no_grad():
         reduced.beta.fill_(1.7)
         reduced.delta.fill_(0.8)
         reduced.logits.copy_(torch.tensor([0.3, -0.2, 0.5]))
-    full = sa_model.SATransformer(25)
+    full = sat.SATransformer(25)
     M1, P1, M2, P2 = reduced.attention_parameters()
     with torch.no_grad():
         for name, value in zip(("M1", "P1", "M2", "P2"), (M1, P1, M2, P2)):
@@ -92,7 +93,7 @@ def test_reduced_model_is_the_full_model_with_constrained_parameters():
     assert reduced.beta_delta() == pytest.approx((1.7, 0.8))
     # eq. (minimal_simple): A1_{ji} = ((e^delta - 1) [j = i - 1] + 1) / (i + e^delta - 1), i = positions seen
     X = torch.nn.functional.one_hot(seqs, 10).float()
-    h = sa_model.layer1(seqs, X, M1, P1)
+    h = sat.layer1(seqs, X, M1, P1)
     i = 7  # 0-indexed position 7 sees 8 states
     expected = (X[:, : i + 1].sum(1) + (math.exp(0.8) - 1) * X[:, i - 1]) / (i + 1 + math.exp(0.8) - 1)
     torch.testing.assert_close(h[:, i], expected)
@@ -100,38 +101,38 @@ def test_reduced_model_is_the_full_model_with_constrained_parameters():
 
 def test_gradients_are_finite_and_masked_samples_carry_none():
     g = torch.Generator().manual_seed(4)
-    context, target = sa.fresh_batch(64, 12, g)
-    model = sa_model.SATransformer(12)
+    context, target = st.fresh_batch(64, 12, g)
+    model = sat.SATransformer(12)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 1, generator=g)
-    raw, present = sa_model.target_loss(model(context), target)
+    raw, present = sat.target_loss(model(context), target)
     assert (~present).any() and present.any()
     raw.mean().backward()
     assert all(p.grad.isfinite().all() for p in model.parameters())
     model.zero_grad()
-    raw, _ = sa_model.target_loss(model(context[~present]), target[~present])
+    raw, _ = sat.target_loss(model(context[~present]), target[~present])
     raw.sum().backward()
     assert all((p.grad == 0).all() for p in model.parameters())
 
 
 def test_F1_monte_carlo_matches_the_closed_form():
-    F1 = sa_theory.F_d(3, 200_000)[0]
-    assert abs(F1 - sa_theory.F1_exact()) / sa_theory.F1_exact() < 0.02
-    assert sa_theory.F1_exact() == pytest.approx(9 / 110)
-    assert sa_theory.I_coefficient(50_000) > 0
+    F1 = sat.F_d(3, 200_000)[0]
+    assert abs(F1 - sat.F1_exact()) / sat.F1_exact() < 0.02
+    assert sat.F1_exact() == pytest.approx(9 / 110)
+    assert sat.I_coefficient(50_000) > 0
 
 
 def test_power_fit_and_crossing():
     t = [1, 2, 4, 8, 16]
-    assert sa_analysis.fit_power(t, [3 * x**2 for x in t], 1, 16) == pytest.approx(2.0)
-    assert sa.crossing([0, 10, 20], [2.0, 1.5, 1.0], 1.25) == pytest.approx(15.0)
-    assert math.isnan(sa.crossing([0, 10], [2.0, 1.9], 1.0))
+    assert sa_fits.fit_power(t, [3 * x**2 for x in t], 1, 16) == pytest.approx(2.0)
+    assert st.crossing([0, 10, 20], [2.0, 1.5, 1.0], 1.25) == pytest.approx(15.0)
+    assert math.isnan(st.crossing([0, 10], [2.0, 1.9], 1.0))
 
 
 @pytest.mark.parametrize("args", [["--N", "1"], ["--preset", "tiny"], ["--jobs", "0"]])
 def test_bad_input(run, args):
-    r = run("sa_transformer.py", *args)
+    r = run("sa_scaling.py", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -141,8 +142,8 @@ def test_bad_input(run, args):
 def test_predictor_levels_by_hand():
     """The last-position losses of 1-Gen, 2-Gen, raw frequencies and the best smoothed 1-point
     predictor, counted sample by sample from the context, and the masked means over present targets."""
-    context, target = sa.fresh_batch(60, 8, torch.Generator().manual_seed(5))
-    levels = sa.predictor_levels(context, target)
+    context, target = st.fresh_batch(60, 8, torch.Generator().manual_seed(5))
+    levels = st.predictor_levels(context, target)
     C, N = 10, 8
     rows = []
     for s, y in zip(context.tolist(), target.tolist()):
@@ -193,18 +194,18 @@ class LinearLossModel(torch.nn.Module):
 def test_tau_is_the_halfway_crossing_of_the_masked_loss(monkeypatch):
     """tau_2Gen on a loss curve with a known crossing: halfway between the raw-frequency plateau and
     2-Gen (both on the masked samples), interpolated between evaluations every 30 steps."""
-    monkeypatch.setattr(sa, "SATransformer", LinearLossModel)
-    draw = sa.fresh_batch
+    monkeypatch.setattr(sat, "SATransformer", LinearLossModel)
+    draw = st.fresh_batch
     one_batch = draw(4, 16, torch.Generator().manual_seed(0))
-    monkeypatch.setattr(sa, "fresh_batch", lambda B, N, g, ablate=False: one_batch if B == 4 else draw(B, N, g, ablate))
-    r = sa.train_sa(sa.Run(N=16, iters=400, batch=4, eval_every=30, eval_batch=256))  # the stub ignores its batches
+    monkeypatch.setattr(sat, "fresh_batch", lambda B, N, g, ablate=False: one_batch if B == 4 else draw(B, N, g, ablate))
+    r = sat.train_sa(sat.Run(N=16, iters=400, batch=4, eval_every=30, eval_batch=256))  # the stub ignores its batches
     threshold = 0.5 * (r["levels"]["masked_loss_frequencies"] + r["levels"]["masked_loss_2gen"])
     assert r["t"][:3] == [0, 30, 60] and r["t"][-1] == 400
     torch.testing.assert_close(torch.tensor(r["masked_loss"]), 4.0 - 0.01 * torch.tensor(r["t"], dtype=torch.float))
     assert all(raw > masked + 1 for raw, masked in zip(r["loss"], r["masked_loss"]))
     assert r["tau"] == pytest.approx((4.0 - threshold) / 0.01, rel=1e-4)
     assert r["tau"] % 30 != 0  # interpolated, not an evaluation step
-    r = sa.train_sa(sa.Run(N=16, iters=400, batch=4, eval_every=7, eval_batch=256, stop_after=1.1))
+    r = sat.train_sa(sat.Run(N=16, iters=400, batch=4, eval_every=7, eval_batch=256, stop_after=1.1))
     assert r["t"][-2] < 1.1 * r["tau"] <= r["t"][-1] < 400  # stops at the first evaluation past 1.1 tau
 
 
@@ -219,8 +220,8 @@ def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
     e[torch.arange(B), 0, target] = (torch.arange(B) % 2 == 0).float()
     e[:, 2] = 0.25 / 9
     e[torch.arange(B), 2, target] = 0.25
-    monkeypatch.setattr(sa_theory, "experts", lambda context, *args, h=None: e[: context.shape[0]])
-    loss = sa_theory.landscape(context, target, [0.0, 1.0], [0.0])
+    monkeypatch.setattr(sat, "experts", lambda context, *args, h=None: e[: context.shape[0]])
+    loss = sat.landscape(context, target, [0.0, 1.0], [0.0])
     assert loss.shape == (1, 2)
     assert loss[0, 0] == pytest.approx(0.5 * math.log(12), rel=1e-5)
 
@@ -228,17 +229,17 @@ def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
 def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
     """At each (delta, beta): the masked loss of the reduced model, minimized over w_A..w_D by L-BFGS on
     softmax logits (an independent optimizer), within 1e-4."""
-    context, target = sa.fresh_batch(300, 16, torch.Generator().manual_seed(6))
+    context, target = st.fresh_batch(300, 16, torch.Generator().manual_seed(6))
     betas, deltas = [0.0, 3.0], [0.5, 2.0]
-    got = sa_theory.landscape(context, target, betas, deltas)
+    got = sat.landscape(context, target, betas, deltas)
     present = (context == target[:, None]).any(1)
-    model = sa_model.SATransformer(16, reduced=True)
+    model = sat.SATransformer(16, reduced=True)
     for i, delta in enumerate(deltas):
         for j, beta in enumerate(betas):
             with torch.no_grad():
                 model.beta.fill_(beta)
                 model.delta.fill_(delta)
-                e = sa_model.experts(context[present], *model.attention_parameters()).double()
+                e = sat.experts(context[present], *model.attention_parameters()).double()
             p = e[torch.arange(e.shape[0]), :, target[present]]  # (B, 4)
             z = torch.zeros(4, dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-10, tolerance_change=1e-12,
@@ -257,28 +258,28 @@ def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
 def test_rate_and_exponent_fits_on_synthetic_curves():
     t = torch.arange(0, 101, 5).tolist()
     y = [3 + 0.5 * x if 10 <= x <= 50 else x**2 for x in t]  # linear only inside the window
-    assert sa_analysis.fit_rate(t, y, 10, 50) == pytest.approx(0.5)
-    assert math.isnan(sa_analysis.fit_rate(t, y, 10, 14))  # fewer than 3 points
+    assert sa_fits.fit_rate(t, y, 10, 50) == pytest.approx(0.5)
+    assert math.isnan(sa_fits.fit_rate(t, y, 10, 14))  # fewer than 3 points
     # beta ~ t and delta ~ t^2 on [0.05, 0.5] tau, something else after; two seeds, one stopped early
     t = list(range(0, 2001, 10))
     runs = [{"t": t, "beta": [2 * x if x <= 500 else x**3 for x in t], "delta": [1e-3 * x**2 if x <= 500 else x for x in t],
              "tau": 1000.0},
             {"t": t[:120], "beta": [6 * x if x <= 500 else 1.0 for x in t[:120]], "delta": [3e-3 * x**2 for x in t[:120]],
              "tau": math.nan}]
-    tm, mean = sa_analysis.seed_mean(runs, "beta")
+    tm, mean = sa_fits.seed_mean(runs, "beta")
     assert len(tm) == 120 and mean[10] == pytest.approx(4 * 100)
-    out = sa_analysis.summarize_exponents(runs, [(0.05, 0.5)])
+    out = sa_fits.summarize_exponents(runs, [(0.05, 0.5)])
     assert out["tau_mean"] == 1000.0
     assert out["beta"]["0.05-0.5"] == pytest.approx(1.0) and out["delta"]["0.05-0.5"] == pytest.approx(2.0)
-    assert sa_analysis.summarize_exponents(runs, [(0.05, 0.5)], tau=200.0)["beta"]["0.05-0.5"] == pytest.approx(1.0)
+    assert sa_fits.summarize_exponents(runs, [(0.05, 0.5)], tau=200.0)["beta"]["0.05-0.5"] == pytest.approx(1.0)
 
 
 def test_predicted_rates_by_hand():
     """Eq. (parameter_dynamics_simplest) at beta = 0: d beta/dt = w_C I H_N / N, d delta/dt = w_B F_1 / N."""
-    r = sa_theory.predicted_rates(4, 0.3, w_B=0.2, w_C=0.5)
+    r = sat.predicted_rates(4, 0.3, w_B=0.2, w_C=0.5)
     assert r["dbeta_dt"] == pytest.approx(0.5 * 0.3 * (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
     assert r["ddelta_dt"] == pytest.approx(0.2 * (9 / 110) / 4)
-    assert sa_theory.predicted_rates(4, 0.3)["ddelta_dt"] == pytest.approx((9 / 110) / 12)  # the paper's w = 1/3
+    assert sat.predicted_rates(4, 0.3)["ddelta_dt"] == pytest.approx((9 / 110) / 12)  # the paper's w = 1/3
 
 
 def lazy_chains(p, e):
@@ -292,16 +293,16 @@ def test_F_d_against_closed_walks_and_eigenvalues(monkeypatch):
     (1 - e) p 1^T + e I the closed form (C - 1) e^{d+1}."""
     g = torch.Generator().manual_seed(8)
     chains = torch.cat([sample_chains(2, 10, 1.0, g), lazy_chains(sample_chains(1, 10, 1.0, g)[0, :, 0], 0.6)[None]])
-    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: chains)
-    got = sa_theory.F_d(3, 3)
+    monkeypatch.setattr(sat, "sample_chains", lambda n, C, alpha, generator: chains)
+    got = sat.F_d(3, 3)
     T = chains.double().tolist()
     for d in (1, 2, 3):
         trace = [sum(math.prod(Tk[w[(i + 1) % (d + 1)]][w[i]] for i in range(d + 1))
                      for w in itertools.product(range(10), repeat=d + 1)) for Tk in T]
         assert got[d - 1] == pytest.approx(sum(trace) / 3 - 1, rel=1e-9, abs=1e-12)
     lazy = lazy_chains(torch.full((10,), 0.1, dtype=torch.float64), 0.6)
-    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: lazy[None].expand(n, 10, 10))
-    assert sa_theory.F_d(4, 2) == pytest.approx([9 * 0.6 ** (d + 1) for d in range(1, 5)], rel=1e-9)
+    monkeypatch.setattr(sat, "sample_chains", lambda n, C, alpha, generator: lazy[None].expand(n, 10, 10))
+    assert sat.F_d(4, 2) == pytest.approx([9 * 0.6 ** (d + 1) for d in range(1, 5)], rel=1e-9)
 
 
 def test_I_against_its_definition(monkeypatch):
@@ -310,14 +311,14 @@ def test_I_against_its_definition(monkeypatch):
     g = torch.Generator().manual_seed(9)
     p_lazy = sample_chains(1, 10, 1.0, g)[0, :, 0].double()
     chains = torch.cat([sample_chains(3, 10, 1.0, g).double(), lazy_chains(p_lazy, 0.4)[None]])
-    monkeypatch.setattr(sa_theory, "sample_chains", lambda n, C, alpha, generator: chains)
+    monkeypatch.setattr(sat, "sample_chains", lambda n, C, alpha, generator: chains)
     total = []
     for Tk in chains.numpy():
         w, v = np.linalg.eig(Tk)
         p = np.real(v[:, np.argmin(np.abs(w - 1))])
         p = p / p.sum()
         total.append(sum(p[m] ** 2 * (sum(Tk[t, m] ** 2 / p[t] for t in range(10)) - 1) for m in range(10)))
-    assert sa_theory.I_coefficient(4) == pytest.approx(np.mean(total), rel=1e-6)
+    assert sat.I_coefficient(4) == pytest.approx(np.mean(total), rel=1e-6)
     assert total[-1] == pytest.approx(0.16 * (1 - (p_lazy**2).sum().item()), rel=1e-6)
     assert all(x > 0 for x in total)  # Cauchy-Schwarz
 
@@ -329,16 +330,16 @@ def test_fit_tau_recovers_known_exponents():
     """tau = 3 N / log N gives slope 1 and prefactor 3 against N / log N; tau = 5 N^0.7 gives slope 0.7
     against N; seeds that never crossed (nan) are left out of the means, and so is an N without any."""
     Ns = [32, 64, 128, 256]
-    exact = sa_analysis.fit_tau({str(N): [3 * N / math.log(N), math.nan] for N in Ns} | {"512": [math.nan]})
+    exact = sa_fits.fit_tau({str(N): [3 * N / math.log(N), math.nan] for N in Ns} | {"512": [math.nan]})
     assert exact["slope_vs_N_over_logN"] == pytest.approx(1.0) and exact["prefactor"] == pytest.approx(3.0)
     assert exact["N"] == Ns
-    power = sa_analysis.fit_tau({N: [5 * N**0.7 * 0.9, 5 * N**0.7 * 1.1] for N in Ns})  # two seeds around the curve
+    power = sa_fits.fit_tau({N: [5 * N**0.7 * 0.9, 5 * N**0.7 * 1.1] for N in Ns})  # two seeds around the curve
     assert power["slope_vs_N"] == pytest.approx(0.7)
     x = np.array(Ns) / np.log(Ns)  # the same data against N / log N: slope from an independent least squares
     y = np.log(5 * np.array(Ns, float) ** 0.7)
     A = np.stack([np.log(x), np.ones(len(Ns))], 1)
     assert power["slope_vs_N_over_logN"] == pytest.approx(np.linalg.lstsq(A, y, rcond=None)[0][0])
-    assert math.isnan(sa_analysis.fit_tau({"32": [10.0], "64": [math.nan]})["slope_vs_N_over_logN"])
+    assert math.isnan(sa_fits.fit_tau({"32": [10.0], "64": [math.nan]})["slope_vs_N_over_logN"])
 
 
 def test_fit_tau_gives_each_seeds_own_slope_and_the_residuals_pick_the_law():
@@ -347,18 +348,18 @@ def test_fit_tau_gives_each_seeds_own_slope_and_the_residuals_pick_the_law():
     polyfit), and the range is the two; a seed missing at some N has no slope of its own (nan), and the range is
     the other's. The residual sum of squares is ~0 for the law the data follow and not for the other."""
     Ns = [32, 64, 128, 256]
-    exact = sa_analysis.fit_tau({N: [3 * N / math.log(N)] * 2 for N in Ns})
+    exact = sa_fits.fit_tau({N: [3 * N / math.log(N)] * 2 for N in Ns})
     assert exact["slope_vs_N_over_logN_seeds"] == pytest.approx([1.0, 1.0])
     assert exact["slope_vs_N_over_logN_range"] == pytest.approx([1.0, 1.0])
     assert exact["rss_vs_N_over_logN"] == pytest.approx(0.0, abs=1e-20) and exact["rss_vs_N"] > 1e-4
-    power = sa_analysis.fit_tau({N: [5 * N**0.7] for N in Ns})
+    power = sa_fits.fit_tau({N: [5 * N**0.7] for N in Ns})
     assert power["rss_vs_N"] == pytest.approx(0.0, abs=1e-20) and power["rss_vs_N_over_logN"] > 1e-4
     assert power["slope_vs_N_seeds"] == pytest.approx([0.7])
-    spread = sa_analysis.fit_tau({N: [5 * N**0.7, 5 * N**0.7 * (1.5 if N == 256 else 1)] for N in Ns})
+    spread = sa_fits.fit_tau({N: [5 * N**0.7, 5 * N**0.7 * (1.5 if N == 256 else 1)] for N in Ns})
     off = np.polyfit(np.log(Ns), np.log([5 * N**0.7 * (1.5 if N == 256 else 1) for N in Ns]), 1)[0]
     assert spread["slope_vs_N_seeds"] == pytest.approx([0.7, off]) and off > 0.75
     assert spread["slope_vs_N_range"] == pytest.approx([0.7, off])
-    missing = sa_analysis.fit_tau({N: [5 * N**0.7, math.nan if N == 64 else 6 * N**0.7] for N in Ns})
+    missing = sa_fits.fit_tau({N: [5 * N**0.7, math.nan if N == 64 else 6 * N**0.7] for N in Ns})
     assert missing["slope_vs_N_seeds"][0] == pytest.approx(0.7) and math.isnan(missing["slope_vs_N_seeds"][1])
     assert missing["slope_vs_N_range"] == pytest.approx([0.7, 0.7])
 
@@ -373,7 +374,7 @@ def test_normalized_parameters_are_the_attention_the_blocks_imply():
     M2[10 + 2, 5] = 3.0  # a key holding state 2 also matches a query in state 5
     M2[:10, :10] = 7.0  # other blocks do not enter
     snap = {"P1": P1, "M1": torch.zeros(10, 10).tolist(), "M2": M2.tolist(), "P2": [0.0] * N}
-    view = sa_analysis.normalized_parameters(snap)
+    view = sa.normalized_parameters(snap)
     assert view["P1"] == pytest.approx([math.exp(x) / (5 + math.exp(2)) for x in P1])
     M2_hx = torch.tensor(view["M2_hx"])
     e3 = math.exp(3)
@@ -397,7 +398,7 @@ def test_trajectory_overlay_draws_the_seed_means_of_the_runs_it_is_given(tmp_pat
               "ablation": np.ones((3, 3)).tolist()}
     runs = {"control": {"full": [synthetic_run(1.0), synthetic_run(3.0, 20)], "reduced": [synthetic_run(0.5)]},
             "ablation": {"full": [synthetic_run(4.0)], "reduced": [synthetic_run(6.0), synthetic_run(8.0)]}}
-    fig = sa_analysis.plot_trajectories(origin, runs, str(tmp_path / "a7.png"))
+    fig = sa.plot_trajectories(origin, runs, str(tmp_path / "a7.png"))
     assert (tmp_path / "a7.png").stat().st_size > 0
     t = np.arange(0, 200, 10) / 100
     expected = {("control", "full"): (2.0 * t, 2.0 * t**2),  # mean of scales 1 and 3 over the 20 shared evaluations
@@ -428,7 +429,7 @@ def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp
     assert out["tau_transformer"] == {}  # the transformer's runs are kept elsewhere (transformer_runs)
     assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
     dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
-    fig = sa_analysis.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
+    fig = sa.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
     labels = [line.get_label() for line in fig.axes[2].get_lines()]
     assert labels == ["control (seeds)", "2 N / log N", "ablation (seeds)", "4 N / log N"]
@@ -455,13 +456,13 @@ def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_
     Ns = [24, 32, 48, 64]
     laws = (("tau", 3.0, 0.8), ("tau_ablation", 4.0, 0.8), ("tau_transformer", 4000.0, -0.5))
     result = {key: {str(N): [a * (N / math.log(N)) ** p] for N in Ns} for key, a, p in laws}
-    fits = {key: sa_analysis.fit_tau(result[key]) for key, _, _ in laws}
+    fits = {key: sa_fits.fit_tau(result[key]) for key, _, _ in laws}
     assert fits["tau_transformer"]["prefactor_vs_N_over_logN"] == pytest.approx(4000.0)
     assert fits["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(-0.5)
     result["tau_fits"] = fits
     dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
     frozen = {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}
-    ax = sa_analysis.plot_scaling(dyn, frozen, result, os.devnull).axes[3]
+    ax = sa.plot_scaling(dyn, frozen, result, os.devnull).axes[3]
     lines = {line.get_label(): line for line in ax.get_lines()}
     fit_line = next(line for label, line in lines.items() if label.startswith("fit:"))
     np.testing.assert_allclose(fit_line.get_ydata(), 4000.0 * (np.array(Ns, float) / np.log(Ns)) ** -0.5)
@@ -477,10 +478,10 @@ def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp
     in the legend, beside its marker."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
-    result["transformer_tau"] = sa.transformer_summary(result["transformer_runs"])
+    result["transformer_tau"] = st.transformer_summary(result["transformer_runs"])
     dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
     frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
+    fig = sa.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
     title = fig.axes[3].get_title()
     assert ("slope vs N / log N -0.44 (95 % bootstrap interval -0.48 to -0.38; paper: 1)\nslope vs N -0.34, 8 seeds per N"
             in title)  # the README's brackets, in words on the figure
@@ -499,7 +500,7 @@ def test_parameter_figure_leaves_out_t0_and_gives_every_heat_map_a_colour_bar():
     """Fig. 5c/A4: parameters start at zero, so t = 0 has no panel; the positional attention is not clamped to
     [0, 1] (its early values are ~1/N); every heat map has a colour bar."""
     run = {"run": {"N": 16, "seed": 0}, "snapshots": {str(t): snapshot(t / 100) for t in (0, 100, 200, 300, 400)}}
-    fig = sa_analysis.plot_parameters(run, os.devnull)
+    fig = sa.plot_parameters(run, os.devnull)
     titles = " ".join(ax.get_title() for ax in fig.axes)
     assert "t = 0" not in titles and all(f"t = {t}" in titles for t in (100, 400))  # the first and the last
     heat_maps = [ax for ax in fig.axes if ax.images]
@@ -514,7 +515,7 @@ def test_parameter_figure_leaves_out_t0_and_gives_every_heat_map_a_colour_bar():
 def test_theory_figure_has_integer_lags():
     result = {"F_d": [0.08 / 3**d for d in range(20)], "F1_exact": 0.08,
               "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]}}
-    ax = sa_analysis.plot_theory(result, os.devnull).axes[0]
+    ax = sa.plot_theory(result, os.devnull).axes[0]
     low, high = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if low <= t <= high]
     assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks)
@@ -533,26 +534,26 @@ def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
     near = [-1.0, 0.0, 1.0]
     taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
     result = {"F_d": [0.08 / 3**d for d in range(5)], "F1_exact": 0.08, "runs": runs, **taus,
-              "tau_fits": {key: sa_analysis.fit_tau(value) for key, value in taus.items()},
+              "tau_fits": {key: sa_fits.fit_tau(value) for key, value in taus.items()},
               "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
               "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                    "ablation": np.ones((3, 3)).tolist()}}
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
-    r = run("sa_transformer.py", "--replot", "--figures", tmp_path)
+    r = run("sa_scaling.py", "--replot", "--figures", tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"sa_{name}.png" for name in
                                                                ("dynamics", "parameters", "scaling", "theory", "trajectories")]
     (tmp_path / "sa_scaling.json").write_text(json.dumps({k: v for k, v in result.items() if k != "runs"}))
-    r = run("sa_transformer.py", "--replot", "--figures", tmp_path)
+    r = run("sa_scaling.py", "--replot", "--figures", tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: --replot: {tmp_path}/sa_scaling.json lacks runs "
-                                                                   "(not written by sa_transformer.py; rerun it)"]
+                                                                   "(not written by sa_scaling.py; rerun it)"]
 
 
 def test_run_records_keep_what_the_figures_draw(tmp_path):
     """sa_scaling.json's "runs" from real (tiny) runs: rounded to 6 significant digits, the first control run
     with its snapshots, and enough for write_figures to draw all five figures from the JSON."""
     def tiny(seed, reduced=False, ablate=False, **kw):
-        return sa.train_sa(sa.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
+        return sat.train_sa(sat.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
                                   eval_batch=32, snapshots=() if reduced else (0, 10, 20), **kw))
     dyn = {(red, abl): [tiny(s, red, abl) for s in range(2)] for red in (False, True) for abl in (False, True)}
     frozen = {abl: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))] for abl in (False, True)}
@@ -565,7 +566,7 @@ def test_run_records_keep_what_the_figures_draw(tmp_path):
     near = [-1.0, 0.0, 1.0]
     taus = {key: {"8": [10.0], "16": [20.0]} for key in ("tau", "tau_ablation", "tau_transformer")}
     sa.write_figures({"F_d": [0.1, 0.01], "F1_exact": 0.08, "runs": records, **taus,
-                      "tau_fits": {key: sa_analysis.fit_tau(value) for key, value in taus.items()},
+                      "tau_fits": {key: sa_fits.fit_tau(value) for key, value in taus.items()},
                       "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
                       "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                            "ablation": np.ones((3, 3)).tolist()}}, str(tmp_path))
@@ -583,12 +584,12 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
         calls.append((N, tuple(seeds), iters, device))
         return [synthetic_transformer_run(N, s, drop=1000.0 + N, cap=iters) for s in seeds]
 
-    monkeypatch.setattr(sa, "train_seeds", fake)
+    monkeypatch.setattr(st, "train_seeds", fake)
     record = {"tau_transformer": {"24": [100.0, 120.0]}}
-    sa.merge_transformer_runs(record, {32: [sa.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
+    st.merge_transformer_runs(record, {32: [st.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
     written = []
     P = dict(sa.PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
-    sa.add_transformer_runs(record, P, jobs=1, device="cuda", write=lambda r: written.append(json.loads(json.dumps(r))))
+    st.add_transformer_runs(record, P, jobs=1, device="cuda", write=lambda r: written.append(json.loads(json.dumps(r))))
     assert calls == [(32, (1,), 5000, "cuda"), (128, (0, 1), 5000, "cuda")]
     assert [list(w["transformer_runs"]) for w in written] == [["32"], ["32", "128"]]  # the first write: N = 32 alone
     assert {N: list(runs) for N, runs in record["transformer_runs"].items()} == {"32": ["0", "1"], "128": ["0", "1"]}
@@ -597,7 +598,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     assert taus["32"]["seeds"] == [0, 1] and taus["32"]["status"] == ["tau", "tau"]
     assert taus["32"]["tau"][0] == pytest.approx(900.0) and taus["128"]["tau"][1] == pytest.approx(1128.0)
     calls.clear()
-    sa.add_transformer_runs(record, P, jobs=1, device="cuda")  # nothing missing: nothing trained
+    st.add_transformer_runs(record, P, jobs=1, device="cuda")  # nothing missing: nothing trained
     assert calls == []
 
 
@@ -618,13 +619,13 @@ def test_transformer_runs_on_the_cpu_are_kept_as_each_finishes(monkeypatch):
     P = dict(sa.PRESETS["paper"], N_transformer=[64, 32], seeds_transformer=2)
     record, written = {}, []
     with pytest.raises(KeyboardInterrupt):
-        sa.add_transformer_runs(record, P, jobs=2, write=lambda r: written.append(json.loads(json.dumps(r))))
+        st.add_transformer_runs(record, P, jobs=2, write=lambda r: written.append(json.loads(json.dumps(r))))
     progress, pairs, cost = calls[0]
     assert progress == "transformer runs (4)" and pairs == [(32, 0), (32, 1), (64, 0), (64, 1)]
     assert cost[0] == cost[1] < cost[2] == cost[3]
     assert [{N: list(runs) for N, runs in w["transformer_runs"].items()} for w in written] == [
         {"32": ["0"]}, {"32": ["0", "1"]}, {"32": ["0", "1"], "64": ["0"]}]
-    sa.add_transformer_runs(written[-1], P, jobs=2)  # the next call: only (64, 1) is left
+    st.add_transformer_runs(written[-1], P, jobs=2)  # the next call: only (64, 1) is left
     assert calls[1][1] == [(64, 1)]
 
 
@@ -634,7 +635,7 @@ def test_the_transformer_runs_of_a_record_are_kept_and_never_mixed_with_another_
     with another preset, are refused before anything trains, since one fit would mix two step caps and eval sets.
     The SA experiments are stubbed: only what main does with the record is under test."""
     paper = sa.PRESETS["paper"]
-    runs = {"32": {"0": sa.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=paper["transformer_iters"]))}}
+    runs = {"32": {"0": st.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=paper["transformer_iters"]))}}
     (tmp_path / "sa_scaling.json").write_text(json.dumps({"transformer_runs": runs}))
     trained, printed = [], ("tau", "tau_ablation", "tau_transformer", "tau_fits", "beta_exponent_control",
                             "delta_exponent_control", "beta_exponent_ablation", "delta_exponent_ablation", "final_loss",
@@ -647,16 +648,16 @@ def test_the_transformer_runs_of_a_record_are_kept_and_never_mixed_with_another_
                         ("run_records", lambda dyn, frozen: {}), ("write_figures", lambda result, out: None),
                         ("train_transformers", lambda P, jobs, device: trained.append("transformer") or {})):
         monkeypatch.setattr(sa, name, value)
-    monkeypatch.setattr(sys, "argv", ["sa_transformer.py", "--preset", "quick", "--figures", str(tmp_path)])
+    monkeypatch.setattr(sys, "argv", ["sa_scaling.py", "--preset", "quick", "--figures", str(tmp_path)])
     sa.main()
     written = json.loads((tmp_path / "sa_scaling.json").read_text())
     assert written["transformer_runs"] == runs and written["transformer_tau"]["N"]["32"]["status"] == ["tau"]
-    monkeypatch.setattr(sys, "argv", ["sa_transformer.py", "--preset", "quick", "--transformer", "--figures", str(tmp_path)])
+    monkeypatch.setattr(sys, "argv", ["sa_scaling.py", "--preset", "quick", "--transformer", "--figures", str(tmp_path)])
     with pytest.raises(ValueError, match="another protocol"):
         sa.main()
     assert len(trained) == 1  # the refused call trained nothing
     with pytest.raises(ValueError, match="another protocol"):
-        sa.add_transformer_runs(written, sa.PRESETS["quick"], jobs=1)
+        st.add_transformer_runs(written, sa.PRESETS["quick"], jobs=1)
 
 
 def synthetic_transformer_run(N, seed, drop=None, cap=4000, phi_head=0.8, every=50):
@@ -796,7 +797,7 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = {k: v for k, v in json.load(f).items() if k not in ("transformer_runs", "transformer_tau")}
     drops = {32: (1500.0, 1700.0, None), 64: (1900.0, 2100.0, 2300.0), 128: (2500.0, 2700.0, 2900.0)}
-    sa.merge_transformer_runs(result, {N: [sa.rounded_run(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
+    st.merge_transformer_runs(result, {N: [st.rounded_run(synthetic_transformer_run(N, s, drop=d)) for s, d in enumerate(ds)]
                                        for N, ds in drops.items()})
     result["transformer_tau"]["N"]["32"]["status"] = ["tau"] * 3  # stale: the replot re-reads it
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
@@ -808,12 +809,12 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     assert fit["N"]["32"]["no_tau"] == 1 and fit["vs_N_over_logN"]["seeds"] == [3, 3, 3]
     assert fit["N"]["64"]["median"] == pytest.approx(2100.0)
     assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
-    fig = sa_analysis.plot_scaling(*committed_dynamics(again), again, os.devnull)
+    fig = sa.plot_scaling(*committed_dynamics(again), again, os.devnull)
     assert "3 seeds per N" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
     assert_panel_readable(fig.axes[3])
     legacy = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
-    legacy["tau_fits"] = {key: sa_analysis.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
-    title = sa_analysis.plot_scaling(*committed_dynamics(legacy), legacy, os.devnull).axes[3].get_title()
+    legacy["tau_fits"] = {key: sa_fits.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
+    title = sa.plot_scaling(*committed_dynamics(legacy), legacy, os.devnull).axes[3].get_title()
     assert "first halfway crossings (no trajectories stored, not re-read)" in title
 
 
@@ -833,7 +834,7 @@ def test_the_committed_transformer_panel_is_readable():
     committed = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
     if "transformer_tau" not in committed:
         pytest.skip("no transformer trajectories in the committed record")
-    assert_panel_readable(sa_analysis.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3])
+    assert_panel_readable(sa.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3])
 
 
 def test_the_transformer_legend_names_the_markers_drawn():
@@ -845,7 +846,7 @@ def test_the_transformer_legend_names_the_markers_drawn():
 
     def legend(stored):
         ax = Figure().subplots()
-        sa_analysis.plot_transformer_tau(ax, sa.transformer_summary(stored))
+        sa.plot_transformer_tau(ax, st.transformer_summary(stored))
         return [t.get_text() for t in ax.get_legend().get_texts()]
 
     texts = legend(runs)
@@ -865,18 +866,18 @@ def test_fit_tau_censored_counts_runs_without_tau_and_states_its_seeds():
     left out of the slope and listed; the median's interval is the order-statistic one with its coverage."""
     factors = [0.8, 0.9, 1.0, 1.1, 1.25, 0.95, 1.05, 1.0]
     taus = {str(N): [40 * (N / math.log(N)) ** 0.7 * f for f in factors] for N in (32, 64, 128, 256)}
-    fit = sa_analysis.fit_tau_censored(taus, resamples=500)
+    fit = sa_fits.fit_tau_censored(taus, resamples=500)
     assert fit["vs_N_over_logN"]["slope"] == pytest.approx(0.7) and fit["vs_N_over_logN"]["seeds"] == [8] * 4
     lo, hi = fit["vs_N_over_logN"]["slope_ci"]
     assert lo < 0.7 < hi
     x = sorted(taus["64"])
     assert fit["N"]["64"]["interval"] == [x[0], x[7]] and fit["N"]["64"]["coverage"] == pytest.approx(1 - 2 / 256)
-    assert sa_analysis.fit_tau_censored(taus, level=0.9, resamples=50)["N"]["64"]["interval"] == [x[1], x[6]]  # 93 %
+    assert sa_fits.fit_tau_censored(taus, level=0.9, resamples=50)["N"]["64"]["interval"] == [x[1], x[6]]  # 93 %
     taus["64"][4] = None  # the largest value censored: the median of 8 is unchanged
-    assert sa_analysis.fit_tau_censored(taus, resamples=50)["N"]["64"]["median"] == pytest.approx(np.median(x))
-    assert sa_analysis.fit_tau_censored(taus, resamples=50)["N"]["64"]["no_tau"] == 1
+    assert sa_fits.fit_tau_censored(taus, resamples=50)["N"]["64"]["median"] == pytest.approx(np.median(x))
+    assert sa_fits.fit_tau_censored(taus, resamples=50)["N"]["64"]["no_tau"] == 1
     taus["256"] = [None] * 5 + taus["256"][:3]
-    censored = sa_analysis.fit_tau_censored(taus, resamples=50)
+    censored = sa_fits.fit_tau_censored(taus, resamples=50)
     assert censored["left_out"] == [256] and censored["vs_N_over_logN"]["seeds"] == [8, 8, 8]
     assert math.isinf(censored["N"]["256"]["median"])
 
@@ -888,7 +889,7 @@ def test_the_dynamics_legend_names_the_model_curves(tmp_path):
                 "run": {"N": 64, "seed": seed}, "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25,
                                                            "masked_loss_2gen": 2.1}}
     dyn = {(False, ablate): [run(0), run(1), run(2)] for ablate in (False, True)}
-    fig = sa_analysis.plot_dynamics(dyn, str(tmp_path / "d.png"))
+    fig = sa.plot_dynamics(dyn, str(tmp_path / "d.png"))
     for ax in fig.axes[:2]:
         texts = [t.get_text() for t in ax.get_legend().get_texts()]
         assert texts[:2] == ["SA-transformer, seed 0", "other seeds (2)"]
@@ -900,7 +901,7 @@ def test_the_trajectory_figure_has_readable_ticks_and_a_labelled_colour_bar(tmp_
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
     runs = {setting: {"full model": [synthetic_run(0.5)]} for setting in ("control", "ablation")}
-    fig = sa_analysis.plot_trajectories(result["landscape_origin"], runs, str(tmp_path / "a7.png"))
+    fig = sa.plot_trajectories(result["landscape_origin"], runs, str(tmp_path / "a7.png"))
     fig.canvas.draw()
     for ax in fig.axes[:2]:  # the two landscapes, then their colour bars
         for axis in (ax.xaxis, ax.yaxis):
@@ -916,19 +917,19 @@ def test_the_w_driven_theory_integrates_the_rates_along_the_runs_own_weights():
     exponent over a late window above 1; delta follows w_B, not w_C."""
     I, N = 0.07, 64
     t = np.arange(0, 2001, 25.0)
-    rates = sa_theory.predicted_rates(N, I, 1 / 3, 1 / 3)
-    flat = sa_theory.w_driven({"t": t.tolist(), "w": [[0.0, 1 / 3, 1 / 3, 1 / 3]] * len(t), "run": {"N": N}}, I)
-    assert flat["beta"] == pytest.approx((rates["dbeta_dt"] / sa_model.C * t).tolist(), rel=1e-9, abs=1e-15)
+    rates = sat.predicted_rates(N, I, 1 / 3, 1 / 3)
+    flat = sat.w_driven({"t": t.tolist(), "w": [[0.0, 1 / 3, 1 / 3, 1 / 3]] * len(t), "run": {"N": N}}, I)
+    assert flat["beta"] == pytest.approx((rates["dbeta_dt"] / st.C * t).tolist(), rel=1e-9, abs=1e-15)
     assert flat["delta"] == pytest.approx((rates["ddelta_dt"] * t).tolist(), rel=1e-9, abs=1e-15)
     w_C = 0.2 + 0.4 * t / t[-1]
     w = np.stack([np.zeros_like(t), 0.5 - w_C / 2, w_C, 0.5 - w_C / 2], 1)
-    rising = sa_theory.w_driven({"t": t.tolist(), "w": w.tolist(), "run": {"N": N}}, I)
-    per_w = sa_theory.predicted_rates(N, I, 1.0, 1.0)  # the rates per unit weight
-    exact = per_w["dbeta_dt"] / sa_model.C * (0.2 * t + 0.2 * t ** 2 / t[-1])
+    rising = sat.w_driven({"t": t.tolist(), "w": w.tolist(), "run": {"N": N}}, I)
+    per_w = sat.predicted_rates(N, I, 1.0, 1.0)  # the rates per unit weight
+    exact = per_w["dbeta_dt"] / st.C * (0.2 * t + 0.2 * t ** 2 / t[-1])
     assert rising["beta"] == pytest.approx(exact.tolist(), rel=1e-9, abs=1e-15)  # a quadratic: the trapezoid is exact
     assert rising["delta"] == pytest.approx((per_w["ddelta_dt"] * (0.4 * t - 0.1 * t ** 2 / t[-1])).tolist(), rel=1e-9,
                                             abs=1e-15)
-    assert sa_analysis.fit_power(t, rising["beta"], 1000, 2000) > 1.2
+    assert sa_fits.fit_power(t, rising["beta"], 1000, 2000) > 1.2
 
 
 def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monkeypatch, tmp_path):
@@ -947,7 +948,7 @@ def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monke
         result = json.load(f)
     dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
     frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    fig = sa_analysis.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
+    fig = sa.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "full, w held at 1/3, control" in labels and "full, w held at 1/3, ablation" in labels
     held = result["w_third"]["exponents"]["64"]["control"]["beta"]["0.05-0.5"]

@@ -14,12 +14,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
-SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_transformer", "tau_settings", "tau_velocities",
-           "mem_minimal", "k1",
-           "k2")
+SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_scaling", "tau_settings", "tau_velocities",
+           "mem_minimal", "k1", "k2")
+MODELS = ("sa_transformer",)  # the paper's second model, its theory and training: the file of Figs. 5-6's script and of
+# the two studies of why the transformer's tau(N) is flat, which a figure script may not hold since none imports another
 # each top-level module or package, by level: a module may import its own level and those below, never one above
 LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plumbing",), ("engine",), ("train",),
-          ("analysis",), ("runners",), SCRIPTS, ("campaigns",)]
+          ("analysis",), ("runners",), MODELS, SCRIPTS, ("campaigns",)]
 # the reader's path: each may import only the modules of the path before it (and torch, numpy, the standard library)
 READER = {"markov": set(), "bayes": {"markov"}, "transformer": set(), "evaluation": {"markov", "bayes", "transformer"}}
 # train.py: the reader's path and the plumbing (command line, run directories) at the top; the engine only in its
@@ -33,9 +34,9 @@ LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training
                     "checkpoints, and the circuit graphs with the one rule that chooses their edges",
         "k2.py": "Figs. 8a-b, A10 end to end: the sweep's runs, Delta tau and the memorized fractions with their "
                  "noise, and the figure drawn from one JSON with its redraw",
-        "sa_transformer.py": "Figs. 5, 6, A4, A7 end to end: the SA-transformer's training, its presets and series, "
-                             "the transformer's runs of Fig. 6c bottom merged into one record, Fig. 6b's test with w held, "
-                             "and the five figures' redraw (issue 57 moves the model here and the figure code out)",
+        "sa_scaling.py": "Figs. 5, 6, A4, A7 end to end: the SA-transformer's series, their summaries against the "
+                         "theory, the transformer's runs of Fig. 6c bottom merged into one record, Fig. 6b's test with w "
+                         "held, and the five figures with their redraw",
         "kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
                                 "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500
@@ -129,9 +130,25 @@ def level(module: str) -> int:
     return next(i for i, names in enumerate(LEVELS) if top in names)
 
 
-def test_the_top_level_is_the_readers_path_and_one_script_per_figure():
+def test_the_top_level_is_the_readers_path_the_models_and_one_script_per_figure():
     top = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
-    assert top == set(READERS_PATH) | set(SCRIPTS), f"unexpected at the top: {sorted(top ^ (set(READERS_PATH) | set(SCRIPTS)))}"
+    want = set(READERS_PATH) | set(MODELS) | set(SCRIPTS)
+    assert top == want, f"unexpected at the top: {sorted(top ^ want)}"
+
+
+def scripts_importing_scripts(root: str = ROOT) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph(root).items() if a in SCRIPTS for b in targets if b in SCRIPTS)
+
+
+def test_no_figure_script_imports_another():
+    """What two scripts share lives below both (the reader's path, a model file or a package)."""
+    assert not scripts_importing_scripts(), scripts_importing_scripts()
+
+
+def test_a_script_importing_another_inside_a_function_is_seen(tmp_path):
+    (tmp_path / "task_vectors.py").write_text("def main():\n    from trace import run_edges\n")
+    (tmp_path / "trace.py").write_text("import markov\n")
+    assert scripts_importing_scripts(str(tmp_path)) == ["task_vectors -> trace"]
 
 
 def test_every_module_has_a_level():

@@ -255,9 +255,9 @@ def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path, monkey
     import functools
     import shutil
 
-    from analysis import sa_analysis
-    line = sa_analysis.line_through_medians
-    monkeypatch.setattr(sa_analysis, "line_through_medians",
+    from analysis import sa_fits
+    line = sa_fits.line_through_medians
+    monkeypatch.setattr(sa_fits, "line_through_medians",
                         lambda Ks, values, level=0.95, resamples=2000, seed=0: line(Ks, values, level, 50, seed))
     for name in ("offset_fit", "rate_slope"):
         monkeypatch.setattr(ts, name, functools.partial(getattr(ts, name), resamples=50))
