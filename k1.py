@@ -35,6 +35,7 @@ import numpy as np
 from analysis.runs import read_metrics
 from analysis.thresholds import PHI_STAR, add_run_flags, common_args, finite_json, generalizes, max_phi_beta, tau_2gen
 from plumbing import cli
+from plumbing.rundir import write_json
 from runners.probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
 
 PRESETS = {  # K1*
@@ -190,8 +191,7 @@ def k1(args):
               "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus},
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
     plot_k1(result, os.path.join(args.figures, "k1.png"))
-    with open(os.path.join(args.figures, "k1.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(args.figures, "k1.json"), result, indent=1)
     for c in K1:
         print(f"K1* {c}: {K1[c]} (median {statistics.median([v for v in K1[c] if v is not None] or [float('nan')])})")
     print(f"tau_2gen at K = {K_tau}: {taus}")
@@ -298,8 +298,8 @@ def summary(args):
     table = grid_table(bench_members(summary))
     title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
     plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
-    with open(os.path.join(args.figures, f"{name}.json"), "w") as f:
-        json.dump({"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, f, indent=1)
+    write_json(os.path.join(args.figures, f"{name}.json"),
+               {"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, indent=1)
     for K, row in table.items():
         print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
     print(f"wrote {args.figures}/{name}.png and .json")
@@ -340,8 +340,7 @@ def k1_grid(args):
              f"x {1 / weight:g} steps)")
     plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen",
               brackets=result["brackets"])
-    with open(os.path.join(args.figures, f"{args.name}.json"), "w") as f:
-        json.dump(finite_json(result), f, indent=1)
+    write_json(os.path.join(args.figures, f"{args.name}.json"), finite_json(result), indent=1)
     for c in conditions:
         for K, row in tables[c].items():
             taus = [r["tau_2gen"] for r in probes if r["condition"] == c and r["K"] == K]

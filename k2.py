@@ -30,6 +30,7 @@ from analysis.thresholds import (NULL_ALPHA, add_run_flags, censored_after, comm
 from evaluation import make_per_chain_data, per_chain_scores
 from markov import task_source
 from plumbing import cli
+from plumbing.rundir import write_atomic, write_json
 from runners.probes import finished, probe_command, run_config, run_probes
 
 # For K1* < K < K2* a run first enters 2-Gen and later memorizes; the time it spends in 2-Gen,
@@ -104,9 +105,7 @@ def saved_model_scores(run_dir: str, chains: int | None = None, draw: int = 0) -
     data = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains) if chains else cfg, tasks, draw)
     rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], data).tolist()]}
             for step in steps]
-    with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
     return rows
 
 
@@ -208,7 +207,7 @@ def plot_k2(result: dict, path: str):
         return {int(K): v for K, v in d.items()}
 
     Ks, fit = [int(K) for K in result["K"]], result["fit"]
-    off = result.get("fit_offset") or {"K2_star": None}  # JSONs written before the offset fit have none
+    off = result.get("fit_offset") or {"K2_star": None}  # some calibration sweeps' k2_width*.json: no offset fit
     dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
@@ -219,7 +218,7 @@ def plot_k2(result: dict, path: str):
         # 1300 px: read at a README's ~900 px width. Constrained layout, each row its own grid. With the fresh-chain
         # null, three rows: Fig. 8a and its inset; Fig. 8b and A10; the null, its legend in a slot of its own beside it
         # (in two rows the legend's width left Fig. 8b's K ticks touching)
-        null = "null" in result  # a JSON written before the fresh-chain null has neither correction nor panel
+        null = "null" in result  # k2.json; the calibration sweeps' k2_width*.json have no null: no correction, no panel
         fig = plt.figure(figsize=(13, 12.6 if null else 8.6), layout="constrained")
         rows = fig.add_gridspec(3 if null else 2, 1)
         if fit["K2_star"] is not None:
@@ -306,7 +305,7 @@ def plot_k2(result: dict, path: str):
             ax8a.legend(loc="upper left")
 
         eps = result["epsilon"]
-        two = "memorized_asymptote_two_sets" in result  # JSONs written before the second sets have one rule
+        two = "memorized_asymptote_two_sets" in result  # k2.json; the k2_width*.json score one set: one rule
         rules = [("_two_sets", "k", "two sets of sequences (the rule)"), ("", "tab:gray", "one set")] if two else \
             [("", "k", None)]
         failed, notes = 0, []
@@ -462,8 +461,7 @@ def dtau(args):
     print(f"fit with the linear offset: {result['fit_offset']}")
     print(f"line through the medians: {result['line']}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(finite_json({"root": args.root} | result), f, indent=1)
+        write_json(args.json, finite_json({"root": args.root} | result), indent=1)
         print(f"wrote {args.json}")
 
 
@@ -485,8 +483,7 @@ def k2(args):
               **analyze_k2(cfgs, p["null_chains"], jobs),
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished runs are reused, not timed
     plot_k2(result, os.path.join(args.figures, "k2.png"))
-    with open(os.path.join(args.figures, "k2.json"), "w") as f:
-        json.dump(finite_json(result), f, indent=1)
+    write_json(os.path.join(args.figures, "k2.json"), finite_json(result), indent=1)
     fit = result["fit"]
     for K in result["K"]:
         print(f"K = {K}: Delta tau {result['delta_tau'][K]}, memorized asymptote (two sets; one set) "

@@ -40,8 +40,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bayes import nll, two_gen
-from markov import TaskSet, check_int
+from markov import TaskSet
 from plumbing import cli
+from plumbing.rundir import write_json
 
 # ----------------------------------------------------------------------------- the model
 
@@ -128,24 +129,25 @@ def train_mem(run: MemRun) -> dict:
     final losses on held-out sequences from S and from fresh chains, each against 2-Gen on the same sequences."""
     g = torch.Generator().manual_seed(run.seed)
     tasks = TaskSet.create(run.K, seed=run.task_seed)
-    model = TaskHead(D=run.D, D_phi=run.D_phi, width=run.width, depth1=run.depth1, depth2=run.depth2, generator=g)
+    C = tasks.C  # the number of states, the paper's 10
+    model = TaskHead(C=C, D=run.D, D_phi=run.D_phi, width=run.width, depth1=run.depth1, depth2=run.depth2, generator=g)
     opt = torch.optim.AdamW(model.parameters(), lr=run.lr, betas=(0.9, 0.95), weight_decay=1e-3)
     gap = []
     for t in range(run.iters):
         seqs, _ = tasks.batch(run.batch, run.N + 1, g)
-        loss = F.cross_entropy(model(seqs[:, :-1]).reshape(-1, 10), seqs[:, 1:].reshape(-1))
+        loss = F.cross_entropy(model(seqs[:, :-1]).reshape(-1, C), seqs[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if t >= run.iters - run.tail:
-            gap.append(loss.item() - nll(two_gen(seqs, 10), seqs).mean().item())
+            gap.append(loss.item() - nll(two_gen(seqs, C), seqs).mean().item())
     g_eval = torch.Generator().manual_seed(999_983 + run.task_seed)
     out = {"run": asdict(run), "criterion": float(np.mean(gap))}
     with torch.no_grad():
         for split, (seqs, _) in (("train", tasks.batch(run.eval_seqs, run.N + 1, g_eval)),
                                  ("gen", tasks.gen_batch(run.eval_seqs, run.N + 1, g_eval))):
             model_loss = nll(F.log_softmax(model(seqs[:, :-1]), -1), seqs).mean().item()
-            out[f"{split}_minus_2gen"] = model_loss - nll(two_gen(seqs, 10), seqs).mean().item()
+            out[f"{split}_minus_2gen"] = model_loss - nll(two_gen(seqs, C), seqs).mean().item()
     return out
 
 
@@ -181,21 +183,10 @@ def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
 # ----------------------------------------------------------------------------- how long a call takes
 
 
-def step_seconds(run: MemRun, steps: int = 10) -> float:
-    """Seconds a training step of `run` takes on one thread, here and now (a worker has one): after a warm-up, two
-    short runs, 3 and 3 + steps long, so that set-up, the first steps and the evaluation cancel."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train_mem(replace(run, iters=1, tail=1, eval_seqs=8))  # the process's first steps pay for its lazy set-up
-        times = []
-        for n in (3, 3 + steps):
-            t0 = time.perf_counter()
-            train_mem(replace(run, iters=n, tail=1, eval_seqs=8))
-            times.append(time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    return max(times[1] - times[0], 1e-6) / steps
+def step_seconds(run: MemRun) -> float:
+    """Seconds a training step of `run` takes on one thread, here and now (cli.step_seconds: set-up and evaluation
+    left out)."""
+    return cli.step_seconds(lambda n: train_mem(replace(run, iters=n, tail=1, eval_seqs=8)))
 
 
 def training_seconds(runs: list[MemRun]) -> tuple[list[float], tuple[float, float]]:
@@ -209,22 +200,13 @@ def training_seconds(runs: list[MemRun]) -> tuple[list[float], tuple[float, floa
     return [s * r.iters for s, r in zip(per_step, runs)], (s_lo, s_hi)
 
 
-def makespan(seconds: list[float], processes: int) -> float:
-    """Wall time of jobs of these durations taken in order by `processes` workers, each taking the next when free
-    (as parallel_map's pool does)."""
-    free = [0.0] * processes
-    for s in seconds:
-        free[free.index(min(free))] += s
-    return max(free)
-
-
 def estimate(stages: list[list[tuple[MemRun, int]]], jobs: int) -> str:
     """The line a call prints before it trains: how long its stages take one after the other, each a pool of jobs
     (run, trainings of that run), `jobs` at a time."""
     runs = [run for stage in stages for run, _ in stage]
     seconds, (s_lo, s_hi) = training_seconds(runs)
     each = iter(seconds)
-    wall = sum(makespan([n * next(each) for _, n in stage], jobs) for stage in stages)
+    wall = sum(cli.makespan([n * next(each) for _, n in stage], jobs) for stage in stages)
     trainings = sum(n for stage in stages for _, n in stage)
     steps = ", ".join(map(str, sorted({run.iters for run in runs})))
     ms = sorted({round(s_lo * 1e3), round(s_hi * 1e3)})
@@ -456,7 +438,8 @@ def main():
         "(2026-11-26) (quick preset: 48 K2_hat searches, then the D_phi x K heat map; 1500 steps a run, N = 64, width "
         "64); writes figures/mem_heatmaps.png and figures/mem_minimal.json.\n--replot: seconds, trains nothing."))
     cli.add_preset(parser, PRESETS, "quick: 1500 steps, N = 64, width 64; paper: 4 x 10^5 steps, N = 256, width 256")
-    parser.add_argument("--iters", type=int, default=None, help="iterations per run (default: quick 1500, paper 400000)")
+    parser.add_argument("--iters", type=cli.at_least(1), default=None,
+                        help="iterations per run (default: quick 1500, paper 400000)")
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
@@ -466,7 +449,7 @@ def main():
                         help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
                              "studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, reusing the searches "
                              "an earlier call with the same budget left there")
-    parser.add_argument("--D-phis", type=int, nargs="+", default=None,
+    parser.add_argument("--D-phis", type=cli.at_least(1), nargs="+", default=None,
                         help="D_phi values of the K2_hat searches (default: quick 2 8 32 128, paper 4..128)")
     parser.add_argument("--trend", action="store_true", help="only the heat map's large-K, large-D_phi corner at the "
                                                              "preset's budgets; writes FIGURES/mem_trend.json and .png")
@@ -478,17 +461,15 @@ def main():
     P = PRESETS[preset]
     base = P["base"]
     if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
-        iters = check_int("--iters", args.iters, 1)
-        base = replace(base, iters=iters, tail=max(1, round(base.tail * iters / base.iters)))
+        base = replace(base, iters=args.iters, tail=max(1, round(base.tail * args.iters / base.iters)))
     if args.replot is not None:
         replot(args.figures, "trend" if args.trend else "depths" if args.depths_only else "heatmaps", base.iters,
                args.replot or None)
         return
-    jobs = check_int("--jobs", args.jobs, 1)
+    jobs = args.jobs
     seeds = list(range(P["search_seeds"])) if args.seeds is None else cli.parse_list("--seeds", args.seeds)
     depths = [_depth_pair(d) for d in args.depths]
-    D_phis = [check_int("--D-phis", d, 1) for d in args.D_phis] if args.D_phis else (
-        [P["search_D_phi"]] if args.depths_only else P["search_D_phis"])
+    D_phis = args.D_phis or ([P["search_D_phi"]] if args.depths_only else P["search_D_phis"])
     cli.writable_dir(args.figures, "--figures")
     what = ("mem_trend.json and .png" if args.trend else f"mem_depths_{base.iters}.json" if args.depths_only
             else "mem_heatmaps.png and mem_minimal.json")
@@ -512,8 +493,7 @@ def main():
     if args.trend:
         trend = budget_trend(base, *P["corner"], P["trend_iters"], jobs)
         trend["seconds"] = round(time.time() - t0, 1)
-        with open(os.path.join(args.figures, "mem_trend.json"), "w") as f:
-            json.dump(trend, f, indent=1)
+        write_json(os.path.join(args.figures, "mem_trend.json"), trend, indent=1)
         plot_trend(trend, os.path.join(args.figures, "mem_trend.png"))
         print(json.dumps(trend))
         return
@@ -522,22 +502,21 @@ def main():
     if args.depths_only:
         result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1),
                   "reused": len(done)}  # seconds: this call's, which trained only the searches it did not reuse
-        with open(depths_path, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(depths_path, result, indent=1)
         plot_depths(result, depths_path.replace(".json", ".png"))
         print(f"K2_hat at D_phi = {D_phis}, {base.iters} iterations; wrote {depths_path} and .png in {(time.time() - t0) / 60:.1f} min")
         return
     result = {"preset": preset, "iters": base.iters, "config": asdict(base),
               "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}
     result["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(args.figures, "mem_minimal.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(args.figures, "mem_minimal.json"), result, indent=1)
     plot_heatmaps(result, os.path.join(args.figures, "mem_heatmaps.png"))
     H = result["heatmap"]
     for i, d in enumerate(H["D_phi"]):
         print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
               + "   gen-2gen " + " ".join(f"{v:+.3f}" for v in H["gen_minus_2gen"][i]))
     print(f"wrote {args.figures}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
+
 
 if __name__ == "__main__":
     cli.run(main)

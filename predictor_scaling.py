@@ -8,11 +8,9 @@ and against the context length N, with 2-Gen's and 1-Gen's N -> infinity limits.
 
 The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on the 2-core VM with
 its cores shared, where its loss vs K alone took 17 min on 2026-11-27), then a line with the ETA every 30 s or so.
-The committed JSON's "seconds" (126) predate the plain memorizing predictors of bayes.py.
 
 Writes FIGURES/predictor_scaling.png and its numbers, predictor_scaling.json.
 """
-import json
 import os
 import time
 
@@ -20,8 +18,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from bayes import PREDICTORS, ar_loss, asymptotic_loss_1gen, asymptotic_loss_2gen, nll, predict
-from markov import TaskSet, check_int
+from markov import TaskSet
 from plumbing import cli
+from plumbing.rundir import write_json
 from plumbing.style import COLORS, LABELS
 
 K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
@@ -160,8 +159,8 @@ def main():
         "figures/predictor_scaling.png and figures/predictor_scaling.json.\n--replot: seconds, computes nothing."))
     cli.add_preset(parser, ("quick", "paper"), "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, "
                                                "N to 2^14, 2048 sequences")
-    parser.add_argument("--dists", type=int, default=8, help="task distributions (task-set seeds) to average over")
-    parser.add_argument("--seqs", type=int, default=None,
+    parser.add_argument("--dists", type=cli.at_least(1), default=8, help="task distributions (task-set seeds) to average over")
+    parser.add_argument("--seqs", type=cli.at_least(1), default=None,
                         help="sequences per task distribution at each K (default: quick 256, paper 2048); the N sweep uses 4x")
     cli.add_device(parser)
     cli.add_threads(parser)
@@ -172,13 +171,12 @@ def main():
         cli.replot(args, "predictor_scaling.json", ("K", "N", "loss_vs_K", "loss_vs_N", "asymptotic"),
                    "predictor_scaling.py", plot_scaling)
         return
-    check_int("--dists", args.dists, 1)
     paper = cli.preset(args.preset) == "paper"
     device = torch.device(cli.device(args.device))
     cli.set_threads(args.threads)
     Ks = [2**i for i in range(14 if paper else 13)]
     Ns = [2**i for i in range(15 if paper else 14)]
-    n_seqs = check_int("--seqs", args.seqs, 1) if args.seqs is not None else (2048 if paper else 256)
+    n_seqs = args.seqs or (2048 if paper else 256)
     # the non-autoregressive loss is a single position per sequence, hence more sequences
     N_for_K, K_for_N = 256, 128
     out = cli.writable_dir(args.figures, "--figures")
@@ -199,8 +197,7 @@ def main():
         "asymptotic": asymptotic_levels(K_for_N, args.dists),
         "seconds": round(time.time() - t0, 1),
     }
-    with open(os.path.join(out, "predictor_scaling.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(out, "predictor_scaling.json"), result, indent=1)
     plot_scaling(result, os.path.join(out, "predictor_scaling.png"))
     for j, K in enumerate(Ks):
         print(f"K={K:5d}  " + "  ".join(f"{n}={result['loss_vs_K'][n]['mean'][j]:.4f}" for n in PREDICTORS))

@@ -16,7 +16,6 @@ train.py processes, --jobs at a time, unless --ensemble. The heat maps (draw_swe
 (K, step); each K's band is centred on it on the log axis, each step's on its step.
 """
 import argparse
-import json
 import math
 import os
 import shlex
@@ -28,6 +27,7 @@ from matplotlib.colors import LogNorm
 import train
 from analysis import runs
 from plumbing import cli
+from plumbing.rundir import write_json
 from runners import grids
 
 SWEEP_KS = {"quick": [4, 16, 64, 256, 1024], "paper": [2**i for i in range(3, 11)]}
@@ -61,8 +61,7 @@ def plot_sweep(sweep_dir: str, path: str):
         raise ValueError(f"no runs with metrics.jsonl under {sweep_dir}")
     summary = sweep_summary(by_K)
     draw_sweep(summary, path)
-    with open(os.path.splitext(path)[0] + ".json", "w") as f:
-        json.dump(summary, f)
+    write_json(os.path.splitext(path)[0] + ".json", summary)
 
 
 SWEEP_KEYS = (("kl_1gen", "D(1-Gen)"), ("kl_2gen", "D(2-Gen)"), ("kl_1mem", "D(1-Mem)"), ("kl_2mem", "D(2-Mem)"),
@@ -152,7 +151,7 @@ def main():
     cli.add_jobs(parser)
     cli.add_figures(parser)
     parser.add_argument("--ensemble", action="store_true", help="train the grid as one-process ensembles on a CPU too")
-    parser.add_argument("--group", type=int, default=64, help="models per ensemble")
+    parser.add_argument("--group", type=cli.at_least(1), default=64, help="models per ensemble")
     parser.add_argument("--print-commands", action="store_true", help="print one train.py command per model and exit")
     parser.add_argument("--plot", action="store_true", help="draw FIGURES/fig2bc.png after a grid given by --K too")
     parser.add_argument("--plot-only", action="store_true", help="only draw the heat maps from the runs in OUT")

@@ -48,12 +48,13 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
-from analysis.runs import load_run
+from analysis.edges import run_edges
+from analysis.runs import TRAIN_TIME, find_run, load_run, train_run
 from bayes import mixed_mem
-from markov import TaskSet, check_int, sample_sequences
+from markov import TaskSet, sample_sequences
 from plumbing import cli
+from plumbing.rundir import write_atomic
 from plumbing.style import LABELS
-from trace import TRAIN_TIME, find_run, run_edges, train_run
 from transformer import Transformer
 
 N_INFO = 128  # sequence length of the information estimate (the appendix: midway through N = 256)
@@ -370,21 +371,16 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--runs", default=None, help="comma-separated runs for the information curves (default: --Ks)")
     parser.add_argument("--Ks", default=None, help="K of the preset's runs for the information curves "
                                                    "(default: quick 4,16,64, paper 32,64,128)")
-    parser.add_argument("--per-chain", type=int, default=64, help="geometry: sequences per chain")
-    parser.add_argument("--patch-seqs", type=int, default=256, help="patching: sequences in S_A and in S_B")
-    parser.add_argument("--seed", type=int, default=0, help="sequences, t-SNE and Monte Carlo draws")
+    parser.add_argument("--per-chain", type=cli.at_least(2), default=64, help="geometry: sequences per chain")
+    parser.add_argument("--patch-seqs", type=cli.at_least(1), default=256, help="patching: sequences in S_A and in S_B")
+    parser.add_argument("--seed", type=cli.at_least(0), default=0, help="sequences, t-SNE and Monte Carlo draws")
     cli.add_threads(parser, 1, "; t-SNE always runs on one, which keeps its layout the same from run to run")
     args = parser.parse_args(argv)
-    per_chain = check_int("--per-chain", args.per_chain, 2)
-    n_patch = check_int("--patch-seqs", args.patch_seqs, 1)
-    seed = check_int("--seed", args.seed, 0)
-    threads = check_int("--threads", args.threads, 1)
     preset = cli.preset(args.preset)
     Ks_text = args.Ks or PRESET_RUNS[preset]["Ks"]
-    try:
-        Ks = [check_int("--Ks", int(k), 2) for k in Ks_text.split(",")]
-    except ValueError:
-        raise ValueError(f"--Ks must be comma-separated integers >= 2, got {Ks_text!r}") from None
+    Ks = cli.parse_list("--Ks", Ks_text, rule="K of the information runs: integers >= 2")
+    if min(Ks) < 2:
+        raise ValueError(f"--Ks: K must be >= 2 (with one chain there is none to recognize), got {Ks_text!r}")
     cli.writable_dir(args.figures, "--figures")  # before the runs it may train
     if args.replot is not None:
         cli.replot(args, "task_vectors.json", PLOTTED, "task_vectors.py", plot)
@@ -404,9 +400,9 @@ def main(argv: list[str] | None = None):
                  f"{args.figures}/task_vectors.png and .json{committed}")
     for K in pending.values():
         train_run(K, preset)
-    torch.set_num_threads(threads)
-    with threadpool_limits(threads):
-        experiments(found[0], [run for _, (run, _) in info], per_chain, n_patch, seed, args.figures)
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(args.threads):
+        experiments(found[0], [run for _, (run, _) in info], args.per_chain, args.patch_seqs, args.seed, args.figures)
 
 
 def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):
@@ -458,8 +454,7 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
         "seconds": round(time.time() - t0, 1),
     }
     text = json.dumps(result, indent=1)
-    with open(os.path.join(out, "task_vectors.json"), "w") as f:
-        f.write(text)
+    write_atomic(os.path.join(out, "task_vectors.json"), text)
     plot(json.loads(text), os.path.join(out, "task_vectors.png"))  # from the JSON, as --replot draws it
     for name in ("2mem", "1mem"):
         print(f"patching {name} at step {checkpoints[name]['step']} (rows: condition, columns: {' '.join(PAIRS)})")

@@ -1,24 +1,9 @@
 """Circuit tracing of the four algorithmic phases by edge mean-ablation (Sec. "Tracing circuits",
 Fig. 3; Appendix "Transformer Circuits": Table I, eqs. res1-res3 and expandedatt2, Figs. A2, A3).
 
-The two-layer transformer writes every block's output additively into the residual stream, so it
-unrolls into a graph. Sources (Table I a) are the vectors written into the stream:
-
-  Token       x0_n = W_E s_n
-  A1          Att1's output
-  MLP1        MLP1(y1_n)
-  A2(c)       Att2's value path split by residual component c in {Token, A1, MLP1} (eq. expandedatt2):
-              sum_i A2_ni W_V (c_i - mean(c_i)) / sigma(x1_i), i.e. LayerNorm as an affine map with the
-              statistics of the whole input x1; each part centred by its own feature mean, so the three
-              sum to Att2's output exactly
-  MLP2        MLP2(y2_n)
-
-Targets (Table I b) read the stream: A1Q, A1K (Att1's queries / keys), MLP1, A2Q, A2K, MLP2 and Linear
-(the unembedding W_U). There are 2 + 2 + 6 + 6 + 7 = 23 edges (`EDGES`). Ablating SRC->TGT gives TGT
-alone the input x~_n = x_n - (x_SRC,n - <x_SRC,n>), the mean over the batch at the same position;
-every other reader of the stream sees it unperturbed, the target's LayerNorm keeps the statistics of
-its unperturbed input, and what the target then writes flows downstream as usual. The importance of an
-edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta).
+The explicit forward over Table I's 23 edges, with an edge mean-ablated for its target alone, is
+analysis/edges.py's run_edges (its docstring defines the sources, the targets and the ablation). The importance
+of an edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta), pi~ the output with that edge ablated.
 
     python trace.py circuits                  # quick runs K = 4, 64, 1024, trained first if missing
     python trace.py circuits --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
@@ -33,17 +18,14 @@ the phase's predictor relative to the next-closest of the four, i.e. the largest
 D(next predictor) / D(phase's predictor) (phase_checkpoint), provided it reaches the floor IN_PHASE = 1.2: the
 phase's predictor the closest of the four, the next 20 % farther. A phase no checkpoint reaches is reported as
 such (no_checkpoint: the closest checkpoint, its ratio and the predictor closest there) and not traced. The paper
-takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; at
-the quick scale that rule picked a 2-Mem checkpoint tied with 1-Mem and a "1-Gen" one closer to 1-Mem, so the
-ratio (stated with each phase, with the margin in nats) picks checkpoints that are unambiguously in their phase,
-from any of the runs.
+takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; the
+lowest divergence can sit where another predictor is about as close, and a circuit traced there would mix two
+phases, so the ratio (stated with each phase, with the margin in nats) picks checkpoints unambiguously in their
+phase, from any of the runs.
 
 Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
 repository root; nothing here or in the tests needs the standard one.
 """
-import argparse
-import dataclasses
-import json
 import os
 import time
 
@@ -54,109 +36,13 @@ import torch.nn.functional as F
 from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-import train
-from analysis.runs import ensure_run, load_run, read_metrics
+from analysis.edges import EDGES, SOURCES, TARGETS, parse_edge, run_edges
+from analysis.runs import TRAIN_TIME, find_run, load_run, train_run
 from bayes import PREDICTORS, kl_div
-from markov import check_int
 from plumbing import cli
+from plumbing.rundir import write_json
 from plumbing.style import LABELS
-from transformer import EPS, Transformer, attend
-
-SOURCES = ("Token", "A1", "MLP1", "A2(Token)", "A2(A1)", "A2(MLP1)", "MLP2")
-TARGETS = ("A1Q", "A1K", "MLP1", "A2Q", "A2K", "MLP2", "Linear")
-READS = {  # the sources in each target's input (the residual stream at that point)
-    "A1Q": SOURCES[:1], "A1K": SOURCES[:1], "MLP1": SOURCES[:2], "A2Q": SOURCES[:3], "A2K": SOURCES[:3],
-    "MLP2": SOURCES[:6], "Linear": SOURCES,
-}
-EDGES = tuple(f"{src}->{tgt}" for tgt in TARGETS for src in READS[tgt])
-assert len(EDGES) == 23
-
-
-# ----------------------------------------------------------------------------- the explicit forward
-
-
-def _stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """LayerNorm's statistics of x (..., D): the feature mean and 1 / sqrt(variance + eps)."""
-    return x.mean(-1, keepdim=True), (x.var(-1, unbiased=False, keepdim=True) + EPS).rsqrt()
-
-
-def _attention(att, x: torch.Tensor, parts: dict, q_in: torch.Tensor, k_in: torch.Tensor):
-    """One attention block on the stream x (B, N, D) = sum of `parts`, with the queries read from q_in
-    and the keys from k_in (both x unless a Q or K edge is ablated), all normalized with x's statistics.
-    Returns (output (B, N, D), weights (B, N, N), {part: its share of the output})."""
-    B, N, D = x.shape
-    mu, r = _stats(x)
-    q = att.W_Q((q_in - mu) * r).view(B, 1, N, D)
-    k = att.W_K((k_in - mu) * r).view(B, 1, N, D)
-    v = att.W_V((x - mu) * r).view(B, 1, N, D)
-    bias = att.position_bias(N)
-    out, A = attend(q, k, v, bias, att.rotary)
-    A = A[:, 0]  # (B, N, N)
-    shares = {name: A @ att.W_V((c - c.mean(-1, keepdim=True)) * r) for name, c in parts.items()}  # eq. expandedatt2
-    return out.view(B, N, D), A, shares
-
-
-def _mlp(mlp, y: torch.Tensor, y_in: torch.Tensor) -> torch.Tensor:
-    """MLP(y_in) with LayerNorm's statistics taken from y (the unperturbed input)."""
-    mu, r = _stats(y)
-    return mlp.W_out(F.gelu(mlp.W_in((y_in - mu) * r)))
-
-
-def _parse_edge(edge: str) -> tuple[str, str]:
-    if edge not in EDGES:
-        raise ValueError(f"unknown edge {edge!r}; edges are {', '.join(EDGES)}")
-    src, tgt = edge.split("->")
-    return src, tgt
-
-
-def run_edges(model: Transformer, seqs: torch.Tensor, ablate: str | None = None, patch: dict | None = None,
-              cache: bool = False):
-    """The model's forward written out block by block over Table I's edges.
-
-    ablate: an edge "SRC->TGT" of EDGES, mean-ablated for that target alone (module docstring).
-    patch:  {"A1": (B, N, D)} and/or {"A2": (B, N, D)}: that attention block's output, as written into
-            the stream, replaced for every reader downstream (the task-vector patching of Appendix
-            "Patching"); with "A2" patched, the A2(c) parts are not defined and not returned.
-    Returns logits (B, N, C), or (logits, acts) with cache=True: acts holds the seven sources of
-    SOURCES, "A2" (Att2's output), "x2" (the final stream) and the attention weights "weights1",
-    "weights2" (B, N, N), each (B, N, D) otherwise."""
-    if model.task_embedding is not None:
-        raise ValueError("trace.py traces models without task injection")
-    patch = dict(patch or {})
-    if set(patch) - {"A1", "A2"}:
-        raise ValueError(f"patch takes 'A1' and/or 'A2', got {sorted(patch)}")
-    src_ablated, tgt_ablated = _parse_edge(ablate) if ablate is not None else (None, None)
-    if "A2" in patch and src_ablated in ("A2(Token)", "A2(A1)", "A2(MLP1)"):
-        raise ValueError(f"cannot ablate {ablate} while Att2's output is patched")
-    acts = {}
-
-    def read(target: str, x: torch.Tensor) -> torch.Tensor:
-        """What `target` reads: the stream x, minus the ablated source's deviation from its batch mean."""
-        if target != tgt_ablated:
-            return x
-        src = acts[src_ablated]
-        return x - (src - src.mean(0, keepdim=True))
-
-    x0 = model.W_E(seqs)
-    acts["Token"] = x0
-    a1, acts["weights1"], _ = _attention(model.att1, x0, {}, read("A1Q", x0), read("A1K", x0))
-    acts["A1"] = patch.get("A1", a1)
-    y1 = x0 + acts["A1"]
-    acts["MLP1"] = _mlp(model.mlp1, y1, read("MLP1", y1)) if model.mlp1 is not None else torch.zeros_like(y1)
-    x1 = y1 + acts["MLP1"]
-    parts = {name: acts[name] for name in ("Token", "A1", "MLP1")}
-    a2, acts["weights2"], shares = _attention(model.att2, x1, parts, read("A2Q", x1), read("A2K", x1))
-    if "A2" in patch:
-        acts["A2"] = patch["A2"]
-    else:
-        acts["A2"] = a2
-        acts.update({f"A2({name})": share for name, share in shares.items()})
-    y2 = x1 + acts["A2"]
-    acts["MLP2"] = _mlp(model.mlp2, y2, read("MLP2", y2))
-    acts["x2"] = y2 + acts["MLP2"]
-    logits = model.W_U(read("Linear", acts["x2"]))
-    return (logits, acts) if cache else logits
-
+from transformer import Transformer
 
 # ----------------------------------------------------------------------------- edge importance
 
@@ -173,7 +59,7 @@ def connectivity(importance: dict[str, float]) -> np.ndarray:
     """The 7 x 7 matrix of Fig. A3: rows SOURCES, columns TARGETS, NaN where there is no edge."""
     M = np.full((len(SOURCES), len(TARGETS)), np.nan)
     for edge, value in importance.items():
-        src, tgt = _parse_edge(edge)
+        src, tgt = parse_edge(edge)
         M[SOURCES.index(src), TARGETS.index(tgt)] = value
     return M
 
@@ -181,41 +67,6 @@ def connectivity(importance: dict[str, float]) -> np.ndarray:
 # ----------------------------------------------------------------------------- the phases' circuits
 
 PRESET_K = {"quick": [4, 64, 1024], "paper": [128, 1024]}  # the runs searched for the four phases (paper: Fig. A3)
-TRAIN_TIME = {"quick": "5-10 min on a CPU core", "paper": "10^6 steps, 20-50 min on an H100"}
-
-
-def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, bool]:
-    """(the run an analysis reads, whether it must be trained first): run_dir if given (it must hold a run),
-    else runs/K<K>_s0, where `python train.py --K <K> --preset <preset>` writes it. Checked before anything
-    runs: a run of the other preset there is refused rather than resumed with the wrong hyper-parameters,
-    and a paper run (10^6 steps) is only trained where CUDA is available."""
-    if run_dir is not None:
-        load_run(run_dir)  # a one-line error on a directory that is not a run
-        return run_dir, False
-    out = os.path.join("runs", f"K{K}_s0")
-    if os.path.exists(os.path.join(out, "metrics.jsonl")):
-        saved, rows = read_metrics(out)
-        if saved.get("preset", train.Config.preset) != preset:
-            raise ValueError(f"--preset {preset}: {out} holds a {saved.get('preset')} run; move it away, "
-                             f"or name the run to read with {flag}")
-        if rows and rows[-1]["step"] == saved["iters"]:
-            return out, False
-    if preset == "paper" and not torch.cuda.is_available():
-        raise ValueError(f"--preset paper: {out} is missing or unfinished and its 10^6 steps need a GPU (train it there "
-                         f"with `python train.py --K {K} --preset paper`), or name a run with {flag}")
-    return out, True
-
-
-def train_run(K: int, preset: str) -> str:
-    """Train, or finish, the preset's run runs/K<K>_s0 that find_run found missing."""
-    if preset == "quick":
-        return ensure_run(None, K)
-    args = argparse.Namespace(**{f.name: None for f in dataclasses.fields(train.Config)})
-    args.K, args.preset, args.out = K, "paper", os.path.join("runs", f"K{K}_s0")
-    resume = os.path.exists(os.path.join(args.out, "ckpt.pt"))
-    print(f"training the missing paper run {args.out} (python train.py --K {K} --preset paper)", flush=True)
-    train.train(train.make_config(args), resume=resume, overwrite=not resume)  # a partial run without a checkpoint is redone
-    return args.out
 
 
 def describe_runs(found: dict, preset: str) -> str:
@@ -341,7 +192,7 @@ def circuit_edges(importance: dict[str, float], threshold: float = THRESHOLD) ->
     "value": the value paths (VALUE_PATHS) those paths pass through, as (source, block output)."""
     top = max(importance.values())
     kept = {e: v for e, v in sorted(importance.items(), key=lambda kv: -kv[1]) if v > threshold * top}
-    links = [(*_parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in BLOCK_LINKS]
+    links = [(*parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in BLOCK_LINKS]
     into, arrive = _widest(links, "Token")
     out_of, leave = _widest(links, "Linear", reverse=True)
     on_paths, node = set(), "Linear"
@@ -349,7 +200,7 @@ def circuit_edges(importance: dict[str, float], threshold: float = THRESHOLD) ->
         on_paths.add(arrive[node])
         node = arrive[node][0]
     for edge in kept:
-        src, tgt = _parse_edge(edge)
+        src, tgt = parse_edge(edge)
         if min(into[src], out_of[tgt]) == -np.inf:  # no way from the input to it, or from it to the output
             continue
         node = src
@@ -380,13 +231,13 @@ def draw_circuit(ax, importance: dict[str, float], title: str):
     their ratio; value paths inside the attention blocks: dotted; nodes left without edges greyed out."""
     top = max(importance.values())
     c = circuit_edges(importance)
-    used = {node for e in [*c["kept"], *c["path"]] for node in _parse_edge(e)} | {n for link in c["value"] for n in link}
+    used = {node for e in [*c["kept"], *c["path"]] for node in parse_edge(e)} | {n for link in c["value"] for n in link}
     for src, out in c["value"]:
         (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[out]
         ax.plot([xs, xt], [ys, yt], ls=":", lw=1.2, color="0.55", zorder=0)
     for edge, value in [*c["kept"].items(), *c["path"].items()]:
         rel, under = value / top, edge in c["path"]
-        src, tgt = _parse_edge(edge)
+        src, tgt = parse_edge(edge)
         (xs, ys), (xt, yt) = NODE_XY[src], NODE_XY[tgt]
         # the long edges bow away from the middle column (MLP1, MLP2), whose nodes they would cross
         rad = 0.0 if yt - ys <= 1 else (0.35 if xs + xt >= 0 else -0.35)
@@ -523,9 +374,8 @@ def circuits(args):
     t0 = time.time()
     phases = trace_phases(runs, args.n_seqs, args.seed)
     plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
-    with open(os.path.join(args.figures, "circuits.json"), "w") as f:
-        json.dump({"preset": preset, "n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases},
-                  f, indent=1)
+    write_json(os.path.join(args.figures, "circuits.json"),
+               {"preset": preset, "n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases}, indent=1)
     print(f"traced in {time.time() - t0:.0f} s; wrote {args.figures}/circuits.png and circuits.json")
 
 
@@ -549,13 +399,12 @@ def main():
     cli.add_replot(p, "FIGURES/circuits.json", "the figure")
     p.add_argument("--runs", default=None, help="comma-separated run directories whose checkpoints the four phases are "
                    "picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
-    p.add_argument("--n-seqs", type=int, default=512, help="held-out sequences from S to trace on (the paper: 512)")
-    p.add_argument("--seed", type=int, default=0, help="generator seed of the held-out sequences")
+    p.add_argument("--n-seqs", type=cli.at_least(2), default=512,  # a mean over one sequence ablates nothing
+                   help="held-out sequences from S to trace on (the paper: 512)")
+    p.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences")
     cli.add_threads(p)
     args = parser.parse_args()
     if args.command == "circuits":
-        check_int("--n-seqs", args.n_seqs, 2)  # a mean over one sequence ablates nothing
-        check_int("--seed", args.seed, 0)
         cli.set_threads(args.threads)
         cli.writable_dir(args.figures, "--figures")
         if args.replot is not None:

@@ -1,10 +1,13 @@
 """Runs read back as data, for the analysis scripts (trace.py, task_vectors.py, k1.py, k2.py, ...): a run
-directory's metrics and memorization scores, a model at an evaluation step, and the quick runs the scripts
-default to, trained where missing.
+directory's metrics and memorization scores, a model at an evaluation step, and the preset's runs the scripts
+default to (runs/K<K>_s0), found or trained where missing.
 """
+import argparse
 import json
 import os
 from dataclasses import fields
+
+import torch
 
 import train
 from markov import FreshChains, TaskSet, task_source
@@ -65,3 +68,41 @@ def ensure_run(run_dir: str | None, K: int, seed: int = 0) -> str:
     resume = os.path.exists(os.path.join(cfg.out, "ckpt.pt"))
     train.train(cfg, resume=resume, overwrite=not resume)  # a partial run without a checkpoint is redone
     return cfg.out
+
+
+# what training a missing default run costs, as the scripts announce it
+TRAIN_TIME = {"quick": "5-10 min on a CPU core", "paper": "10^6 steps, 20-50 min on an H100"}
+
+
+def find_run(run_dir: str | None, K: int, preset: str, flag: str) -> tuple[str, bool]:
+    """(the run an analysis reads, whether it must be trained first): run_dir if given (it must hold a run),
+    else runs/K<K>_s0, where `python train.py --K <K> --preset <preset>` writes it. Checked before anything
+    runs: a run of the other preset there is refused rather than resumed with the wrong hyper-parameters,
+    and a paper run (10^6 steps) is only trained where CUDA is available. flag: the script's flag that names a run."""
+    if run_dir is not None:
+        load_run(run_dir)  # a one-line error on a directory that is not a run
+        return run_dir, False
+    out = os.path.join("runs", f"K{K}_s0")
+    if os.path.exists(os.path.join(out, "metrics.jsonl")):
+        saved, rows = read_metrics(out)
+        if saved.get("preset", train.Config.preset) != preset:
+            raise ValueError(f"--preset {preset}: {out} holds a {saved.get('preset')} run; move it away, "
+                             f"or name the run to read with {flag}")
+        if rows and rows[-1]["step"] == saved["iters"]:
+            return out, False
+    if preset == "paper" and not torch.cuda.is_available():
+        raise ValueError(f"--preset paper: {out} is missing or unfinished and its 10^6 steps need a GPU (train it there "
+                         f"with `python train.py --K {K} --preset paper`), or name a run with {flag}")
+    return out, True
+
+
+def train_run(K: int, preset: str) -> str:
+    """Train, or finish, the preset's run runs/K<K>_s0 that find_run found missing."""
+    if preset == "quick":
+        return ensure_run(None, K)
+    args = argparse.Namespace(**{f.name: None for f in fields(train.Config)})
+    args.K, args.preset, args.out = K, "paper", os.path.join("runs", f"K{K}_s0")
+    resume = os.path.exists(os.path.join(args.out, "ckpt.pt"))
+    print(f"training the missing paper run {args.out} (python train.py --K {K} --preset paper)", flush=True)
+    train.train(train.make_config(args), resume=resume, overwrite=not resume)  # a partial run without a checkpoint is redone
+    return args.out

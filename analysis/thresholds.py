@@ -17,7 +17,6 @@ import os
 
 import numpy as np
 
-from markov import check_int
 from plumbing import cli
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
@@ -179,11 +178,12 @@ def generalizes(rows: list[dict]) -> bool:
 
 
 def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
-    """The flags k1 and k2 share, checked: (preset, root, the preset's values, jobs, device, seeds)."""
+    """The flags k1 and k2 share, checked: (preset, root, the preset's values, jobs, device, seeds); --jobs is
+    checked by its parser (add_run_flags)."""
     preset = cli.preset(args.preset)
     root = args.root or os.path.join("runs", f"{name}_{preset}")
     p = presets[preset]
-    jobs = check_int("--jobs", args.jobs, 1)
+    jobs = args.jobs
     device = cli.device(args.device)
     if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
         raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")

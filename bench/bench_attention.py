@@ -5,7 +5,7 @@ only runs in Triton's interpreter, which says nothing about its speed).
 Baselines, the fastest PyTorch way to compute the same thing:
   rotary   q and k rotated once into copies, then F.scaled_dot_product_attention with
            is_causal=True ("sdpa causal": no mask tensor, so SDPA may pick its flash backend), SDPA
-           with a dense float mask ("sdpa+mask", the issue's baseline) and FlexAttention with a
+           with a dense float mask ("sdpa+mask", the plain masked baseline) and FlexAttention with a
            causal block mask ("flex")
   bias     SDPA with a dense float mask holding -inf above the diagonal and bias[h, i - j] below
            ("sdpa+mask": a bias rules out the flash backend), and FlexAttention with the causal
@@ -30,7 +30,6 @@ time to the eager kernel's, measured in the same run, and the method's relative 
 tile candidate of the rotary pre-pass against the fp32 rotation before timing it.
 """
 import functools
-import json
 import os
 import shlex
 import sys
@@ -45,8 +44,8 @@ from bench.bench_train import load_attention, load_attention_module  # noqa: E40
 from kernels import attention as attn  # noqa: E402
 from kernels.attention import attention  # noqa: E402
 from kernels.tiles import Tile, save_tiles  # noqa: E402
-from markov import check_int  # noqa: E402
 from plumbing import cli  # noqa: E402
+from plumbing.rundir import write_json  # noqa: E402
 from transformer import attend, rotary_tables, rotate  # noqa: E402
 
 
@@ -374,7 +373,7 @@ def main():
     parser.add_argument("--sweep", action="store_true", help="tune the tiles first (see above)")
     parser.add_argument("--sweep-kernels", default=",".join(SWEEPS),
                         help=f"--sweep: only these of {', '.join(SWEEPS)} (comma-separated); the others keep their tiles")
-    parser.add_argument("--compile-jobs", type=int, default=8, help="--sweep: processes that compile the candidates")
+    parser.add_argument("--compile-jobs", type=cli.at_least(1), default=8, help="--sweep: processes that compile the candidates")
     parser.add_argument("--write-tiles", default=None, help="--sweep: write the winning table here (kernels/tiles.json is the one the kernel reads)")
     parser.add_argument("--json", default=None, help="write every number (sweep and comparison) to this file")
     parser.add_argument("--previous", default=None, help="another kernels/attention.py to time in the same run")
@@ -382,7 +381,7 @@ def main():
     parser.add_argument("--rotate", action="store_true", help="first time the rotary pre-pass alone (rotate_sweep)")
     parser.add_argument("--N", default="256,1024", help="the sequence lengths of the sweep and the comparison")
     args = parser.parse_args()
-    jobs = check_int("--compile-jobs", args.compile_jobs, 1)
+    jobs = args.compile_jobs
     kernels = args.sweep_kernels.split(",")
     lengths = set(cli.parse_list("--N", args.N))
     if not lengths <= {N for N, _, _ in SHAPES}:
@@ -461,8 +460,7 @@ def main():
                          "relative_error": err})
         record["rows"] = rows
         if args.json:  # after every shape, so that a run stopped by a time limit keeps what it measured
-            with open(args.json, "w") as f:
-                json.dump(record, f, indent=1)
+            write_json(args.json, record, indent=1)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes  # noqa: E402
 from engine import fastdata  # noqa: E402
-from markov import TaskSet, check_int  # noqa: E402
+from markov import TaskSet  # noqa: E402
 from plumbing import cli  # noqa: E402
+from plumbing.style import LABELS  # noqa: E402
 
 
 def interleaved_medians(fns: dict, repeats: dict, rounds: int) -> dict:
@@ -50,10 +51,9 @@ def report(what: str, t: dict):
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
+    parser.add_argument("--rounds", type=cli.at_least(1), default=5, help="interleaved rounds (medians over them)")
     cli.add_threads(parser, 1, ", for every method: see below")
     args = parser.parse_args()
-    check_int("--rounds", args.rounds, 1)
     cli.set_threads(args.threads)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")

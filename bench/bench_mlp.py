@@ -18,7 +18,6 @@ elements); torch's path moves the F-wide hidden layer ~10 times (B N F elements 
 """
 import importlib.util
 import itertools
-import json
 import os
 import sys
 
@@ -32,6 +31,7 @@ from bench_attention import gpu_ms  # noqa: E402
 
 from kernels import mlp as mk  # noqa: E402
 from plumbing import cli  # noqa: E402
+from plumbing.rundir import write_json  # noqa: E402
 
 
 def torch_mlp(h, w_in, w_out):
@@ -116,9 +116,9 @@ def main():
     if args.sweep:
         sweep(rows, D, F_)
         if args.write_tiles:
-            with open(args.write_tiles, "w") as f:
-                json.dump({"TILES": mk.TILES, "TILES_DW": mk.TILES_DW, "device": torch.cuda.get_device_name(),
-                           "source": "python bench/bench_mlp.py --sweep (E = 64, bf16, B N = 32768, D = 64, F = 256)"}, f, indent=1)
+            write_json(args.write_tiles, {"TILES": mk.TILES, "TILES_DW": mk.TILES_DW, "device": torch.cuda.get_device_name(),
+                                          "source": "python bench/bench_mlp.py --sweep (E = 64, bf16, B N = 32768, D = 64, "
+                                                    "F = 256)"}, indent=1)
     print(f"tiles: TILES = {mk.TILES}, TILES_DW = {mk.TILES_DW}")
     previous = load_previous(args.previous) if args.previous else None
     methods = {"kernel": mk.mlp, "torch": torch_mlp} | ({"previous": previous.mlp} if previous else {})

@@ -27,7 +27,6 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from markov import check_int  # noqa: E402
 from plumbing import cli  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,11 +49,11 @@ def steps_seconds(flags: list, policy: str | None, iters: int, out: str) -> floa
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--iters", type=int, default=60, help="training steps per run")
+    parser.add_argument("--iters", type=cli.at_least(1), default=60, help="training steps per run")
     parser.add_argument("--busy", default="0,1,2", help="how many busy processes beside the run, a list")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians over them)")
+    parser.add_argument("--rounds", type=cli.at_least(1), default=2, help="interleaved rounds (medians over them)")
     args = parser.parse_args()
-    iters, rounds = check_int("--iters", args.iters, 1), check_int("--rounds", args.rounds, 1)
+    iters, rounds = args.iters, args.rounds
     loads = cli.parse_list("--busy", args.busy)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before "
           f"{os.getloadavg()[0]:.2f}; train.py --K 256, {iters} steps, seconds of the steps (medians of {rounds})",
@@ -79,6 +78,7 @@ def main():
                 median = float(np.median(t))
                 print(f"busy {int(busy)} | {name:<18} {median:6.1f} s ({iters / median:4.1f} steps/s) | x{base / median:.2f} "
                       f"vs 2 threads | threads used {sorted(threads[name])} | rounds {t}", flush=True)
+
 
 if __name__ == "__main__":
     cli.run(main)

@@ -35,7 +35,7 @@ from engine.ensemble import Ensemble, GraphedStep, Single, sampled_step  # noqa:
 from engine.fastdata import batches  # noqa: E402
 from engine.fastpath import Kernels  # noqa: E402
 from kernels import attention as attention_kernel  # noqa: E402
-from markov import TaskSet, check_int  # noqa: E402
+from markov import TaskSet  # noqa: E402
 from plumbing import cli  # noqa: E402
 from train import PRESETS  # noqa: E402
 from transformer import Transformer  # noqa: E402
@@ -191,8 +191,8 @@ def main():
     cli.add_device(parser)
     cli.add_threads(parser)
     cli.add_preset(parser, PRESETS, "the sequence length N: quick 128, paper 256")
-    parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 30 on CUDA, 5 on a CPU)")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per case: the median and the spread (default 5)")
+    parser.add_argument("--repeats", type=cli.at_least(1), default=None, help="timed steps per run (default 30 on CUDA, 5 on a CPU)")
+    parser.add_argument("--runs", type=cli.at_least(1), default=5, help="timed runs per case: the median and the spread (default 5)")
     parser.add_argument("--sizes", default=None, help="ensemble sizes (default 8,32,64 on CUDA, 2 on a CPU)")
     parser.add_argument("--tf32", action="store_true", help="CUDA: matmuls in TF32 (train.py --tf32)")
     parser.add_argument("--profile", action="store_true",
@@ -206,13 +206,10 @@ def main():
     args = parser.parse_args()
     device = torch.device(cli.device(args.device))
     cli.set_threads(args.threads)
-    if args.repeats is not None:
-        check_int("--repeats", args.repeats, 1)
-    check_int("--runs", args.runs, 1)
-    try:
-        sizes = [check_int("--sizes", int(s), 1) for s in (args.sizes or ("8,32,64" if device.type == "cuda" else "2")).split(",")]
-    except ValueError:
-        raise ValueError(f"--sizes must be comma-separated integers >= 1, got {args.sizes!r}") from None
+    sizes = cli.parse_list("--sizes", args.sizes or ("8,32,64" if device.type == "cuda" else "2"),
+                           rule="ensemble sizes: integers >= 1")
+    if min(sizes) < 1:
+        raise ValueError(f"--sizes: ensemble sizes must be >= 1, got {args.sizes!r}")
     cuda = device.type == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     name = torch.cuda.get_device_name() if cuda else f"{cpu_name()}, {os.cpu_count()} cores"

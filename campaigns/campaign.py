@@ -21,8 +21,8 @@ circuits_paper  Figs. 3, 4, A2, A3, A8 at the paper's scale: K = 1024 (1-Gen, 2-
                 seed 0, trained together for `iters` steps, then trace.py's circuits and task_vectors.py's
                 experiments on them in the same call. One piece.
 circuits_mem_paper
-                the same for K = 128 alone (1-Mem, 2-Mem), 10^5 steps: circuits_paper's K = 128 was in neither
-                phase after 3 x 10^4. One piece, a call of its own (~8 min predicted).
+                the same for K = 128 alone (1-Mem, 2-Mem), 10^5 steps: circuits_paper's K = 128 is in neither
+                phase at 3 x 10^4 (its ledger). One piece, a call of its own (~8 min predicted).
 k1_paper        Figs. 7a, A9, 7c: K1* per seed by binary search over integer K (16 control seeds, 4 with task
                 injection), 10^4 steps per probe, phi_beta(2) every 100 steps on 4096 sequences (the paper's
                 protocol). A round's probes are independent runs: a piece is a round, or as many of its probes as
@@ -40,7 +40,6 @@ The tests run CPU-sized stand-ins of each kind through the same code (tests/stan
 after every piece gives the same ledger and figures as one uninterrupted call; the reports on known ledgers).
 """
 import datetime
-import json
 import os
 import shutil
 import tarfile
@@ -56,8 +55,8 @@ from campaigns.specs import (DENSE_KEYS, LEDGERS, METRIC_KEYS, SPECS, calibratio
                              grid_config, grid_cost, grid_ensembles, grid_keys, grid_pending, grid_records, k1_configs,
                              k1_ensembles, k1_pending, k1_piece_cost, k1_state, ledger_path, load_ledger, nominal_rate,
                              piece_rate, save_ledger, stamp)
-from markov import check_int
 from plumbing import cli
+from plumbing.rundir import write_json
 from runners import grids, probes
 
 # ----------------------------------------------------------------------------- training a campaign's pieces
@@ -123,7 +122,7 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
                  ledgers: str) -> str:
     if ledger["pieces"]:
         return "nothing left: the runs are trained and traced"
-    # training, then tracing and task vectors (circuits_paper's spec, fixed by its ledger, predates the latter)
+    # training, then tracing and task vectors (seconds_analysis: circuits_paper's spec, fixed by its ledger, has none)
     predicted = spec["iters"] * spec["seconds_per_step"] + spec.get("seconds_analysis", 0)
     if predicted > deadline - time.time():
         return f"the piece needs ~{predicted:.0f} s (training and analysis); it does not fit the time left"
@@ -340,8 +339,7 @@ def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict 
         result = reports.circuits(spec, ledger["pieces"], figures, name)
     else:
         result = reports.GRID[spec["report"]](spec, grid_records(ledger), ledger["pieces"], figures, name)
-    with open(os.path.join(figures, f"{name}.json"), "w") as f:
-        json.dump(thresholds.finite_json(result), f, indent=1)
+    write_json(os.path.join(figures, f"{name}.json"), thresholds.finite_json(result), indent=1)
     return result
 
 
@@ -409,14 +407,15 @@ def main():
         if command in ("run", "call"):
             p.add_argument("--budget-min", type=float, required=True, help="minutes this call may spend, analysis included")
             p.add_argument("--root", default=None, help="scratch run directories (default runs/campaign_<name>; emptied)")
-            p.add_argument("--max-pieces", type=int, default=10**6, help="k1 and grid campaigns: stop after this many pieces")
+            p.add_argument("--max-pieces", type=cli.at_least(1), default=10**6,
+                           help="k1 and grid campaigns: stop after this many pieces")
             cli.add_device(p)
             cli.add_jobs(p)
         if command == "run":
-            p.add_argument("--max-probes", type=int, default=10**6,
+            p.add_argument("--max-probes", type=cli.at_least(1), default=10**6,
                            help="k1 and grid campaigns: at most this many runs (probes, grid runs) a piece")
         if command == "call":
-            p.add_argument("--slots", type=int, default=64, help="models in a piece's ensemble (default 64)")
+            p.add_argument("--slots", type=cli.at_least(1), default=64, help="models in a piece's ensemble (default 64)")
             p.add_argument("--out", default=None, help="pack the ledgers and figures into OUT/campaign.tar.gz after "
                            "every piece (a call cut short returns what it finished)")
             p.add_argument("--report-seconds", type=float, default=30, help="seconds kept for the reports at the end")
@@ -428,7 +427,6 @@ def main():
     elif args.command in ("run", "call"):
         if not args.budget_min > 0:
             raise ValueError(f"--budget-min must be > 0, got {args.budget_min}")
-        check_int("--max-pieces", args.max_pieces, 1)
         device = cli.device(args.device)
         names = args.campaigns if args.command == "call" else [args.campaign]
         if args.command == "call":
@@ -437,13 +435,11 @@ def main():
         cli.announce(SPECS[names[0]]["preset"], f"campaigns {', '.join(names)}, {args.budget_min} min on {device}, "
                      f"scratch runs in {root}", ", ".join(ledger_path(name, args.ledgers) for name in names))
         if args.command == "call":
-            check_int("--slots", args.slots, 1)
             if not args.report_seconds >= 0:
                 raise ValueError(f"--report-seconds must be >= 0, got {args.report_seconds}")
             print(call(names, args.budget_min, device, root, args.jobs, args.slots, args.max_pieces, args.figures,
                        args.ledgers, args.out, args.report_seconds))
         else:
-            check_int("--max-probes", args.max_probes, 1)
             print(run(args.campaign, args.budget_min, device, root, args.jobs, args.max_probes, args.max_pieces,
                       args.figures, args.ledgers))
         for name in names:

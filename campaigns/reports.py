@@ -2,7 +2,6 @@
 one function per kind of report, each returning what figures/<campaign>.json holds and drawing its figures with
 the drawing code of the experiment's own module (k1.py, sweep.py, trace.py, task_vectors.py, train.py).
 """
-import json
 import os
 import statistics
 
@@ -15,6 +14,7 @@ import task_vectors
 import trace
 import train
 from analysis import thresholds
+from plumbing.rundir import write_json
 
 VOLATILE = ("card", "date", "seconds", "model_steps", "predicted")  # a piece's fields that differ between two identical runs
 
@@ -160,8 +160,7 @@ def circuits(spec: dict, pieces: list[dict], figures: str, name: str) -> dict:
         train.plot_run(rows[run], config, os.path.join(figures, f"{name.replace('circuits', 'fig2a')}_K{config.K}.png"))
     tv_name = name.replace("circuits", "task_vectors")
     task_vectors.plot(piece["task_vectors"], os.path.join(figures, f"{tv_name}.png"))
-    with open(os.path.join(figures, f"{tv_name}.json"), "w") as f:
-        json.dump(piece["task_vectors"], f, indent=1)
+    write_json(os.path.join(figures, f"{tv_name}.json"), piece["task_vectors"], indent=1)
     return {"iters": spec["iters"], "Ks": spec["Ks"], "phases": phases, "margins": margins(rows, piece["phases"]),
             "final": {run: {k: rs[-1][k] for k in ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem",
                                                       "kl_2mem", "phi_beta_2")} for run, rs in rows.items()},

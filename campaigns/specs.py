@@ -12,6 +12,7 @@ import torch
 import k1
 import train
 from analysis import thresholds
+from plumbing.rundir import write_json
 from runners import probes
 
 LEDGERS = "ledgers"
@@ -37,9 +38,9 @@ SPECS = {
                            seconds_per_step=0.006),
     "k1_paper": dict(kind="k1", preset="paper", probe=K1_PROBE, plan={"control": list(range(16)), "inject": list(range(4))},
                      seconds_per_model_step=1 / 1500, seconds_per_probe=8),
-    # 1b: circuits_paper's K = 128 was in neither 1-Mem nor 2-Mem after 3 x 10^4 steps; alone and longer. A lone
-    # model's step is taken at the 2-model ensemble's 3.48 ms (an upper bound), the analysis (two phases traced,
-    # the task vectors) at 2 x 13 + 111 s: 10^5 steps predict 348 + 140 = 488 s, a call of its own.
+    # 1b: circuits_paper's K = 128 is in neither 1-Mem nor 2-Mem at 3 x 10^4 steps (its ledger); alone and longer.
+    # A lone model's step is taken at the 2-model ensemble's 3.48 ms (an upper bound), the analysis (two phases
+    # traced, the task vectors) at 2 x 13 + 111 s: 10^5 steps predict 348 + 140 = 488 s, a call of its own.
     "circuits_mem_paper": dict(kind="circuits", preset="paper", Ks={"mem": 128}, seed=0, iters=100_000,
                                train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,
                                seconds_per_step=0.00348, seconds_analysis=140),
@@ -84,10 +85,7 @@ def load_ledger(name: str, ledgers: str = LEDGERS) -> dict:
 def save_ledger(ledger: dict, ledgers: str = LEDGERS):
     """Atomically: a call killed while writing keeps the previous ledger."""
     os.makedirs(ledgers, exist_ok=True)
-    path = ledger_path(ledger["campaign"], ledgers)
-    with open(path + ".tmp", "w") as f:
-        json.dump(ledger, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(ledger_path(ledger["campaign"], ledgers), ledger, indent=1)
 
 
 def card(device: str) -> str:

@@ -1,7 +1,8 @@
 """Command-line plumbing shared by the scripts: bad input is one line on stderr and exit code 2, never
 a traceback, and so is Ctrl-C (exit 130) and SIGTERM (exit 143); a flag is spelled out in full (no prefix
-matching: a typo such as --iter is an error, not --iters); independent runs in parallel processes; and the flags every script spells
-the same way, defined once here so that a name means one thing everywhere:
+matching: a typo such as --iter is an error, not --iters); independent runs in parallel processes, and the time a pool
+of them takes; and the flags every script spells the same way, defined once here so that a name means one thing
+everywhere:
 
   --preset {quick,paper}  hyper-parameters: CPU-sized, or the paper's (default: paper on CUDA, quick otherwise)
   --device DEV            cpu, cuda or cuda:<i> (default: cuda if available, else cpu)
@@ -408,3 +409,30 @@ def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None, on_res
         raise
     pool.shutdown()
     return results
+
+
+def makespan(seconds: list[float], processes: int) -> float:
+    """Wall time of parallel_map's jobs of these durations: taken in order by `processes` workers, each taking the next
+    when free, as its pool does."""
+    free = [0.0] * processes
+    for s in seconds:
+        free[free.index(min(free))] += s
+    return max(free)
+
+
+def step_seconds(train, steps: int = 10) -> float:
+    """Seconds a step of train(n), a training of n steps, takes on one thread (a parallel_map worker has one), here and
+    now: after a warm-up, two short runs, 3 and 3 + steps long, so that set-up, the first steps and the evaluation
+    cancel."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(1)  # the process's first steps pay for its lazy set-up
+        times = []
+        for n in (3, 3 + steps):
+            t0 = time.perf_counter()
+            train(n)
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return max(times[1] - times[0], 1e-6) / steps

@@ -26,7 +26,7 @@ import evaluation
 import train
 from engine import fastdata
 from engine.ensemble import Ensemble, sampled_step
-from markov import check_int, task_source
+from markov import task_source
 from plumbing import rundir
 
 # ----------------------------------------------------------------------------- ensembles
@@ -165,7 +165,7 @@ def run_processes(commands: list[list[str]], jobs: int):
 def train_grid(args: argparse.Namespace, cfgs: list, out: str):
     """On CUDA (or with --ensemble) the grid as ensembles of --group models, one after the other, each
     resumable from its own OUT/ckpt_group<i>.pt; otherwise as one-thread processes."""
-    jobs, size = check_int("--jobs", args.jobs, 1), check_int("--group", args.group, 1)
+    jobs, size = args.jobs, args.group  # checked by sweep.py's parser (cli.at_least)
     ensembles = args.ensemble or cfgs[0].device.startswith("cuda")
     for i, cfg in enumerate(cfgs):  # one line now, not one failed process per run that exists
         group = os.path.join(out, f"ckpt_group{i // size}.pt") if ensembles else None

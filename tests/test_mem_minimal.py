@@ -10,6 +10,7 @@ import torch
 
 import mem_minimal as mm
 from mem_minimal import MemRun, TaskHead, bisect_K, pooled
+from plumbing import cli
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
 
@@ -227,14 +228,16 @@ def test_search_trainings_is_the_most_a_search_makes(K_lo, K_hi):
 
 
 def test_makespan_takes_the_jobs_in_order_on_the_first_free_worker():
-    assert mm.makespan([4, 3, 2, 1], 2) == 5  # 4 then 1 on one worker, 3 then 2 on the other
-    assert mm.makespan([1, 1, 10], 2) == 11 and mm.makespan([1, 2, 3], 1) == 6 and mm.makespan([5], 3) == 5
+    """cli.makespan, the estimate's model of parallel_map's pool."""
+    assert cli.makespan([4, 3, 2, 1], 2) == 5  # 4 then 1 on one worker, 3 then 2 on the other
+    assert cli.makespan([1, 1, 10], 2) == 11 and cli.makespan([1, 2, 3], 1) == 6 and cli.makespan([5], 3) == 5
 
 
 def test_step_seconds_leaves_out_what_does_not_grow_with_the_steps(monkeypatch):
-    """A run's set-up and evaluation cost the same at any length; step_seconds times two lengths and keeps the slope."""
+    """A run's set-up and evaluation cost the same at any length; cli.step_seconds times two lengths and keeps the
+    slope, here of mem_minimal's training (its step_seconds)."""
     monkeypatch.setattr(mm, "train_mem", lambda run: time.sleep(0.05 + 0.004 * run.iters))
-    assert mm.step_seconds(MemRun(), steps=10) == pytest.approx(0.004, rel=0.5)  # all of it over 10 steps: 0.009
+    assert mm.step_seconds(MemRun()) == pytest.approx(0.004, rel=0.5)  # all of it over 10 steps: 0.009
 
 
 @pytest.mark.parametrize("args, line", [

@@ -1,12 +1,14 @@
-"""trace.py's ablations into the MLP targets (Figs. 3, A2, A3 put their strongest edges there) against a hand
-computation on a tiny random model: the ablated MLP reads x~ = x - (x_SRC - <x_SRC>_batch) but normalizes it
-with the statistics of its unperturbed input x, and what it writes then flows downstream through the model's own
-blocks (transformer.py), every other reader seeing the stream unperturbed."""
+"""trace.py's ablations into the MLP targets (Figs. 3, A2, A3 put their strongest edges there; the explicit forward
+is analysis/edges.py's run_edges) against a hand computation on a tiny random model: the ablated MLP reads
+x~ = x - (x_SRC - <x_SRC>_batch) but normalizes it with the statistics of its unperturbed input x, and what it writes
+then flows downstream through the model's own blocks (transformer.py), every other reader seeing the stream
+unperturbed."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import trace
+from analysis import edges
 from bayes import kl_div
 from transformer import Transformer
 
@@ -76,12 +78,12 @@ def test_mlp_target_ablations_keep_the_unperturbed_layer_norm_statistics(seed):
     seqs = torch.randint(10, (8, 12), generator=torch.Generator().manual_seed(seed + 1))
     want = hand_ablations(model, seqs)
     other_rule = hand_ablations(model, seqs, own_stats=True)
-    assert set(want) == {e for e in trace.EDGES if e.endswith(("->MLP1", "->MLP2"))}  # all 2 + 6 of Table I
+    assert set(want) == {e for e in edges.EDGES if e.endswith(("->MLP1", "->MLP2"))}  # all 2 + 6 of Table I
     logp = F.log_softmax(model(seqs), -1)
     importance = trace.edge_importance(model, seqs)
     gap = 0.0
     for edge, logits in want.items():
-        got = trace.run_edges(model, seqs, ablate=edge)
+        got = edges.run_edges(model, seqs, ablate=edge)
         torch.testing.assert_close(got, logits, atol=2e-5, rtol=0, msg=edge)
         assert importance[edge] == pytest.approx(kl_div(logp, F.log_softmax(logits, -1)).item(), rel=1e-4, abs=1e-7), edge
         gap = max(gap, (other_rule[edge] - logits).abs().max().item())

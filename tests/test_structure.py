@@ -30,8 +30,6 @@ TRAIN_ENGINE = {"train": {"engine.ensemble"}}
 # the files past ~500 lines, and why a reader would accept it
 LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training, the K2_hat searches with their run-time "
                           "estimate, and the three figures drawn from one JSON",
-        "trace.py": "Figs. 3, A2, A3 end to end: the explicit forward over Table I's edges, their importance, the phases' "
-                    "checkpoints, and the circuit graphs with the one rule that chooses their edges",
         "k2.py": "Figs. 8a-b, A10 end to end: the sweep's runs, Delta tau and the memorized fractions with their "
                  "noise, and the figure drawn from one JSON with its redraw",
         "sa_scaling.py": "Figs. 5, 6, A4, A7 end to end: the SA-transformer's series, their summaries against the "

@@ -14,9 +14,9 @@ from threadpoolctl import threadpool_limits
 
 import task_vectors as tv
 import train
+from analysis.edges import run_edges
 from markov import TaskSet, sample_chains, sample_sequences
 from plumbing import cli
-from trace import run_edges
 from transformer import Transformer
 
 C, D = 5, 16

@@ -1,5 +1,6 @@
-"""trace.py: the explicit forward against the model, the A2(.) split and the ablations against direct
-computations, and that every ablation bites (a silent no-op is the usual bug of interpretability code)."""
+"""trace.py and the explicit forward it traces (analysis/edges.py): the forward against the model, the A2(.) split and
+the ablations against direct computations, and that every ablation bites (a silent no-op is the usual bug of
+interpretability code); the runs trace.py reads (analysis/runs.py's find_run, train_run), its checkpoints and figure."""
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from matplotlib.patches import FancyArrowPatch
 
 import trace
 import train
+from analysis import edges, runs
 from bayes import kl_div
 from transformer import Transformer, layer_norm
 
@@ -36,17 +38,17 @@ def random_seqs(B=16, N=24, seed=1):
 
 def test_import_trace_is_the_project_module():
     assert os.path.dirname(os.path.abspath(trace.__file__)) == ROOT  # not the standard library's line tracer
-    assert len(trace.EDGES) == 23 and len(set(trace.EDGES)) == 23
+    assert len(edges.EDGES) == 23 and len(set(edges.EDGES)) == 23
 
 
 @pytest.mark.parametrize("position,mlp1", [("rotary", True), ("bias", True), ("rotary", False)])
 @torch.no_grad()
 def test_explicit_forward_matches_model_and_sources_sum_to_the_stream(position, mlp1):
     model, seqs = random_model(position, mlp1), random_seqs()
-    logits, acts = trace.run_edges(model, seqs, cache=True)
+    logits, acts = edges.run_edges(model, seqs, cache=True)
     want, cache = model(seqs, cache=True)
     torch.testing.assert_close(logits, want, atol=1e-5, rtol=0)
-    torch.testing.assert_close(sum(acts[s] for s in trace.SOURCES), cache["x2"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(sum(acts[s] for s in edges.SOURCES), cache["x2"], atol=1e-5, rtol=0)
     torch.testing.assert_close(acts["A2(Token)"] + acts["A2(A1)"] + acts["A2(MLP1)"], cache["att2"], atol=1e-5, rtol=0)
     torch.testing.assert_close(acts["weights2"], cache["A2"], atol=1e-6, rtol=0)
 
@@ -55,7 +57,7 @@ def test_explicit_forward_matches_model_and_sources_sum_to_the_stream(position, 
 def test_att2_split_matches_a_loop_over_positions():
     """eq. expandedatt2 by hand: A2(c)_n = sum_{i <= n} A2_ni W_V (c_i - mean(c_i)) / sigma(x1_i)."""
     model, seqs = random_model(), random_seqs(B=3, N=9)
-    _, acts = trace.run_edges(model, seqs, cache=True)
+    _, acts = edges.run_edges(model, seqs, cache=True)
     _, cache = model(seqs, cache=True)
     x1 = cache["x1"]
     sigma = (x1.var(-1, unbiased=False) + 1e-5).sqrt()
@@ -72,7 +74,7 @@ def test_att2_split_matches_a_loop_over_positions():
 def test_linear_edges_match_a_direct_computation():
     """For SRC->Linear the importance is KL(model || W_U(x2 - (src - <src>))) with the model's own cache."""
     model, seqs = random_model(), random_seqs()
-    _, acts = trace.run_edges(model, seqs, cache=True)
+    _, acts = edges.run_edges(model, seqs, cache=True)
     _, cache = model(seqs, cache=True)
     importance = trace.edge_importance(model, seqs)
     logp = F.log_softmax(model.W_U(cache["x2"]), -1)
@@ -104,7 +106,7 @@ def test_query_and_key_ablations_perturb_only_their_side():
         x1 = y1 + model.mlp1(y1)
         y2 = x1 + model.att2(x1)[0]
         want = model.W_U(y2 + model.mlp2(y2))
-        torch.testing.assert_close(trace.run_edges(model, seqs, ablate=f"Token->{target}"), want, atol=1e-5, rtol=0)
+        torch.testing.assert_close(edges.run_edges(model, seqs, ablate=f"Token->{target}"), want, atol=1e-5, rtol=0)
 
 
 def rotate(x, n):
@@ -122,9 +124,9 @@ def rotate(x, n):
 @torch.no_grad()
 def test_every_ablation_changes_the_output_of_a_random_model(position):
     model, seqs = random_model(position), random_seqs()
-    clean = trace.run_edges(model, seqs)
-    for edge in trace.EDGES:
-        assert (trace.run_edges(model, seqs, ablate=edge) - clean).abs().max() > 1e-3, edge
+    clean = edges.run_edges(model, seqs)
+    for edge in edges.EDGES:
+        assert (edges.run_edges(model, seqs, ablate=edge) - clean).abs().max() > 1e-3, edge
 
 
 @torch.no_grad()
@@ -145,25 +147,25 @@ def test_constant_sources_and_zeroed_paths_have_zero_importance():
 @torch.no_grad()
 def test_patching_replaces_the_block_output_downstream():
     model, seqs, other = random_model(), random_seqs(seed=1), random_seqs(seed=2)
-    clean, acts = trace.run_edges(model, seqs, cache=True)
-    _, donor = trace.run_edges(model, other, cache=True)
+    clean, acts = edges.run_edges(model, seqs, cache=True)
+    _, donor = edges.run_edges(model, other, cache=True)
     for block in ("A1", "A2"):
-        same = trace.run_edges(model, seqs, patch={block: acts[block]})
+        same = edges.run_edges(model, seqs, patch={block: acts[block]})
         torch.testing.assert_close(same, clean, atol=1e-6, rtol=0)  # patching a batch into itself: no change
-        patched, got = trace.run_edges(model, seqs, patch={block: donor[block]}, cache=True)
+        patched, got = edges.run_edges(model, seqs, patch={block: donor[block]}, cache=True)
         assert torch.equal(got[block], donor[block]) and (patched - clean).abs().max() > 1e-2
-    _, got = trace.run_edges(model, seqs, patch={"A2": donor["A2"]}, cache=True)
+    _, got = edges.run_edges(model, seqs, patch={"A2": donor["A2"]}, cache=True)
     torch.testing.assert_close(got["MLP2"], model.mlp2(got["x2"] - got["MLP2"]), atol=1e-6, rtol=0)
 
 
 def test_bad_arguments_are_value_errors():
     model, seqs = random_model(), random_seqs()
     with pytest.raises(ValueError, match="unknown edge"):
-        trace.run_edges(model, seqs, ablate="Token->A2(Token)")
+        edges.run_edges(model, seqs, ablate="Token->A2(Token)")
     with pytest.raises(ValueError, match="patch"):
-        trace.run_edges(model, seqs, patch={"MLP1": seqs})
+        edges.run_edges(model, seqs, patch={"MLP1": seqs})
     with pytest.raises(ValueError, match="task injection"):
-        trace.run_edges(Transformer(D=16, n_tasks=3, max_len=24), seqs)
+        edges.run_edges(Transformer(D=16, n_tasks=3, max_len=24), seqs)
 
 
 def test_phase_checkpoint_is_the_one_closest_to_its_predictor_relative_to_the_next():
@@ -205,28 +207,28 @@ def tiny_run(out, K=3, preset="quick", iters=12):
 
 def test_find_run_takes_the_presets_runs_and_refuses_what_it_cannot_train(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: False)
-    assert trace.find_run(None, 16, "quick", "--runs") == (os.path.join("runs", "K16_s0"), True)  # trained on the CPU
+    monkeypatch.setattr(runs.torch.cuda, "is_available", lambda: False)
+    assert runs.find_run(None, 16, "quick", "--runs") == (os.path.join("runs", "K16_s0"), True)  # trained on the CPU
     with pytest.raises(ValueError, match="need a GPU.*--runs"):
-        trace.find_run(None, 128, "paper", "--runs")
+        runs.find_run(None, 128, "paper", "--runs")
     tiny_run(tmp_path / "runs" / "K3_s0", preset="quick")
-    assert trace.find_run(None, 3, "quick", "--runs") == (os.path.join("runs", "K3_s0"), False)
+    assert runs.find_run(None, 3, "quick", "--runs") == (os.path.join("runs", "K3_s0"), False)
     with pytest.raises(ValueError, match="holds a quick run"):  # never resumed with the paper's hyper-parameters
-        trace.find_run(None, 3, "paper", "--runs")
-    assert trace.find_run(str(tmp_path / "runs" / "K3_s0"), 3, "paper", "--runs") == (str(tmp_path / "runs" / "K3_s0"), False)
+        runs.find_run(None, 3, "paper", "--runs")
+    assert runs.find_run(str(tmp_path / "runs" / "K3_s0"), 3, "paper", "--runs") == (str(tmp_path / "runs" / "K3_s0"), False)
     with pytest.raises(ValueError, match="not a run directory"):
-        trace.find_run(str(tmp_path / "nothing"), 3, "quick", "--runs")
+        runs.find_run(str(tmp_path / "nothing"), 3, "quick", "--runs")
 
 
 def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(trace.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runs.torch.cuda, "is_available", lambda: True)
     trained = []
-    monkeypatch.setattr(trace.train, "train", lambda cfg, **kw: trained.append((cfg, kw)))
-    run, missing = trace.find_run(None, 128, "paper", "--runs")
-    assert missing and trace.train_run(128, "paper") == run == os.path.join("runs", "K128_s0")
+    monkeypatch.setattr(runs.train, "train", lambda cfg, **kw: trained.append((cfg, kw)))
+    run, missing = runs.find_run(None, 128, "paper", "--runs")
+    assert missing and runs.train_run(128, "paper") == run == os.path.join("runs", "K128_s0")
     (cfg, kw), = trained
-    paper = trace.train.PRESETS["paper"]
+    paper = runs.train.PRESETS["paper"]
     assert (cfg.preset, cfg.K, cfg.N, cfg.iters, cfg.eval_gen, cfg.out) == ("paper", 128, paper["N"], paper["iters"],
                                                                              paper["eval_gen"], run)
     assert cfg.eval_train == 8 * 128 and kw == {"resume": False, "overwrite": True}  # the paper's 8 K sequences
@@ -258,7 +260,7 @@ def test_circuits_command_announces_its_runs_and_replots_from_its_json(tmp_path,
 def test_an_edges_colour_is_read_off_the_figures_colour_bar(tmp_path, monkeypatch):
     """draw_circuit colours an edge by its importance / the strongest; the colour bar under the graphs must
     use the same map, so that a reader can read the ratio back from the colour."""
-    importance = {edge: 0.0 for edge in trace.EDGES}
+    importance = {edge: 0.0 for edge in edges.EDGES}
     importance.update({"Token->A1K": 1.0, "A1->MLP1": 0.5, "MLP1->Linear": 0.3})
     phases = {phase: {"run": "runs/K3_s0", "step": 1, "divergence": 0.1, "importance": importance} for phase in trace.PREDICTORS}
     figures = []
@@ -292,32 +294,32 @@ def committed_phases():
 
 def random_importances(n=40):
     rng = np.random.default_rng(0)
-    return [(f"random {i}", dict(zip(trace.EDGES, rng.exponential(1, len(trace.EDGES)) ** 3))) for i in range(n)]
+    return [(f"random {i}", dict(zip(edges.EDGES, rng.exponential(1, len(edges.EDGES)) ** 3))) for i in range(n)]
 
 
 @pytest.mark.parametrize("name, importance", committed_phases() + random_importances())
 def test_every_drawn_edge_lies_on_a_drawn_path_and_the_strongest_path_is_drawn(name, importance):
-    """circuits_paper.png's 2-Gen graph had no edge into Linear (MLP2 -> Linear 0.061 under the 0.25 cut) and its
-    2-Mem graph an A2(MLP1) fed by nothing. Every drawn edge can now be followed from Token to Linear over drawn edges
-    and the attention blocks' links, and a path as strong as the strongest of all (brute force) is among them."""
+    """Every drawn edge can be followed from Token to Linear over drawn edges and the attention blocks' links, and a
+    path as strong as the strongest of all (brute force) is among them: the 0.25 cut alone would leave circuits_paper's
+    2-Gen graph with no edge into Linear (MLP2 -> Linear 0.061) and its 2-Mem graph an A2(MLP1) fed by nothing."""
     c = trace.circuit_edges(importance)
     top = max(importance.values())
     assert c["kept"] == {e: v for e, v in importance.items() if v > trace.THRESHOLD * top}
     assert all(v <= trace.THRESHOLD * top for v in c["path"].values())
     qk = [(u, v) for u, v in trace.BLOCK_LINKS if u in ("A1Q", "A1K", "A2Q", "A2K")]  # the dashed boxes show these
-    drawn = [(*trace._parse_edge(e), v) for e, v in {**c["kept"], **c["path"]}.items()]
+    drawn = [(*edges.parse_edge(e), v) for e, v in {**c["kept"], **c["path"]}.items()]
     drawn += [(u, v, np.inf) for u, v in [*c["value"], *qk]]
     drawn_paths = all_paths(drawn)
     for u, v, w in drawn:
         if w < np.inf:
             assert any((u, v, w) in p for p in drawn_paths), (name, u, v)
-    every = [(*trace._parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in trace.BLOCK_LINKS]
+    every = [(*edges.parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in trace.BLOCK_LINKS]
     strongest = max(min(w for *_, w in p) for p in all_paths(every))
     assert max(min(w for *_, w in p) for p in drawn_paths) == strongest
 
 
 def test_the_paper_scale_graphs_can_be_followed_from_the_input_to_the_output():
-    """The two cases of the issue, by name: 2-Gen reaches Linear through the dashed MLP2 -> Linear (0.16 of its
+    """The two cases the cut alone gets wrong, by name: 2-Gen reaches Linear through the dashed MLP2 -> Linear (0.16 of its
     strongest edge) and A2(MLP1) -> Linear (0.21); in 2-Mem, MLP1 reaches A2(MLP1) by Att2's value path."""
     with open(os.path.join(ROOT, "figures", "circuits_paper.json")) as f:
         phases = json.load(f)["phases"]
