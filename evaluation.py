@@ -11,10 +11,11 @@
 
 `cfg` is a train.Config (N, task_seed, eval_train, eval_gen, eval_dense, per_chain, per_chain_tasks, C). Every
 set is drawn from its own seeded generator (held_out_generator), so the data of one evaluation never depends on
-another's flags. Evaluations are means over sequences, taken over chunks of them (chunks) so that the attention
-matrices stay small; a chunk's mean weighted by its share of the sequences makes the whole mean exact.
+another's flags. Evaluations are means over sequences, taken over chunks of them (chunked_means) so that the
+attention matrices stay small; a chunk's mean weighted by its share of the sequences makes the whole mean exact.
 """
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -24,20 +25,28 @@ from bayes import PREDICTORS, kl_div, nll
 from markov import FreshChains, TaskSet, sample_chains, sample_sequences
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
-# the held-out sets' streams: each set its own generator, seeded from the task set's seed
+# the held-out sets' streams: arbitrary distinct primes, fixed once (every run's held-out data hangs on them)
 EVAL, DENSE, PER_CHAIN = 7, 11, 13
 
 
-def held_out_generator(cfg, tasks: TaskSet | FreshChains, stream: int) -> torch.Generator:
+def held_out_generator(task_seed: int, tasks: TaskSet | FreshChains, stream: int) -> torch.Generator:
     """The generator of one held-out set (stream EVAL, DENSE or PER_CHAIN, or PER_CHAIN plus an offset for another
-    draw of the per-chain sequences), on the device of the task set."""
-    return torch.Generator(tasks.T.device).manual_seed(1_000_003 * (cfg.task_seed + 1) + stream)
+    draw of the per-chain sequences), on the device of the task set; 1_000_003 (a prime past any stream) keeps the
+    streams of different task seeds apart."""
+    return torch.Generator(tasks.T.device).manual_seed(1_000_003 * (task_seed + 1) + stream)
 
 
-def chunks(n: int, chunk: int):
-    """(slice, weight) over n sequences in chunks of `chunk`: the weight is the chunk's share of the n."""
+def chunked_means(n: int, chunk: int, readouts, sums: dict | None = None) -> dict:
+    """Means over n sequences of what readouts(part) gives for each chunk part (a slice of at most `chunk` of them), a
+    dict of means over its sequences (floats, or 0-dim tensors that do not wait for the device): each chunk weighted
+    by its share of the n, so the means are exact while a chunk's attention matrices stay small. sums: means to add
+    to (those of another set)."""
+    sums = {} if sums is None else sums
     for a in range(0, n, chunk):
-        yield slice(a, a + chunk), min(chunk, n - a) / n
+        w = min(chunk, n - a) / n
+        for key, value in readouts(slice(a, a + chunk)).items():
+            sums[key] = sums.get(key, 0.0) + w * value
+    return sums
 
 
 def predictor_names(tasks: TaskSet | FreshChains) -> tuple[str, ...]:
@@ -48,12 +57,11 @@ def predictor_names(tasks: TaskSet | FreshChains) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------- the full evaluations (Fig. 2a)
 
 
-
 def make_eval_data(cfg, tasks: TaskSet | FreshChains, predict=bayes.predict) -> dict:
     """Fixed held-out batches from S (with their chains, "train_task"; with K = inf, from fresh chains like the
     training sequences) and from D_T, and the predictors on them (computed once, by `predict`: bayes.predict,
     or the engine's faster fastdata.predict, equal to float32 rounding)."""
-    g = held_out_generator(cfg, tasks, EVAL)
+    g = held_out_generator(cfg.task_seed, tasks, EVAL)
     data = dict(zip(("train", "train_task"), tasks.batch(cfg.eval_train, cfg.N + 1, g)))
     data["gen"] = tasks.gen_batch(cfg.eval_gen, cfg.N + 1, g)[0]
     data["predictors"] = predictor_names(tasks)
@@ -73,27 +81,24 @@ def evaluate(model: Transformer, data: dict, chunk: int = 256) -> dict:
         D(pi_hat, pi_theta) = 1/2 < KL(pi_hat || pi_theta) >_S + 1/2 < KL(pi_hat || pi_theta) >_{D_T},
 
     and the attention readouts of both layers on the sequences from S (n_A: exp of the expected entropy)."""
-    sums = {}
 
-    def add(key: str, value: float, w: float):
-        sums[key] = sums.get(key, 0.0) + w * value
+    def readouts(split: str, part: slice) -> dict[str, float]:
+        s = data[split][part]
+        task = data["train_task"][part] if split == "train" else None  # D_T: no known chain
+        logits, cache = model(s[:, :-1], cache=True, task=task)
+        logq = F.log_softmax(logits.float(), -1)
+        out = {f"{split}_loss": nll(logq, s).mean().item()}
+        for name in data["predictors"]:  # half of D from each split
+            out[f"kl_{name}"] = 0.5 * kl_div(data[f"{split}_{name}"][part], logq).item()
+        for layer in (1, 2) if split == "train" else ():
+            A = cache[f"A{layer}"]
+            out[f"phi_delta_{layer}"] = phi_delta(A).item()
+            out[f"phi_beta_{layer}"] = phi_beta(A, s[:, :-1]).item()
+            out[f"entropy_{layer}"] = math.log(n_A(A).item())
+        return out
 
-    for split in ("train", "gen"):
-        seqs = data[split]
-        for part, w in chunks(seqs.shape[0], chunk):
-            s = seqs[part]
-            task = data["train_task"][part] if split == "train" else None  # D_T: no known chain
-            logits, cache = model(s[:, :-1], cache=True, task=task)
-            logq = F.log_softmax(logits.float(), -1)
-            add(f"{split}_loss", nll(logq, s).mean().item(), w)
-            for name in data["predictors"]:
-                add(f"kl_{name}", kl_div(data[f"{split}_{name}"][part], logq).item(), 0.5 * w)
-            if split == "train":
-                for layer in (1, 2):
-                    A = cache[f"A{layer}"]
-                    add(f"phi_delta_{layer}", phi_delta(A).item(), w)
-                    add(f"phi_beta_{layer}", phi_beta(A, s[:, :-1]).item(), w)
-                    add(f"entropy_{layer}", math.log(n_A(A).item()), w)
+    sums = chunked_means(data["train"].shape[0], chunk, partial(readouts, "train"))
+    sums = chunked_means(data["gen"].shape[0], chunk, partial(readouts, "gen"), sums)
     metrics = {}
     for split in ("train", "gen"):
         metrics[f"{split}_loss"] = sums[f"{split}_loss"]
@@ -128,7 +133,7 @@ def make_dense_data(cfg, tasks: TaskSet | FreshChains) -> tuple[torch.Tensor, to
     """The smaller held-out set of the dense readouts: eval_dense sequences from S and from D_T, and the
     chains of the S sequences; drawn from their own stream so that the full evaluation's data does not
     depend on --eval-every."""
-    g = held_out_generator(cfg, tasks, DENSE)
+    g = held_out_generator(cfg.task_seed, tasks, DENSE)
     train_seqs, train_task = tasks.batch(cfg.eval_dense, cfg.N + 1, g)
     return train_seqs, tasks.gen_batch(cfg.eval_dense, cfg.N + 1, g)[0], train_task
 
@@ -140,20 +145,20 @@ def dense_readouts(model, train_seqs: torch.Tensor, gen_seqs: torch.Tensor, trai
     (Appendix "Mechanistic readouts"). 0-dim tensors, so that nothing waits for the device. train_task: the chains
     of train_seqs (task injection); the fresh chains of gen_seqs have none. In chunks: the paper's 4096 sequences at
     N = 256 would be ~1 GB of attention per layer and model."""
-    out = {}
 
-    def add(key: str, value: torch.Tensor, w: float):
-        out[key] = out.get(key, 0.0) + w * value
-
-    for part, w in chunks(train_seqs.shape[0], chunk):
+    def on_train(part: slice) -> dict[str, torch.Tensor]:
         seqs = train_seqs[part]
         logits, cache = model(seqs[:, :-1], cache=True, task=train_task[part] if train_task is not None else None)
-        add("train_loss", cross_entropy(logits, seqs), w)
+        out = {"train_loss": cross_entropy(logits, seqs)}
         for layer in (1, 2):
-            add(f"phi_delta_{layer}", phi_delta(cache[f"A{layer}"]), w)
-            add(f"phi_beta_{layer}", phi_beta(cache[f"A{layer}"], seqs[:, :-1]), w)
-    for part, w in chunks(gen_seqs.shape[0], chunk):
-        add("gen_loss", lm_loss(model, gen_seqs[part]), w)
+            out[f"phi_delta_{layer}"] = phi_delta(cache[f"A{layer}"])
+            out[f"phi_beta_{layer}"] = phi_beta(cache[f"A{layer}"], seqs[:, :-1])
+        return out
+
+    def on_gen(part: slice) -> dict[str, torch.Tensor]:
+        return {"gen_loss": lm_loss(model, gen_seqs[part])}
+
+    out = chunked_means(gen_seqs.shape[0], chunk, on_gen, chunked_means(train_seqs.shape[0], chunk, on_train))
     return {k: out[k] for k in ("train_loss", "gen_loss", "phi_delta_1", "phi_beta_1", "phi_delta_2", "phi_beta_2")}
 
 
@@ -164,10 +169,11 @@ def make_per_chain_data(cfg, tasks: TaskSet | FreshChains, draw: int = 0) -> dic
     """The fixed sequences of the memorization scores: cfg.per_chain from each chain of S in chain order (with
     K = inf, from per_chain_tasks fixed chains of D_T), and the 2-Gen predictor's loss on each sequence. draw > 0:
     another set of sequences from the same chains, independent of draw 0's (the scores' own noise: k2.py)."""
-    g = held_out_generator(cfg, tasks, PER_CHAIN)
-    T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g, device=tasks.T.device)
+    g = held_out_generator(cfg.task_seed, tasks, PER_CHAIN)
+    T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g,
+                                                                 device=tasks.T.device)
     if draw:
-        g = held_out_generator(cfg, tasks, PER_CHAIN + 7_919 * draw)
+        g = held_out_generator(cfg.task_seed, tasks, PER_CHAIN + 7_919 * draw)
     chain = torch.arange(T.shape[0], device=T.device).repeat_interleave(cfg.per_chain)  # (n_chains * per_chain,)
     seqs, _ = sample_sequences(T, chain.numel(), cfg.N + 1, g, chain_idx=chain)
     loss_2gen = nll(bayes.predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence
@@ -184,9 +190,9 @@ def per_chain_scores(model: Transformer, data: dict, chunk: int = 256) -> torch.
     L the autoregressive cross-entropy of a sequence; Delta^k < 0: the model beats 2-Gen on chain k, which
     in-context inference alone cannot do. Returns (chains,)."""
     seqs, losses = data["seqs"], []
-    for part, _ in chunks(seqs.shape[0], chunk):
-        s = seqs[part]
-        task = data["chain"][part] if data["chain"] is not None else None
+    for a in range(0, seqs.shape[0], chunk):
+        part = slice(a, a + chunk)
+        s, task = seqs[part], data["chain"][part] if data["chain"] is not None else None
         logq = F.log_softmax(model(s[:, :-1], task=task).float(), -1)
         losses.append(nll(logq, s).mean(1))
     return (torch.cat(losses) - data["loss_2gen"]).view(data["chains"], -1).mean(1)

@@ -20,7 +20,8 @@ import torch
 
 
 def check_int(name: str, value, minimum: int) -> int:
-    """One-line ValueError naming the argument unless `value` is an int >= minimum."""
+    """One-line ValueError naming the argument unless `value` is an int >= minimum.
+    The argument check of markov's and bayes' functions and of train.Config; scripts check flags with cli.at_least."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
@@ -115,13 +116,12 @@ def inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def uniforms(n: int, length: int, generator, dtype, device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The random numbers of n sequences, in the order they are drawn: u0 (n, 1) for the first states, then
-    u (block, nb, n) for positions 1..length-1 (None when length = 1).
-
-    Position t = k * block + j + 1 takes u[j, k], block ~ sqrt(length - 1): the layout in which the engine's
-    sqrt(L)-depth scan (engine/fastdata.py) consumes them, so both samplers draw the same sequences from a seed."""
+    u (block, nb, n) for positions 1..length-1 (None when length = 1); position t = k * block + j + 1 takes u[j, k],
+    block ~ sqrt(length - 1)."""
     u0 = torch.rand(n, 1, generator=generator, device=device, dtype=dtype)
     if length == 1:
         return u0, None
+    # blocks of ~sqrt(L) positions, the layout of engine/fastdata.py's scan: so its sequences are these, bit for bit
     block = max(1, round((length - 1) ** 0.5))
     nb = -(-(length - 1) // block)  # blocks; the last one may run past the end (its extra uniforms go unused)
     return u0, torch.rand(block, nb, n, generator=generator, device=device, dtype=dtype)

@@ -45,12 +45,10 @@ from sa_transformer import (C, F1_exact, F_d, I_coefficient, Run, iters_cap, lan
 
 
 PRESETS = {
-    # N_tau: lengths for tau_2Gen(N), control and bias ablation; N_dyn: length of the dynamics runs
-    # (seeds_dyn for the full model, seeds_reduced for the reduced and frozen-weight ones); the
-    # transformer runs (Fig. 6c bottom) run in the quick preset only with --transformer, each to its drop's
-    # window's end (transformer_tau.tau_2gen_drop) or its step cap transformer_iters. The paper's cap, 20000: the
-    # first halfway crossings of the quick runs at N = 32..256 were 2600-4100 steps at these SGD settings and N-flat,
-    # the window ends at 1.25 tau, so 20000 leaves ~4x for the slowest of 8 seeds.
+    # N_tau: lengths for tau_2Gen(N), control and bias ablation; N_dyn: length of the dynamics runs (seeds_dyn for
+    # the full model, seeds_reduced for the reduced and frozen-weight ones); the transformer runs (Fig. 6c bottom, in
+    # the quick preset only with --transformer) each to its drop's window's end or its step cap transformer_iters,
+    # ~4x the slowest head of 8 seeds at the paper's (RESULTS.md)
     "quick": dict(N_tau=[32, 64, 128, 256], seeds_tau=2, N_dyn=64, seeds_dyn=3, seeds_reduced=2, transformer=False,
                   N_transformer=[24, 32, 48, 64, 128, 256], seeds_transformer=2, transformer_iters=6000,
                   transformer_eval_batch=1024, eval_batch=1024, landscape_batch=4096, mc_chains=200_000, stop_after=1.2),

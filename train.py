@@ -9,18 +9,14 @@
     python train.py --replot figures/fig2a_K256.json   # redraw a run's Fig. 2a from its rows
 
 One run, top to bottom: the Config and its presets; `train`: the data, the model, AdamW, the step, the one speed
-block (--plain turns it off) and the loop; `Record`: what a run evaluates and writes, which the members of an
-ensemble (runners/grids.py) write through too; Fig. 2a.
-
-A run writes to runs/K<K>_s<seed>/ (or --out): config.json; metrics.jsonl, a row per full evaluation
-(evaluation.evaluate) and with --eval-every a "dense" row every M steps (evaluation.dense_readouts, and the 2-Gen
-loss on the same sequences, train_loss_2gen); per_chain.jsonl with --per-chain (evaluation.per_chain_scores);
-ckpt.pt, the resumable state, written atomically; model_<step>.pt at every full evaluation; fig2a.png. A directory
-that holds a run is reused only with --resume or --overwrite, never by two processes at once (plumbing/rundir.py).
-With K = inf there is no S: "train" evaluations are on fresh chains too, without the memorizing predictors.
+block (--plain turns it off) and the loop; `Record`: what a run evaluates and writes (an ensemble's members too,
+runners/grids.py); Fig. 2a. A run writes to runs/K<K>_s<seed>/ (or --out; one process at a time, reused only with
+--resume or --overwrite: plumbing/rundir.py): config.json; metrics.jsonl, a row per full evaluation (evaluate) and
+with --eval-every a "dense" row every M steps (dense_readouts; train_loss_2gen, the 2-Gen loss on its sequences);
+per_chain.jsonl (--per-chain: per_chain_scores); ckpt.pt, the resumable state; model_<step>.pt at every full
+evaluation; fig2a.png. With K = inf there is no S: "train" evaluations are on fresh chains, without 1-Mem and 2-Mem.
 """
 import argparse
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields
@@ -78,8 +74,7 @@ MAX_K = 2**16  # S is K C x C chains, and the 1-Mem / 2-Mem predictors weigh all
 MINIMUM = dict(N=2, D=1, mlp_width=0, C=2, seed=0, task_seed=0, batch=1, iters=1, evals=1, eval_train=1, eval_gen=1,
                ckpt_every=1, eval_every=0, eval_dense=1, per_chain=0, per_chain_tasks=1)  # of the integer fields
 
-# The command line's precision on CUDA when no flag names one: bf16 mixed precision with TF32 matmuls (its evidence,
-# the same tau_2gen and max phi_beta(2) as TF32 on an H100, and its speed: bench/README.md)
+# the command line's precision on CUDA when no flag names one (why: bench/README.md, the same tau_2gen and max phi_beta(2))
 CUDA_PRECISION = dict(tf32=True, bf16=True)
 
 PRESETS = {
@@ -148,20 +143,18 @@ def init_model(cfg: Config, device: torch.device) -> Transformer:
 
 
 # ----------------------------------------------------------------------------- one run
-
-
 def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = True, overwrite: bool = False,
           plot: bool = True) -> list[dict]:
     """Train one model; returns its metrics rows (also in metrics.jsonl). resume: from OUT/ckpt.pt, exactly as if
-    never stopped; overwrite: start afresh where a run is. fast: the engine's speed (the speed block below), the
-    same computation to float rounding; fast=False (--plain) is this file and the modules it imports, alone.
-    plot=False: no fig2a.png (a probe of a search: its figure is the search's, and a plot costs ~0.5 s)."""
+    never stopped; overwrite: start afresh where a run is. fast: the speed block below (the same computation to float
+    rounding); fast=False (--plain): this file and the modules it imports, alone. plot=False: no fig2a.png (probes)."""
     ckpt_path = os.path.join(cfg.out, "ckpt.pt")
     with rundir.RunDir([cfg], ckpt_path, resume, overwrite) as run:  # checks, then OUT/.lock until the end
         if run.complete(quiet):  # --resume of a finished run: nothing to redo
             return rundir.read_rows(os.path.join(cfg.out, "metrics.jsonl"))
         ckpt = run.members[0] if resume else None
         start = ckpt["step"] if ckpt else 0
+        logged = start if ckpt else -1  # the last step whose rows the run's files hold
         evals = set(eval_steps(cfg.iters, cfg.evals))
         progress = rundir.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt"
                                    + (", fig2a.png)" if plot else ")"), start, start if ckpt else None, evals, quiet)
@@ -174,49 +167,50 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
         model = init_model(cfg, device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                       weight_decay=cfg.weight_decay)
-        if ckpt:
+        if ckpt:  # where the run stopped; AdamW keeps its own param_groups: the Config's, and plain (not capturable)
             model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(rundir.with_capturable(ckpt["optimizer"], False))
+            optimizer.load_state_dict({**ckpt["optimizer"], "param_groups": optimizer.state_dict()["param_groups"]})
             gen.set_state(ckpt["rng"].cpu())
-        ctx = torch.autocast(device.type, torch.bfloat16, enabled=cfg.bf16, cache_enabled=False)  # --bf16
 
         def train_step(seqs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
-            """One AdamW step on the training loss (evaluation.lm_loss) of the batch seqs (B, N + 1) drawn from the
-            chains (B,) (read by task injection). --bf16: the forward in bfloat16, weights, gradients and loss in
-            fp32; no cast cache, which a CUDA graph would replay stale after AdamW changed the weights."""
-            with ctx:
+            """One AdamW step on the training loss (evaluation.lm_loss) of seqs (B, N + 1) from the chains (B,) (task
+            injection reads them). --bf16: the forward in bfloat16, without the cast cache a CUDA graph would replay
+            stale."""
+            with torch.autocast(device.type, torch.bfloat16, enabled=cfg.bf16, cache_enabled=False):
                 loss = lm_loss(model, seqs, chains)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             return loss.detach()
 
-        step, predict = (lambda: train_step(*tasks.batch(cfg.batch, cfg.N + 1, gen))), bayes.predict
+        def step() -> torch.Tensor:
+            seqs, chains = tasks.batch(cfg.batch, cfg.N + 1, gen)
+            return train_step(seqs, chains)
+
+        predict = bayes.predict  # the Bayes predictors of the evaluations
         if fast:  # the speed block: the engine, imported only here; the same computation to float rounding
             from engine.ensemble import accelerate_run
-            step, predict = accelerate_run(model, optimizer, train_step, tasks, gen, (cfg.batch, cfg.N + 1), device)
+            step, predict = accelerate_run(model, optimizer, step, train_step, tasks, gen, (cfg.batch, cfg.N + 1))
 
         record = Record(cfg, held_out_sets(cfg, tasks, predict), start if ckpt else None, ckpt_path)
         loss = None  # the last step's
         progress.begin()
         try:
             for t in range(start, cfg.iters + 1):
-                new, show = t > start or not ckpt, progress.due(t)  # new: not yet in the run's files
-                if t > start and (show or t in evals or dense_due(cfg, t) or t % cfg.ckpt_every == 0):
+                full, dense = t in evals and t > logged, dense_due(cfg, t) and t > logged
+                save, show = t > start and (t in evals or t % cfg.ckpt_every == 0 or t == cfg.iters), progress.due(t)
+                if loss is not None and (full or dense or save or show):  # a diverged run stops before it writes
                     rundir.check_finite(cfg, t, ckpt_path, loss=loss.item())  # waits for the device: only here
-                if t in evals and new:  # the full evaluation against the predictors
+                if full:  # the full evaluation against the predictors
                     with progress.evaluation():
                         record.evaluate(t, model)
-                if dense_due(cfg, t) and new:  # the cheap readouts of --eval-every
+                if dense:  # the cheap readouts of --eval-every
                     with progress.readout():
                         values = {k: v.item() for k, v in dense_readouts(model, *record.dense).items()}
                     record.log_dense(t, values)
-                if t > start and (t in evals or t % cfg.ckpt_every == 0 or t == cfg.iters):  # resumable from here
+                if save:  # resumable from here
                     with progress.evaluation(count=False):
-                        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                 "rng": gen.get_state(), "step": t, "config": asdict(cfg)}
-                        rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
-                        rundir.save_atomic(state, ckpt_path)
+                        save_state(cfg, t, model, optimizer, gen, ckpt_path)
                 if show:
                     progress.show(t, [loss.item()], [record.rows])
                 if t == cfg.iters:
@@ -231,21 +225,25 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
     return record.rows
 
 
+def save_state(cfg: Config, t: int, model: Transformer, optimizer, gen: torch.Generator, ckpt_path: str):
+    """Step t's resumable state, written atomically once its weights are checked finite."""
+    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), rng=gen.get_state(), step=t,
+                 config=asdict(cfg))
+    rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
+    rundir.save_atomic(state, ckpt_path)
+
+
 # ----------------------------------------------------------------------------- what a run evaluates and writes
-
-
 class Record:
-    """What a run evaluates, logs and writes, the same for the single run and every member of an ensemble: its
-    held-out sets (held_out_sets), config.json, the rows of metrics.jsonl and per_chain.jsonl, and model_<step>.pt.
-    start: the step a resumed run continues from (rows logged after it are redone), None afresh; ckpt_path: the run's
-    checkpoint, which a diverged evaluation's message names (rows are finite: a non-finite one stops the run)."""
+    """What a run evaluates and writes, the same for the single run and every member of an ensemble: on its held-out
+    sets (held_out_sets), config.json, the rows of metrics.jsonl and per_chain.jsonl (finite, or the run stops: the
+    message names ckpt_path) and model_<step>.pt. start: the step a resumed run continues from, None afresh."""
 
     def __init__(self, cfg: Config, held: dict, start: int | None, ckpt_path: str):
         self.cfg, self.data, self.scored, self.ckpt_path = cfg, held["eval"], held.get("per_chain"), ckpt_path
         self.dense, self.dense_2gen = held.get("dense"), held.get("dense_2gen")
         self.metrics_path, self.chain_path = (os.path.join(cfg.out, f) for f in ("metrics.jsonl", "per_chain.jsonl"))
-        with open(os.path.join(cfg.out, "config.json"), "w") as f:
-            json.dump(asdict(cfg), f, indent=1)
+        rundir.write_json(os.path.join(cfg.out, "config.json"), asdict(cfg), indent=1)
         self.rows = rundir.rewrite_rows(self.metrics_path, -1 if start is None else start)
         if cfg.per_chain:
             rundir.rewrite_rows(self.chain_path, -1 if start is None else start)
@@ -271,15 +269,10 @@ class Record:
 
 
 # ----------------------------------------------------------------------------- Fig. 2a
-
-
 def plot_run(rows: list[dict], cfg: Config, path: str):
     """Fig. 2a/2c for one K: losses against the predictor levels, and the readouts, vs step."""
     steps = [r["step"] for r in rows]
     names = [name for name in PREDICTORS if f"kl_{name}" in rows[0]]  # K = inf: no memorizing predictors
-    # generalizing predictors' levels dashed, memorizing ones' dotted: where levels coincide (1-Gen and 1-Mem
-    # on fresh chains) the dots leave the dashes' colour showing
-    dashes = {"1gen": "--", "2gen": "--", "1mem": ":", "2mem": ":"}
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.8))
     for ax, split, title in ((axes[0], "train", "L_train (sequences from S)"), (axes[1], "gen", "L_gen (fresh chains)")):
         ax.plot(steps, [r[f"{split}_loss"] for r in rows], "k.-", label="transformer")
@@ -288,43 +281,30 @@ def plot_run(rows: list[dict], cfg: Config, path: str):
             level = rows[0][f"{split}_loss_{name}"]
             near = [other for other, at in drawn.items() if abs(at - level) < 2e-3]
             label = LABELS[name] + (f" (on {LABELS[near[0]]}'s line, {level - drawn[near[0]]:+.3f})" if near else "")
-            ax.axhline(level, color=COLORS[name], ls=dashes[name], lw=1.5, label=label)
+            # generalizing levels dashed, memorizing dotted: where levels coincide the dashes' colour shows through
+            ax.axhline(level, color=COLORS[name], ls="--" if "gen" in name else ":", lw=1.5, label=label)
             drawn[name] = level
-        ax.set_title(title)
-        ax.set_ylabel("loss (nats)")
-        legend_below(ax)
+        ax.set(title=title, ylabel="loss (nats)")
     for name in names:
         axes[2].plot(steps, [r[f"kl_{name}"] for r in rows], color=COLORS[name], label=LABELS[name])
-    axes[2].set_yscale("log")
-    axes[2].set_title("divergence D(predictor, model)")
-    axes[2].set_ylabel("D (nats)")
-    legend_below(axes[2])
+    axes[2].set(yscale="log", title="divergence D(predictor, model)", ylabel="D (nats)")
     for key, label, style in (("phi_delta_1", "phi_delta (1)", "tab:purple"), ("phi_beta_2", "phi_beta (2)", "tab:blue"),
                               ("n_A_1", "n_A (1) / N", "tab:gray"), ("n_A_2", "n_A (2) / N", "k")):
         scale = cfg.N if key.startswith("n_A") else 1
         axes[3].plot(steps, [r[key] / scale for r in rows], color=style, label=label)
-    axes[3].set_title("mechanistic readouts")
-    axes[3].set_ylabel("order parameter, n_A / N")
-    legend_below(axes[3])
+    axes[3].set(title="mechanistic readouts", ylabel="order parameter, n_A / N")
     for ax in axes:
         ax.set_xscale("symlog", linthresh=1, linscale=0.3)  # log-spaced steps, with step 0 at x = 0 (not on top of step 1)
         ax.xaxis.set_major_locator(FixedLocator([0] + [10**k for k in range(1, 8)]))  # no 10^0: it would cover "0"
-        ax.set_xlim(left=0)
-        ax.set_xlabel("step")
+        ax.set(xlim=(0, None), xlabel="step")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)  # covers no curve
     fig.suptitle(f"K = {cfg.K}, N = {cfg.N}, preset {cfg.preset}, seed {cfg.seed}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def legend_below(ax):
-    """The legend under the panel, where it covers no curve."""
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
-
-
 # ----------------------------------------------------------------------------- command line
-
-
 def add_run_flags(parser: argparse.ArgumentParser):
     """The flags of a run's Config, its precision, device and run directory (sweep.py's grids take them too)."""
     cli.add_preset(parser, PRESETS, "the preset sets N, iters, evals, eval_train, eval_gen, ckpt_every")
@@ -334,9 +314,8 @@ def add_run_flags(parser: argparse.ArgumentParser):
     cli.add_device(parser)
     cli.add_threads(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint(s) under OUT")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start afresh in a run directory that holds a run, deleting its files (without "
-                             "--resume or --overwrite such a directory is an error)")
+    parser.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run, "
+                        "deleting its files (without --resume or --overwrite such a directory is an error)")
     parser.add_argument("--plain", action="store_true", help="no speed block: the reader's path alone (on CUDA no Triton "
                         "kernels, no CUDA graph; an ensemble keeps its kernels and loses its CUDA graph)")
 

@@ -55,21 +55,17 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2)
 
 
-def attention_scores(q, k, bias=None, rotary=False, rows=None) -> torch.Tensor:
-    """The scores s(i, j) = <R_i q_i, R_j k_j> / sqrt(d) + P_{i-j} of the query rows `rows` (default: all), causally
-    masked (-inf for j > i): (B, H, len(rows), N) in fp32 for q, k (B, H, N, d). rotary: R_n the rotary embedding,
-    else the identity; bias: the learned table P (H, N), or None."""
+def attention_scores(q, k, bias=None, rotary=False) -> torch.Tensor:
+    """The scores s(i, j) = <R_i q_i, R_j k_j> / sqrt(d) + P_{i-j}, causally masked (-inf for j > i): (B, H, N, N) in
+    fp32 for q, k (B, H, N, d). rotary: R_n the rotary embedding, else the identity; bias: the learned table P (H, N),
+    or None."""
     B, H, N, d = q.shape
-    if rows is not None:
-        rows = torch.as_tensor(rows, device=q.device)
-        q = q[:, :, rows]
-    else:
-        rows = torch.arange(N, device=q.device)
     if rotary:
         cos, sin = rotary_tables(N, d, q.device)
-        q, k = rotate(q, cos[rows], sin[rows]), rotate(k, cos, sin)  # fp32
-    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
-    rel = rows.view(-1, 1) - torch.arange(N, device=q.device).view(1, -1)  # i - j
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # fp32
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d)  # (B, H, N, N)
+    positions = torch.arange(N, device=q.device)
+    rel = positions.view(-1, 1) - positions.view(1, -1)  # i - j
     if bias is not None:
         s = s + bias[:, rel.clamp(0, N - 1)].float().unsqueeze(0)
     return s.masked_fill(rel < 0, float("-inf"))

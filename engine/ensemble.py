@@ -9,8 +9,9 @@ bf16=True for mixed precision, --bf16):
   Ensemble  E Transformers whose weights are stacked along a leading member axis
             (torch.func.stack_module_state); one call of the model per step through
             torch.func.vmap(functional_call(...)), so transformer.py stays the paper's single model.
-GraphedStep wraps either in a CUDA graph; sampled_step draws every member's batch (fastdata.batches) and steps,
-inside that graph on CUDA; accelerate_run is train.py's speed block for one run.
+GraphedStep wraps either in a CUDA graph (AdamW capturable: with_capturable converts a saved AdamW state);
+sampled_step draws every member's batch (fastdata.batches) and steps, inside that graph on CUDA; accelerate_run is
+train.py's speed block for one run.
 
 Member e of an Ensemble is the single run with the same K and seed: train.py gives it the same initial
 weights and the same batches (its own task set and generator), and AdamW is elementwise, so row e of the
@@ -33,8 +34,14 @@ from torch.func import functional_call, stack_module_state, vmap
 from engine import fastdata, fastpath
 from evaluation import dense_readouts, lm_loss
 from markov import TaskSet
-from plumbing.rundir import with_capturable
 from transformer import Transformer
+
+
+def with_capturable(optimizer_state: dict, capturable: bool) -> dict:
+    """An AdamW state_dict with the given capturable flag (True: the step counters on the device, as a CUDA graph's
+    capture needs; False: a plain step's). A state_dict carries the flag of the optimizer that wrote it, and
+    load_state_dict would restore it, placing the step counters for the wrong kind of step."""
+    return {**optimizer_state, "param_groups": [{**g, "capturable": capturable} for g in optimizer_state["param_groups"]]}
 
 
 def mixed_precision(enabled: bool, device: torch.device):
@@ -288,20 +295,29 @@ def sampled_step(trainer, tasks: list, gens: list[torch.Generator], shape: tuple
     return lambda: replay(*sample())
 
 
-def accelerate_run(model: Transformer, optimizer: torch.optim.Optimizer, step, tasks, gen: torch.Generator,
-                   shape: tuple[int, int], device: torch.device):
-    """train.py's speed block: the engine's pieces for one run, the same computation to float rounding. Returns
-    (() -> loss, predict): one training step(seqs (B, N + 1), chains (B,)) on the batch tasks.batch(*shape, gen)
-    draws, and the predictors of the run's evaluations, fastdata.predict (the memorizing ones from anchored sums,
+def accelerate_run(model: Transformer, optimizer: torch.optim.Optimizer, step, train_step, tasks, gen: torch.Generator,
+                   shape: tuple[int, int]):
+    """train.py's speed block: the engine's pieces for one run, the same computation to float rounding. step: the
+    run's plain step, () -> loss, a batch tasks.batch(*shape, gen) and train_step(seqs, chains) on it. Returns (step,
+    predict): the predictors of the run's evaluations are fastdata.predict (the memorizing ones from anchored sums,
     equal to bayes.predict to float32 rounding: tests/test_bayes.py). On CUDA also the Triton kernels in the model
-    (fastpath.accelerate, in place) and the sampler and step captured once as one CUDA graph and replayed (sampled_step:
-    forward, backward and AdamW in one launch, on the batches the plain path draws), for which AdamW is made
-    capturable in place."""
+    (fastpath.accelerate, in place) and the sampler and train_step captured once as one CUDA graph and replayed
+    (sampled_step: forward, backward and AdamW in one launch, on the batches the plain step draws), for which AdamW
+    is made capturable in place; elsewhere the plain step itself."""
+    device = next(model.parameters()).device
     if device.type != "cuda":
-        return (lambda: step(*tasks.batch(*shape, gen))), fastdata.predict
+        return step, fastdata.predict
     fastpath.accelerate(model)
     optimizer.load_state_dict(with_capturable(optimizer.state_dict(), True))  # its step counters move to the device
-    trainer = SimpleNamespace(parameters=lambda: list(model.parameters()), opt=optimizer,  # an ensemble of one
-                              step=lambda seqs, chains: step(seqs[0], chains[0])[None])
+
+    def member_step(seqs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:  # an ensemble of one: (1, B, N + 1)
+        return train_step(seqs[0], chains[0])[None]
+
+    trainer = SimpleNamespace(parameters=lambda: list(model.parameters()), opt=optimizer, step=member_step)
     replay = sampled_step(trainer, [tasks], [gen], (1, *shape), device, graph=True)
-    return (lambda: replay()[0]), fastdata.predict
+
+    def graphed_step() -> torch.Tensor:
+        """One replay of the graph: the next batch, drawn on the device, and train_step on it."""
+        return replay()[0]
+
+    return graphed_step, fastdata.predict

@@ -120,7 +120,7 @@ def batches(sources: list, n: int, length: int, generators: list, kernel: bool |
 
 
 def _memorizing(seqs: torch.Tensor, T: torch.Tensor, two_point: bool, state_seqs: torch.Tensor | None = None) -> torch.Tensor:
-    """bayes.memorizing: the Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's
+    """bayes._memorizing: the Bayes predictor with the uniform prior over the K chains T (K, C, C), in T's
     dtype; the posterior at n from seqs[:, :n+1], the current state from state_seqs[:, n] (default: seqs).
 
     The log-likelihood of s_0..s_n under chain k is a sum of one term per position,

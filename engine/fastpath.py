@@ -157,11 +157,15 @@ class Embedding(nn.Embedding):
         return super().forward(seqs)
 
 
-def attention_rows(q, k, lse, rows, bias=None, rotary=False) -> torch.Tensor:
-    """The attention weights A[b, h, i, :] of the rows i from q, k and the kernel forward's log-sum-exp of each row
-    (kernels/attention.attention_forward): the readouts' A without a softmax over the full matrix."""
-    rows = torch.as_tensor(rows, device=q.device)
-    return (transformer.attention_scores(q, k, bias, rotary, rows) - lse[:, :, rows, None]).exp()
+def attention_rows(q, k, lse, bias=None, rotary=False, rows=None) -> torch.Tensor:
+    """The attention weights A[b, h, i, :] of the query rows i in `rows` (default: all) from q, k and the kernel
+    forward's log-sum-exp of each row (kernels/attention.attention_forward): the readouts' A without a softmax,
+    exp(s(i, j) - lse_i), the scores s of transformer.attention_scores."""
+    s = transformer.attention_scores(q, k, bias, rotary)  # (B, H, N, N)
+    if rows is not None:
+        rows = torch.as_tensor(rows, device=q.device)
+        s, lse = s[:, :, rows], lse[:, :, rows]
+    return (s - lse[..., None]).exp()
 
 
 class Attention(transformer.Attention):
@@ -184,7 +188,7 @@ class Attention(transformer.Attention):
             out, A = transformer.attend(q, k, v, bias, self.rotary, self.prev_weight)
         elif need_weights:
             out, lse = attention_kernel.attention_forward(q, k, v, bias, self.rotary)
-            A = attention_rows(q, k, lse, torch.arange(N, device=q.device), bias, self.rotary)
+            A = attention_rows(q, k, lse, bias, self.rotary)
         elif self.kernels.fuse_qkv:  # the gradient comes back as one (B, N, 3 D) tensor: one matmul to LN(x)
             out, A = attention_kernel.attention_packed(qkv, bias, self.rotary), None
         else:

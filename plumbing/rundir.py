@@ -4,7 +4,7 @@
     check_run_dir, RunDir          a run directory is written only on purpose (--resume, --overwrite) and by one
                                    process at a time (OUT/.lock)
     load_data, load_checkpoint     a checkpoint is loaded as data only (weights_only) and must belong to the run
-                                   that resumes it; with_capturable gives its AdamW state this run's kind of step
+                                   that resumes it
     save_atomic, append_row, read_rows, rewrite_rows    files written so that a kill never leaves half of one
     check_finite, interrupted      a diverged run stops before it records NaN; Ctrl-C's one line, read from the disk
     Progress                       the progress lines of a run or an ensemble, with an honest ETA
@@ -252,13 +252,6 @@ def interrupted(step: int | None, ckpt_path: str) -> KeyboardInterrupt:
     step = saved_step(ckpt_path)
     saved = "its checkpoint" if step == "?" else f"step {step}"
     return KeyboardInterrupt(f"interrupted {where}; --resume continues from {saved} ({ckpt_path})")
-
-
-def with_capturable(optimizer_state: dict, capturable: bool) -> dict:
-    """An AdamW state_dict with this run's capturable flag: a checkpoint carries the flag of the run that wrote it (a
-    CUDA-graph run's True, a CPU run's False), and load_state_dict would restore it, placing AdamW's step counters
-    for the wrong kind of step."""
-    return {**optimizer_state, "param_groups": [{**g, "capturable": capturable} for g in optimizer_state["param_groups"]]}
 
 
 # ----------------------------------------------------------------------------- progress

@@ -181,7 +181,7 @@ def test_readout_rows_from_saved_lse():
     q, k, v, bias = inputs(2, 1, 70, 64, True)
     out, lse = attn.attention_forward(q, k, v, bias, rotary=True)
     rows = [0, 1, 37, 69]
-    A = fastpath.attention_rows(q, k, lse, rows, bias, rotary=True)
+    A = fastpath.attention_rows(q, k, lse, bias, rotary=True, rows=rows)
     full = torch.softmax(transformer.attention_scores(q, k, bias, rotary=True), -1)
     torch.testing.assert_close(A, full[:, :, rows], **FP32_TOL)
     torch.testing.assert_close(out, reference(q, k, v, bias, True), **FP32_TOL)

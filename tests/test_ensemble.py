@@ -325,3 +325,22 @@ def test_a_graph_that_samples_draws_the_eager_batches(members):
         assert torch.equal(a.get_state(), b.get_state())
     with pytest.raises(ValueError, match="draws its own batches"):
         step.step(seqs, chains)
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_a_member_state_saved_under_a_cuda_graph_loads_into_a_plain_trainer(members):
+    """A member state carries the AdamW capturable flag of the trainer that wrote it (True under a CUDA graph);
+    load_member_states gives it the loading trainer's own (ensemble.with_capturable), without which a capturable
+    AdamW refuses to step on CPU parameters."""
+    models = [Transformer(C=4, D=16, max_len=8) for _ in range(members)]
+    trainer = ensemble.Ensemble(models) if members > 1 else ensemble.Single(models[0])
+    seqs = torch.randint(4, (members, 2, 9), generator=torch.Generator().manual_seed(0))
+    task = torch.zeros(members, 2, dtype=torch.long)
+    trainer.step(seqs, task)
+    states = [trainer.member_state(e) for e in range(members)]
+    for state in states:
+        for group in state["optimizer"]["param_groups"]:
+            group["capturable"] = True
+    trainer.load_member_states(states)
+    assert not any(group["capturable"] for group in trainer.opt.param_groups)
+    assert trainer.step(seqs, task).isfinite().all()
