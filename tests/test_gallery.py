@@ -1,5 +1,6 @@
-"""Every number in the README's gallery and in RESULTS.md's result tables, recomputed from the committed file it
-comes from (figures/*.json, ledgers/, bench/results/), so that a quoted number and its file cannot drift apart.
+"""Every number in the gallery (RESULTS.md's in full, README.md's captions) and in RESULTS.md's result tables,
+recomputed from the committed file it comes from (figures/*.json, ledgers/, bench/results/), so that a quoted number
+and its file cannot drift apart.
 
 The numbers are read out of the text, not copied here: `numbers` takes every decimal number of a gallery row's
 "ours" part (after the " / ") or of a table row, once the names that carry digits are set aside (A1, MLP2's, K1*,
@@ -84,11 +85,12 @@ def geomean(values) -> float:
 # ----------------------------------------------------------------------------- the gallery (README.md)
 
 
-def gallery_rows(column: str = "ours") -> dict:
-    """{figure: the "ours" part of its row} of README.md's gallery table; column "scale": its scale cell, without
-    the paper's settings in "(paper: ...)" and the dates."""
-    with open(os.path.join(ROOT, "README.md")) as fh:
-        text = fh.read().split("## Gallery", 1)[1].split("\n## ", 1)[0]
+def gallery_rows(column: str = "ours", readme: bool = False) -> dict:
+    """{figure: the "ours" part of its row} of RESULTS.md's full gallery (readme=True: of README.md's one-line
+    gallery); column "scale": its scale cell, without the paper's settings in "(paper: ...)" and the dates."""
+    path, heading = ("README.md", "## Gallery") if readme else ("RESULTS.md", "## The gallery in full")
+    with open(os.path.join(ROOT, path)) as fh:
+        text = fh.read().split(heading, 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in text.splitlines():
         if line.startswith("| ["):
@@ -500,6 +502,18 @@ def test_every_gallery_row_has_its_computation():
 def test_a_gallery_rows_numbers_are_its_files(figure):
     assert numbers(gallery_rows()[figure]) == GALLERY[figure](), figure
     assert numbers(gallery_rows("scale")[figure]) == (SCALE[figure]() if figure in SCALE else []), figure
+
+
+def test_the_readmes_captions_quote_only_numbers_of_the_full_rows():
+    """README.md's gallery: a row per figure of the full gallery, each caption's numbers among its full row's (as many
+    times), so a caption's number is pinned wherever the full row's is."""
+    short, full = gallery_rows(readme=True), gallery_rows()
+    assert sorted(short) == sorted(full)
+    for figure, caption in short.items():
+        left = list(numbers(full[figure]))
+        for x in numbers(caption):
+            assert x in left, f"README's {figure}: {x} is not in RESULTS.md's row"
+            left.remove(x)
 
 
 # ----------------------------------------------------------------------------- RESULTS.md's tables
