@@ -24,8 +24,7 @@ import torch.nn.functional as F
 from analysis.sa_fits import fit_tau_censored
 from bayes import nll, one_gen, two_gen
 from engine import fastdata
-from kernels import markov_walk
-from markov import ablate_bias, sample_chains, sample_sequences, stationary, uniforms
+from markov import ablate_bias, sample_chains, sample_sequences, stationary
 from plumbing import cli
 from plumbing.rundir import save_atomic
 from transformer import Transformer, attention_scores, layer_norm
@@ -42,24 +41,6 @@ def fresh_batch(B: int, N: int, generator, ablate: bool = False):
     if ablate:
         seqs = ablate_bias(seqs, stationary(T), generator)
     return seqs[:, :N], seqs[:, N]
-
-
-def fresh_batches(B: int, N: int, generators: list):
-    """fresh_batch(B, N, g) for every g, stacked: (context (S, B, N), target (S, B)). Each seed's random numbers come
-    from its own generator in fresh_batch's order (the chains' gamma draws, then the walk's uniforms), so its stream
-    is its own; the walk runs once over all S B sequences (fastdata.walk, bit for bit markov's; on CUDA one
-    Triton launch), since S separate walks cost more than the step."""
-    T, u0, u = [], [], []
-    for g in generators:
-        T.append(sample_chains(B, C, 1.0, g))
-        first, later = uniforms(B, N + 1, g, T[-1].dtype, T[-1].device)
-        u0.append(first)
-        u.append(later)
-    T = torch.cat(T)
-    kernel = T.device.type == "cuda" and fastdata.WALK_KERNEL and markov_walk.triton is not None
-    seqs = fastdata.walk(T, stationary(T), torch.cat(u0), torch.cat(u, 2), N + 1, kernel)
-    seqs = seqs.view(len(generators), B, N + 1)
-    return seqs[..., :N], seqs[..., N]
 
 
 ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -301,8 +282,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
 def train_seeds(N: int, seeds: list, iters: int, eval_batch: int = 1024, device="cpu") -> list[dict]:
     """train_one for every seed at once: the S models' parameters stacked on a leading axis and the forward vmapped
     over it, one SGD over the stacked tensors (elementwise, so each seed's update is its own), each seed's batches
-    from its own generator on `device` (fresh_batches). A seed's record stops where train_one's would (its drop
-    held through its window); the batch trains on until every seed has, or to the cap. On the CPU each seed equals
+    from its own generator on `device` (fastdata.fresh_batches, bit for bit fresh_batch's). A seed's record stops
+    where train_one's would (its drop held through its window); the batch trains on until every seed has, or to the cap. On the CPU each seed equals
     train_one's to float rounding; on CUDA its generator's stream differs from the CPU's of the same seed."""
     generators = [torch.Generator(device).manual_seed(s) for s in seeds]
     runs, eval_context, eval_target = zip(*(start(N, s, iters, eval_batch, device) for s in seeds))
@@ -322,7 +303,8 @@ def train_seeds(N: int, seeds: list, iters: int, eval_batch: int = 1024, device=
                 break
         if t == iters:
             break
-        context, target = fresh_batches(TRAINING["batch"], N, generators)
+        seqs = fastdata.fresh_batches(TRAINING["batch"], N + 1, generators, C)
+        context, target = seqs[..., :N], seqs[..., N]
         logits = forward(params, context)[0]  # (S, B, C)
         loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(len(seeds), -1).mean(1)
         opt.zero_grad(set_to_none=True)

@@ -8,6 +8,9 @@ predictors to float32 rounding (tests/test_markov.py, tests/test_bayes.py pin th
                                               bit for bit: markov.py's loop over positions, run as a
                                               sqrt(L)-depth scan (on CUDA one Triton walk) and batched
                                               over the members
+    fresh_batches(n, length, generators, C)   E batches of K = infinity sequences (each from its own chain),
+                                              member e's markov's sample_chains and sample_sequences with
+                                              generators[e], bit for bit (Fig. 6c bottom's batched seeds)
     predict(name, seqs, T)                    bayes.predict, with 1-Mem and 2-Mem (one_mem, two_mem)
                                               from anchored log-likelihood sums instead of
                                               bayes.py's cumulative sum over every chain and position
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 
 import bayes
 from kernels import markov_walk
-from markov import TaskSet, check_int, check_seqs, inverse_cdf, stationary, uniforms
+from markov import TaskSet, check_int, check_seqs, inverse_cdf, sample_chains, stationary, uniforms
 
 # On CUDA, batches walk the chains in kernels/markov_walk.py rather than walk' scan; MARKOV_ICL_WALK=0 in the
 # environment keeps the scan (bench/gpu_campaign.sh sets it where the kernel's tests fail on the card)
@@ -114,6 +117,23 @@ def batches(sources: list, n: int, length: int, generators: list, kernel: bool |
         kernel = WALK_KERNEL and device.type == "cuda" and markov_walk.triton is not None and sources[0].C <= 16
     seqs = walk(torch.cat(T), torch.cat(p), torch.cat(u0), u, length, kernel)
     return seqs.view(len(sources), n, length), torch.stack(chain_idx)
+
+
+def fresh_batches(n: int, length: int, generators: list, C: int, alpha: float = 1.0) -> torch.Tensor:
+    """E batches of n sequences at once, each sequence from its own fresh chain of D_T (K = infinity: the data of
+    Fig. 6c bottom's batched seeds), (E, n, length): member e's exactly markov's sample_chains(n, C, alpha, g) then
+    sample_sequences(T, n, length, g, chain_idx=arange(n)) with g = generators[e], its random numbers from its own
+    generator in that order; the walk runs once over all E n sequences (on CUDA one Triton launch)."""
+    T, u0, u = [], [], []
+    for g in generators:
+        T.append(sample_chains(n, C, alpha, g))
+        first, later = uniforms(n, length, g, T[-1].dtype, T[-1].device)
+        u0.append(first)
+        u.append(later)
+    T = torch.cat(T)
+    kernel = WALK_KERNEL and T.device.type == "cuda" and markov_walk.triton is not None and C <= 16
+    seqs = walk(T, stationary(T), torch.cat(u0), torch.cat(u, 2) if length > 1 else None, length, kernel)
+    return seqs.view(len(generators), n, length)
 
 
 # ----------------------------------------------------------------------------- memorizing predictors

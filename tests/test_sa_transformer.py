@@ -16,6 +16,7 @@ import sa_scaling as sa
 import sa_transformer as sat
 from analysis import sa_fits
 from analysis import transformer_tau as st
+from engine import fastdata
 from markov import sample_chains, sample_sequences
 from stand_ins import run  # noqa: F401 (a fixture: a script's command line in this process)
 
@@ -737,10 +738,10 @@ def test_batched_seeds_equal_each_seed_trained_alone():
     """train_seeds (vmap over stacked parameters, the seeds' batches drawn from their own generators and walked
     together) gives every seed the trajectory train_one gives it alone, to float rounding; a seed whose drop held
     stops its record there, as train_one stops. The batched draw is fresh_batch's for each generator, exactly."""
-    context, target = st.fresh_batches(6, 12, [torch.Generator().manual_seed(s) for s in (3, 4)])
+    seqs = fastdata.fresh_batches(6, 13, [torch.Generator().manual_seed(s) for s in (3, 4)], st.C)
     for i, s in enumerate((3, 4)):
         c, y = st.fresh_batch(6, 12, torch.Generator().manual_seed(s))
-        assert torch.equal(c, context[i]) and torch.equal(y, target[i])
+        assert torch.equal(c, seqs[i, :, :12]) and torch.equal(y, seqs[i, :, 12])
     together = st.train_seeds(8, [2, 0], 60, eval_batch=64)
     for run in together:
         alone = st.train_one(8, run["seed"], 60, eval_batch=64)
@@ -756,16 +757,15 @@ def test_batched_seeds_on_cuda_are_the_cpus_on_the_same_batches(monkeypatch):
     """train_seeds on CUDA (vmap, the stacked SGD and the evaluations on the card) gives each seed the CPU's trajectory
     when both draw the same batches: the card's generators give other streams, so here both draw on the CPU and the
     batches move to the card. The check bench/gpu_check.sh runs before the paper's runs train on a card."""
-    cpu_batches, cpu_generators = st.fresh_batches, {}
+    cpu_batches, cpu_generators = fastdata.fresh_batches, {}
 
-    def on_the_cpu(B, N, generators):  # each card generator's stream replaced by the CPU's of its seed, drawn on
+    def on_the_cpu(n, length, generators, C):  # each card generator's stream replaced by the CPU's of its seed
         mine = [cpu_generators.setdefault(g.initial_seed(), torch.Generator().manual_seed(g.initial_seed()))
                 for g in generators]
-        context, target = cpu_batches(B, N, mine)
-        return context.to(generators[0].device), target.to(generators[0].device)
+        return cpu_batches(n, length, mine, C).to(generators[0].device)
 
     want = st.train_seeds(16, [0, 1], 100, eval_batch=64)
-    monkeypatch.setattr(st, "fresh_batches", on_the_cpu)
+    monkeypatch.setattr(fastdata, "fresh_batches", on_the_cpu)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 as on the CPU, whatever ran before
     got = st.train_seeds(16, [0, 1], 100, eval_batch=64, device="cuda")
     for a, b in zip(got, want):
