@@ -3,9 +3,9 @@ Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other setti
 theory's tau ~ N / log N (the theory's coordinates measured in both models: tau_velocities.py).
 
 At the settings of the committed record (sa_scaling.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
-128, ours; the paper says only "SGD with momentum") the induction head forms at ~2300-3000 steps at every N = 32..256,
-while the theory's rate H_N / N falls x5.3 over that range. Which difference from the theory's regime takes the runs
-out of it? The SGD settings first:
+128, ours; the paper says only "SGD with momentum") the transformer's induction head forms at an N-independent time
+(RESULTS.md), where the theory's rate H_N / N predicts tau ~ N / log N. Which difference from the theory's regime takes
+the runs out of it? The SGD settings first:
 
     gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr.
     the optimizer    momentum 0 at lr 0.5, the same step in the small-lr limit (lr / (1 - momentum)); and lr 0.0125
@@ -51,6 +51,7 @@ from analysis.transformer_tau import (TRAINING, fresh_batch, induction, rounded_
                                       transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
+from plumbing.style import number as num
 from sa_transformer import Run, harmonic, layers, train_sa
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
@@ -87,11 +88,12 @@ def run_path(root: str, name: str, N: int, seed: int) -> str:
     return os.path.join(root, f"{name}_N{N}_s{seed}.json")
 
 
-def _run_job(job: tuple) -> dict:
-    return _hybrid_job(job) if job[1] in HYBRIDS else _train_job(job)
+def run_job(job: tuple) -> dict:
+    """One run of the ladder, job = (root, name, N, seed), kept as ROOT/<name>_N<N>_s<seed>.json."""
+    return hybrid_run(job) if job[1] in HYBRIDS else setting_run(job)
 
 
-def _train_job(job: tuple) -> dict:
+def setting_run(job: tuple) -> dict:
     root, name, N, seed = job
     path = run_path(root, name, N, seed)
     run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0],
@@ -102,12 +104,12 @@ def _train_job(job: tuple) -> dict:
     return run
 
 
-def _hybrid_job(job: tuple) -> dict:
+def hybrid_run(job: tuple) -> dict:
     """One SA-transformer run of the ladder (sa_transformer.train_sa: its own SGD, lr 1, batch 256, and its own tau,
     the masked loss's halfway crossing from the 1-Gen frequencies to 2-Gen, run to 1.2 x tau or the cap), with
-    phi_beta(2) on its evaluation set beside the loss. The SA-transformer's phi stays below PHI_FORMED (~0.26 at
-    N = 32 after 10,000 steps: its beta reaches ~2, not an attention that picks the matching positions alone), so
-    the SA side is compared by its tau, the parent's from the committed record."""
+    phi_beta(2) on its evaluation set beside the loss. The SA-transformer's phi stays below PHI_FORMED (its beta
+    stays of order one: no attention picks the matching positions alone), so the SA side is compared by its tau, the
+    parent's from the committed record."""
     root, name, N, seed = job
     context = fresh_batch(SCREEN["eval_batch"], N, torch.Generator().manual_seed(10**6 + N))[0]  # train_sa's eval set
     phi = []
@@ -145,6 +147,12 @@ def early_rate(run: dict) -> float:
     return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
 
 
+def resampled_medians(values: dict, rng) -> dict:
+    """One bootstrap draw of the medians per N ({N: [value per seed]}): each N's seeds resampled with replacement
+    (nan where it has none), the interval of rate_slope and offset_fit."""
+    return {N: float(np.median(rng.choice(v, len(v)))) if len(v) else math.nan for N, v in values.items()}
+
+
 def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 0.95) -> tuple:
     """(slope, [lo, hi]): the slope of log median rate against log theory rate over the N ({N: [rate per seed]}),
     and its bootstrap percentile interval from resampling the seeds within each N (with 2 seeds: a nominal level,
@@ -159,7 +167,7 @@ def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 
     if point is None:
         return None, None
     rng = np.random.default_rng(0)
-    boot = [fit({N: float(np.median(rng.choice(v, len(v)))) if v else math.nan for N, v in rates.items()})
+    boot = [fit(resampled_medians(rates, rng))
             for _ in range(resamples)]
     boot = np.array([b for b in boot if b is not None])
     q = (1 - level) / 2
@@ -184,7 +192,7 @@ def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict
 
     T0, c, share = fit([float(np.median(finite[N])) for N in Ns])
     rng = np.random.default_rng(0)
-    boot = np.array([fit([float(np.median(rng.choice(finite[N], len(finite[N])))) for N in Ns])
+    boot = np.array([fit(list(resampled_medians({N: finite[N] for N in Ns}, rng).values()))
                      for _ in range(resamples)])
     q = (1 - level) / 2
     lo, hi = np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
@@ -356,10 +364,7 @@ def table(result: dict) -> list[str]:
     and 1, its range as a multiple of the record's run of the same seed, the slope of the head's medians against
     N / log N with its interval and seeds, the law's part c N / log N beside an offset (offset_fit: c, and its share
     of tau at the largest N), and the early rate's slope against H_N / N (the theory's: 2)."""
-    def num(x: float, digits: int = 2) -> str:  # a typographic minus, as the tables write it
-        return f"{x:.{digits}f}".replace("-", "−")
-
-    def offset(fit: dict | None) -> str:  # offset_fit's c and share (a JSON collected before it has none)
+    def offset(fit: dict | None) -> str:  # offset_fit's c and share (none with fewer than 3 N)
         if not fit:
             return "—"
         return (f"{num(fit['c'], 0)} [{num(fit['c_ci'][0], 0)}, {num(fit['c_ci'][1], 0)}]; {num(fit['share'])} "
@@ -385,9 +390,9 @@ def table(result: dict) -> list[str]:
         line = row["summary"]["fit_head"]["vs_N_over_logN"]
         slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
             if line else "—"
-        ci = row.get("early_rate_slope_ci")  # a JSON collected before the intervals has none
-        rate = "—" if row["early_rate_slope"] is None else num(row["early_rate_slope"]) + \
-            (f" [{num(ci[0])}, {num(ci[1])}]" if ci else "")
+        ci = row["early_rate_slope_ci"]
+        rate = "—" if row["early_rate_slope"] is None else \
+            f"{num(row['early_rate_slope'])} [{num(ci[0])}, {num(ci[1])}]"
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"
@@ -481,7 +486,7 @@ def main():
     print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
           f"{Ns}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
           f"and {args.figures}/tau_settings.png and .json", flush=True)
-    cli.parallel_map(_run_job, jobs, args.jobs, progress="runs",
+    cli.parallel_map(run_job, jobs, args.jobs, progress="runs",
                      cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])
     result = collect(args.root, args.figures)
     print(f"wrote {args.figures}/tau_settings.png and .json")

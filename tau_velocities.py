@@ -29,6 +29,7 @@ from analysis.transformer_tau import (fresh_batch, induction, last_position, mod
                                       transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
+from plumbing.style import number as num
 from sa_transformer import C, Run, SATransformer, harmonic, layers, target_loss, train_sa
 from transformer import layer_norm
 
@@ -237,9 +238,6 @@ def velocity_table(measured: dict) -> list[str]:
     """The measurement as markdown rows (RESULTS.md's table): per coordinate and model, the slope of log |median
     velocity| against log N at each stage of the plateau (the sign of the medians where any is negative), the theory's
     slope, and phi's early rate's slope against H_N / N (the theory's 2)."""
-    def num(x) -> str:
-        return "—" if x is None else f"{x:.2f}".replace("-", "−")
-
     rows, fractions = [], measured["measure"]["fractions"]
     for name, label in COORDINATE_LABELS.items():
         for model in ("sa", "transformer"):

@@ -213,7 +213,7 @@ def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_
     monkeypatch.setitem(ts.SCREEN, "eval_batch", 256)
     monkeypatch.setitem(ts.SCREEN, "eval_every", 20)
     monkeypatch.setattr(ts, "HYBRID_CAP", 60)
-    run = ts._hybrid_job((str(tmp_path), "sa_softmax", 16, 0))
+    run = ts.hybrid_run((str(tmp_path), "sa_softmax", 16, 0))
     assert run["t"] == list(range(0, 61, 20)) and run["readout"] == "softmax" and len(run["phi"]) == len(run["t"])
     with torch.no_grad():
         start = tv.sa_coordinates(tv.SATransformer(16), ts.fresh_batch(
