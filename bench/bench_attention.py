@@ -239,20 +239,20 @@ def kernel_runs(q, k, v, bias, rotary):
     """{kernel: tile -> {name: tensor}}: each kernel launched alone with a given tile, on inputs
     (rotated q, k, out, lse, dO, delta) made once with the default tiles."""
     with torch.no_grad():
-        qr, kr = attn._rotate(q, k) if rotary else (q, k)
-        out, lse = attn._forward(qr, kr, v, bias, attn.DEFAULT_TILE)
+        qr, kr = attn.rotate_pass(q, k) if rotary else (q, k)
+        out, lse = attn.forward_pass(qr, kr, v, bias, attn.DEFAULT_TILE)
         do = torch.randn(out.shape, device=out.device, generator=torch.Generator(out.device).manual_seed(1)).to(out)
-        _, delta, _ = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, attn.DEFAULT_TILE)
+        _, delta, _ = attn.backward_dq_pass(qr, kr, v, bias, rotary, out, lse, do, attn.DEFAULT_TILE)
 
     def fwd(t):
-        return {"out": attn._forward(qr, kr, v, bias, t)[0]}
+        return {"out": attn.forward_pass(qr, kr, v, bias, t)[0]}
 
     def dq(t):
-        grad, _, dbias = attn._backward_dq(qr, kr, v, bias, rotary, out, lse, do, t)
+        grad, _, dbias = attn.backward_dq_pass(qr, kr, v, bias, rotary, out, lse, do, t)
         return {"dq": grad} | ({"dbias": dbias} if bias is not None else {})
 
     def dkdv(t):
-        return dict(zip(["dk", "dv"], attn._backward_dkdv(qr, kr, v, bias, rotary, lse, delta, do, t)))
+        return dict(zip(["dk", "dv"], attn.backward_dkdv_pass(qr, kr, v, bias, rotary, lse, delta, do, t)))
 
     return {"fwd": fwd, "dq": dq, "dkdv": dkdv}, do
 
@@ -349,10 +349,11 @@ def rotate_sweep(log, previous=None, S=64 * 128, N=256):
     for dtype in (torch.float32, torch.bfloat16):
         q, k = (torch.randn(S, 1, N, D, device="cuda", dtype=dtype) for _ in range(2))
         gb = 4 * q.numel() * q.element_size() / 1e9  # q, k read, their rotations written
-        methods = {f"kernel {b}x{s}": (lambda b=b, s=s: attn._rotate(q, k, s, b)) for b, s in ROTATE_CANDIDATES}
+        methods = {f"kernel {b}x{s}": (lambda b=b, s=s: attn.rotate_pass(q, k, s, b)) for b, s in ROTATE_CANDIDATES}
         methods["clone q, k"] = lambda: (q.clone(), k.clone())
         if previous is not None:
-            methods["previous"] = lambda: previous._rotate(q, k)
+            rotate = getattr(previous, "rotate_pass", None) or previous._rotate  # an older file's name for it
+            methods["previous"] = lambda: rotate(q, k)
         cos, sin = rotary_tables(N, D, q.device)
         want = [rotate(x[:64], cos, sin) for x in (q, k)]  # the first sequences: the reference is fp32
         for name, fn in methods.items():

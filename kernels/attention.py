@@ -13,7 +13,8 @@ neither may be used.
 
 Top to bottom, in the order of the Triton fused-attention tutorial:
   the inputs' checks and the rotary tables -> forward kernels (the rotary pre-pass, the online softmax) ->
-  backward kernels (dq with delta and the bias gradient, then dk/dv) -> launchers -> torch.autograd.Function
+  backward kernels (dq with delta and the bias gradient, then dk/dv) -> launchers (`rotate_pass`, `forward_pass`,
+  `backward_dq_pass`, `backward_dkdv_pass`: bench/bench_attention.py times each) -> torch.autograd.Function
   and its vmap rule -> the public `attention`, `attention_packed` and `attention_forward` (out and the rows'
   log-sum-exp, from which engine/fastpath.py reads the attention weights).
 
@@ -320,7 +321,7 @@ def _strides(x) -> tuple[int, int]:
     return x.stride()[:2]
 
 
-def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
+def rotate_pass(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
     """(R q, R k) in the input dtype, contiguous, one launch for both; q and k share their strides."""
     B, H, N, d = q.shape
     cos, sin = _kernel_rotary_tables(N, d, q.device)
@@ -331,7 +332,7 @@ def _rotate(q, k, seqs=ROTATE_SEQS, block=ROTATE_BLOCK):
     return qr, kr
 
 
-def _forward(q, k, v, bias, tile=None):
+def forward_pass(q, k, v, bias, tile=None):
     """(out, lse) of already rotated q, k (sharing their strides; v may have others); out contiguous."""
     B, H, N, d = q.shape
     tile = tile or _tile("fwd", q.dtype, bias is not None, N)
@@ -349,7 +350,7 @@ def _same_layout(x):
     return torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
 
 
-def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None, dq=None):
+def backward_dq_pass(q, k, v, bias, rotary, out, lse, do, tile=None, dq=None):
     """(dq, delta, dbias): dq rotated back (written into `dq` when given, which has v's strides), delta =
     rowsum(dO * O), and with a bias its gradient (H, N) in fp32 (else None), from what the kernel wrote for it
     (kernels/bias_gradient.py)."""
@@ -367,7 +368,7 @@ def _backward_dq(q, k, v, bias, rotary, out, lse, do, tile=None, dq=None):
     return dq, delta, bias_gradient.dbias(tile, written, B, H, N) if bias is not None else None
 
 
-def _backward_dkdv(q, k, v, bias, rotary, lse, delta, do, tile=None, dk=None, dv=None):
+def backward_dkdv_pass(q, k, v, bias, rotary, lse, delta, do, tile=None, dk=None, dv=None):
     """(dk, dv), dk rotated back (written into `dk`, `dv` when given, which have v's strides)."""
     B, H, N, d = q.shape
     dk, dv = (_same_layout(v) if x is None else x for x in (dk, dv))
@@ -397,9 +398,9 @@ class _Attention(torch.autograd.Function):
         """(out, lse), and with rotary the rotated q, k that the backward works on."""
         q, k, v = qkv.unbind(0) if k is None else (qkv, k, v)
         if not rotary:
-            return _forward(q, k, v, bias)
-        q, k = _rotate(q, k)
-        return (*_forward(q, k, v, bias), q, k)
+            return forward_pass(q, k, v, bias)
+        q, k = rotate_pass(q, k)
+        return (*forward_pass(q, k, v, bias), q, k)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -427,8 +428,8 @@ class _Attention(torch.autograd.Function):
             dqkv = _same_layout(v)
             v, (dq, dk, dv) = v[2], dqkv.unbind(0)
         do = do.contiguous()
-        dq, delta, dbias = _backward_dq(q, k, v, bias, ctx.rotary, out, lse, do, dq=dq)
-        dk, dv = _backward_dkdv(q, k, v, bias, ctx.rotary, lse, delta, do, dk=dk, dv=dv)
+        dq, delta, dbias = backward_dq_pass(q, k, v, bias, ctx.rotary, out, lse, do, dq=dq)
+        dk, dv = backward_dkdv_pass(q, k, v, bias, ctx.rotary, lse, delta, do, dk=dk, dv=dv)
         dbias = dbias.to(bias.dtype) if bias is not None else None
         return (dqkv, None, None, dbias, None) if ctx.packed else (dq, dk, dv, dbias, None)
 

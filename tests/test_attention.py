@@ -219,7 +219,7 @@ def test_rotary_pre_pass_matches_the_reference_rotation(N, seqs, block):
     block, a last program with fewer sequences (10 sequences in programs of 4 or 8), N = 1."""
     q, k, _, _ = inputs(2, 5, N, 16, False)
     cos, sin = transformer.rotary_tables(N, 16, q.device)
-    for got, x in zip(attn._rotate(q.detach(), k.detach(), seqs, block), (q, k)):
+    for got, x in zip(attn.rotate_pass(q.detach(), k.detach(), seqs, block), (q, k)):
         torch.testing.assert_close(got, transformer.rotate(x.detach(), cos, sin), **FP32_TOL)
 
 
