@@ -110,8 +110,6 @@ def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]
     return {False: out[:n], True: out[n:]}, w_plateau, tau_control
 
 
-
-
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
     """Exponents of beta(t), delta(t) over windows of the plateau (fractions of tau), the measured
     early rates against eq. (parameter_dynamics_simplest), and the mixture weights."""
@@ -139,8 +137,8 @@ def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: flo
 
 def scaling_summary(tau_runs: dict) -> dict:
     """tau_2Gen(N) of the SA-transformer (control, ablation) with their fits against N / log N, and the final losses
-    at the largest N. "tau_transformer" (fitted alike) holds the first crossings of earlier records' transformer runs,
-    which kept no trajectory; a new record's transformer runs are in "transformer_runs" (merge_transformer_runs)."""
+    at the largest N. "tau_transformer" (fitted alike): the quick preset's transformer runs' first halfway crossings,
+    stored as numbers (the paper preset's runs are whole trajectories in "transformer_runs", merge_transformer_runs)."""
     out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[False].items()},
            "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[True].items()},
            "tau_transformer": {}}
@@ -377,7 +375,7 @@ def plot_trajectories(origin: dict, runs: dict, path: str):
             ax.plot(beta, delta, color="w", ls=ls, lw=1.5, label=label)
         ax.set_xlim(min(origin["beta"]), max(origin["beta"]))
         ax.set_ylim(min(origin["delta"]), max(origin["delta"]))
-        for axis in (ax.xaxis, ax.yaxis):  # nine ticks on a 4-inch axis ran together
+        for axis in (ax.xaxis, ax.yaxis):  # four ticks: nine run together on a 4-inch axis
             axis.set_major_locator(MaxNLocator(4, steps=[1, 2.5, 5, 10]))
         ax.set_xlabel(r"$\beta$")
         ax.set_ylabel(r"$\delta$")
@@ -419,30 +417,29 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     Returns the figure (closed)."""
     fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
     axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
+    def positive(runs: list, key: str) -> tuple[np.ndarray, np.ndarray]:  # the seeds' mean where a log axis shows it
+        t, mean = seed_mean(runs, key)
+        keep = (t > 0) & (mean > 0)
+        return t[keep], mean[keep]
+
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
         for (reduced, ablate), runs in dyn.items():
             label = f"{'reduced' if reduced else 'full'}, {'ablation' if ablate else 'control'}"
-            t, mean = seed_mean(runs, key)
-            keep = (t > 0) & (mean > 0)
-            ax.loglog(t[keep], mean[keep], color=COLORS["ablation" if ablate else "control"], ls=":" if reduced else "-", label=label)
+            ax.loglog(*positive(runs, key), color=COLORS["ablation" if ablate else "control"], ls=":" if reduced else "-",
+                      label=label)
         for ablate, runs in frozen.items():
-            t, mean = seed_mean(runs, key)
-            keep = (t > 0) & (mean > 0)
-            ax.loglog(t[keep], mean[keep], color=COLORS["ablation" if ablate else "control"], ls="--", lw=1,
+            ax.loglog(*positive(runs, key), color=COLORS["ablation" if ablate else "control"], ls="--", lw=1,
                       label=f"reduced, w frozen, {'ablation' if ablate else 'control'}")
         held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
         for setting, runs in (held.get(str(dyn[(False, False)][0]["run"]["N"]), {}) if held else {}).items():
-            t, mean = seed_mean(runs, key)
-            keep = (t > 0) & (mean > 0)
-            ax.loglog(t[keep], mean[keep], color=COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
+            ax.loglog(*positive(runs, key), color=COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
                       label=f"full, w held at 1/3, {setting}")
-        t, mean = seed_mean(dyn[(False, False)], key)
-        keep = (t > 0) & (mean > 0)
-        if keep.any():  # guides through the control curve's first point
-            t_ref = np.array([t[keep][0], t[keep][-1]])
-            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
-            ax.loglog(t_ref, mean[keep][0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label=r"$\propto t^2$")
+        t, mean = positive(dyn[(False, False)], key)
+        if len(t):  # guides through the control curve's first point
+            t_ref = np.array([t[0], t[-1]])
+            ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
+            ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label=r"$\propto t^2$")
         ax.set_ylim(bottom=max(1e-5, ax.get_ylim()[0]))
         ax.set_xlabel("iteration t")
         ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
