@@ -39,9 +39,9 @@ from plumbing.rundir import write_json
 from runners.probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
 
 PRESETS = {  # K1*
-    # calibrated on the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one
-    # core and large K still form the induction head well inside the budget (N = 32 did not: K = 256 never
-    # did within 1500 steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
+    # sized for the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one core
+    # and large K still form the induction head well inside the budget (at N = 32, K = 256 does not within 1500
+    # steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
     "quick": dict(N=64, batch=64, lr=3e-3, iters=1200, eval_every=50, eval_dense=128, evals=4, eval_train=128,
                   eval_gen=128, lo=16, hi=256, ratio=1.5, seeds=4, perturbed_seeds=2, weight=0.5, tau_seeds=6,
                   tau_iters=1200),

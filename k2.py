@@ -42,12 +42,11 @@ from runners.probes import finished, probe_command, run_config, run_probes
 # chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
 
 K2_PRESETS = {
-    # calibrated on the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
-    # instead of 256. Wider MLPs left 2-Gen whenever the budget allowed: at width 32, Delta tau grew ~140 steps per
-    # unit of K up to the end of 3000-, 5000- and 6000-step runs (the wall moved with the budget, log Delta tau
-    # concave, no finite K2*). Eight hidden units store few chains: single 3000-4000-step pilots left 2-Gen after
-    # 500, 900 and 2600 steps at K = 24, 32, 40 (log Delta tau convex), and sat above it at K = 48 and 56 (gap
-    # +0.005, +0.008) and on a plateau at K = 96 (+0.016; K = inf +0.026)
+    # sized for the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
+    # instead of 256. A wider MLP leaves 2-Gen whenever the budget allows: Delta tau grows about linearly in K up to
+    # the end of the budget, which moves with it (log Delta tau concave, no finite K2*). Eight hidden units store few
+    # chains: Delta tau grows faster than linearly over K = 24..40 (log Delta tau convex) and from K = 48 a run stays
+    # above 2-Gen, so K2* falls inside the grid within 4000 steps (RESULTS.md)
     "quick": dict(N=64, batch=64, lr=3e-3, mlp_width=8, iters=4000, eval_every=100, eval_dense=256, evals=16,
                   eval_train=256, eval_gen=256, per_chain=32, per_chain_tasks=128, Ks=[24, 28, 32, 36, 40, 48], seeds=4,
                   inf_seeds=2, inf_iters=4000, null_chains=256),
@@ -207,7 +206,7 @@ def plot_k2(result: dict, path: str):
         return {int(K): v for K, v in d.items()}
 
     Ks, fit = [int(K) for K in result["K"]], result["fit"]
-    off = result.get("fit_offset") or {"K2_star": None}  # some calibration sweeps' k2_width*.json: no offset fit
+    off = result.get("fit_offset") or {"K2_star": None}  # a JSON without an offset fit (figures/k2_width32_3000.json)
     dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
@@ -217,8 +216,8 @@ def plot_k2(result: dict, path: str):
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
         # 1300 px: read at a README's ~900 px width. Constrained layout, each row its own grid. With the fresh-chain
         # null, three rows: Fig. 8a and its inset; Fig. 8b and A10; the null, its legend in a slot of its own beside it
-        # (in two rows the legend's width left Fig. 8b's K ticks touching)
-        null = "null" in result  # k2.json; the calibration sweeps' k2_width*.json have no null: no correction, no panel
+        # (in two rows the legend's width leaves Fig. 8b's K ticks touching)
+        null = "null" in result  # k2.json; a JSON without the null (figures/k2_width*.json): no correction, no panel
         fig = plt.figure(figsize=(13, 12.6 if null else 8.6), layout="constrained")
         rows = fig.add_gridspec(3 if null else 2, 1)
         if fit["K2_star"] is not None:
@@ -305,7 +304,7 @@ def plot_k2(result: dict, path: str):
             ax8a.legend(loc="upper left")
 
         eps = result["epsilon"]
-        two = "memorized_asymptote_two_sets" in result  # k2.json; the k2_width*.json score one set: one rule
+        two = "memorized_asymptote_two_sets" in result  # k2.json; a JSON scored on one set (k2_width*.json): one rule
         rules = [("_two_sets", "k", "two sets of sequences (the rule)"), ("", "tab:gray", "one set")] if two else \
             [("", "k", None)]
         failed, notes = 0, []
@@ -441,6 +440,7 @@ def dtau(args):
             saved = json.load(f)
         if "runs" not in saved:
             raise ValueError(f"{args.root!r} is not a JSON written by k2.py dtau (it has no runs)")
+        # a row without censored_after (bench/results/2026-11-26_h100_k2_paper_f.json): censored after iters - tau_2gen
         result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
                                                                   if r["status"] == "censored" else None)}
                                     for r in saved["runs"]])

@@ -6,8 +6,8 @@ and against the context length N, with 2-Gen's and 1-Gen's N -> infinity limits.
     python predictor_scaling.py --preset paper   # K to 2^13, N to 2^14, 2048 sequences
     python predictor_scaling.py --replot         # only redraw the figure from figures/predictor_scaling.json
 
-The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on the 2-core VM with
-its cores shared, where its loss vs K alone took 17 min on 2026-11-27), then a line with the ETA every 30 s or so.
+The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on 2 cores shared with
+other jobs), then a line with the ETA every 30 s or so.
 
 Writes FIGURES/predictor_scaling.png and its numbers, predictor_scaling.json.
 """
@@ -24,9 +24,8 @@ from plumbing.rundir import write_json
 from plumbing.style import COLORS, LABELS
 
 K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
-# seconds per units() on the 2-core VM on 2026-11-27, its cores shared with other jobs, lo and hi: the quick preset's
-# loss vs K took 630 CPU-s (1010 s) for its 4.75 units; the whole of --dists 1, under more load, 615 CPU-s (931 s)
-# for 2.2 units (its N sweep's batches costing what its K sweep did per unit)
+# seconds per units() on the 2-core development VM, (lo, hi): of CPU time, and of wall time with its cores shared with
+# other jobs; the N sweep's batches cost what the K sweep's do per unit, so one pair of ranges serves both sweeps
 CPU_SECONDS_PER_UNIT = (133, 279)
 SHARED_SECONDS_PER_UNIT = (213, 422)
 
@@ -177,7 +176,6 @@ def main():
     Ks = [2**i for i in range(14 if paper else 13)]
     Ns = [2**i for i in range(15 if paper else 14)]
     n_seqs = args.seqs or (2048 if paper else 256)
-    # the non-autoregressive loss is a single position per sequence, hence more sequences
     N_for_K, K_for_N = 256, 128
     out = cli.writable_dir(args.figures, "--figures")
     total = work(Ks, Ns, N_for_K, K_for_N, args.dists, n_seqs)
@@ -187,6 +185,7 @@ def main():
     t0 = progress.t0
     vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device, progress=lambda u: progress.add("K", u))
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
+    # the non-autoregressive loss is a single position per sequence, hence 4x the sequences
     vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device, progress=lambda u: progress.add("N", u))
     print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
 

@@ -1,6 +1,7 @@
 """How fast the theory's coordinates move on the plateau, in the transformer and in the SA-transformer (Fig. 6c
 bottom, why the transformer's tau_2Gen(N) is flat; Appendix "Dynamics of the SA-transformer", eqs. c_delta and
-sa_cbeta; the transformer's readouts, eqs. pta and iha): the measurement before changing the model.
+sa_cbeta; the transformer's readouts, eqs. pta and iha): each coordinate's velocity against N, to find the one that
+carries the flatness.
 
 The theory is written in beta (layer 2's induction score), delta (layer 1's bias on the previous position) and the
 readouts phi_beta(2), phi_delta(1); its rates, at w_B = w_C = 1/3: d beta / dt ~ H_N / N, d delta / dt ~ F_1 / N,

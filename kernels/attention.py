@@ -113,8 +113,8 @@ if triton is not None:
     @triton.jit
     def _rotate_rows(X, XR, idx, idx_r, mask, cos, sin, SEQS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
         """XR[idx_r] = x * cos + x_swapped * (-+sin) in fp32 for the (SEQS, BLOCK, D) tile x = X[idx], x_swapped
-        (each pair exchanged) shuffled in registers: a second load through the column index c ^ 1 could not be
-        vectorized and held the pre-pass to ~0.9 TB/s in bf16 (bench_attention.py --rotate)."""
+        (each pair exchanged) shuffled in registers, since a second load through the column index c ^ 1 cannot be
+        vectorized (bench_attention.py --rotate)."""
         x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
         x_swapped = tl.reshape(_swap_pairs(tl.reshape(x, (SEQS * BLOCK, D)), SEQS * BLOCK, D), (SEQS, BLOCK, D))
         tl.store(XR + idx_r, (x * cos + x_swapped * sin).to(XR.dtype.element_ty), mask=mask)
