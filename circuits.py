@@ -5,9 +5,9 @@ The explicit forward over Table I's 23 edges, with an edge mean-ablated for its 
 analysis/edges.py's run_edges (its docstring defines the sources, the targets and the ablation). The importance
 of an edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta), pi~ the output with that edge ablated.
 
-    python trace.py circuits                  # quick runs K = 4, 64, 1024, trained first if missing
-    python trace.py circuits --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
-    python trace.py circuits --replot         # only redraw the figure from FIGURES/circuits.json
+    python circuits.py                  # quick runs K = 4, 64, 1024, trained first if missing
+    python circuits.py --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
+    python circuits.py --replot         # only redraw the figure from FIGURES/circuits.json
 
 It writes figures/circuits.png and .json, the repository's committed copies; --figures DIR writes
 elsewhere. Tracing runs on the CPU: ~3 min for the four phases on 2 cores, plus ~5-10 min for each quick
@@ -22,9 +22,6 @@ takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) a
 lowest divergence can sit where another predictor is about as close, and a circuit traced there would mix two
 phases, so the ratio (stated with each phase, with the margin in nats) picks checkpoints unambiguously in their
 phase, from any of the runs.
-
-Note: this module shadows the standard library's `trace` (a line tracer) for scripts run from the
-repository root; nothing here or in the tests needs the standard one.
 """
 import os
 import time
@@ -356,11 +353,11 @@ def replot(path: str):
             raise KeyError(f"the four phases' {', '.join(keys)}")
         plot_circuits({phase: phases[phase] for phase in PREDICTORS}, png)
 
-    cli.redraw(path, ("phases",), "trace.py circuits", draw)
+    cli.redraw(path, ("phases",), "circuits.py", draw)
     print(f"wrote {png} from {path}")
 
 
-def circuits(args):
+def trace_circuits(args):
     preset = cli.preset(args.preset)
     if args.runs:  # K is only read for a default run
         found = {run: find_run(run, 0, preset, "--runs") for run in args.runs.split(",")}
@@ -380,37 +377,31 @@ def circuits(args):
 
 
 def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
-        "Default run: trace.py circuits, 2 min 19 s on the 2-core development VM (2026-11-27) with the quick runs "
-        "K = 4, 64, 1024 in place (5-10 min each to train first); writes figures/circuits.png and "
-        "figures/circuits.json (circuits --help: more)."))
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("circuits", help="trace the four phases' circuits (Figs. 3, A2, A3)",
-                       description="Trace the four phases' circuits (Figs. 3, A2, A3). Writes FIGURES/circuits.png and "
-                                   ".json; the default FIGURES, figures, holds the repository's committed copies.",
-                       runs="Default run: 2 min 19 s on the 2-core development VM (--threads 1, beside a K2* run; "
-                            "2026-11-27), the quick runs in place; a missing one is trained first, 5-10 min each (quick "
-                            "preset: 4 phases x 23 edge ablations on 512 sequences of runs/K<K>_s0/, K = 4, 64, 1024); "
-                            "writes figures/circuits.png and figures/circuits.json, and a missing run's runs/K<K>_s0/ "
-                            "(train.py's files).\n--replot: seconds, trains nothing.")
-    cli.add_preset(p, PRESET_K, "which runs: quick K = 4, 64, 1024, trained on the CPU if missing; "
-                                "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
-    cli.add_figures(p)
-    cli.add_replot(p, "FIGURES/circuits.json", "the figure")
-    p.add_argument("--runs", default=None, help="comma-separated run directories whose checkpoints the four phases are "
-                   "picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
-    p.add_argument("--n-seqs", type=cli.at_least(2), default=512,  # a mean over one sequence ablates nothing
-                   help="held-out sequences from S to trace on (the paper: 512)")
-    p.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences")
-    cli.add_threads(p)
+    parser = cli.ArgumentParser(
+        description="Trace the four phases' circuits (Figs. 3, A2, A3). Writes FIGURES/circuits.png and .json; the "
+                    "default FIGURES, figures, holds the repository's committed copies.",
+        runs="Default run: 2 min 19 s on the 2-core development VM (--threads 1, beside a K2* run; 2026-11-27), the "
+             "quick runs in place; a missing one is trained first, 5-10 min each (quick preset: 4 phases x 23 edge "
+             "ablations on 512 sequences of runs/K<K>_s0/, K = 4, 64, 1024); writes figures/circuits.png and "
+             "figures/circuits.json, and a missing run's runs/K<K>_s0/ (train.py's files).\n--replot: seconds, "
+             "trains nothing.")
+    cli.add_preset(parser, PRESET_K, "which runs: quick K = 4, 64, 1024, trained on the CPU if missing; "
+                                     "paper K = 1024 and 128, N = 256, 10^6 steps, trained on a GPU if missing")
+    cli.add_figures(parser)
+    cli.add_replot(parser, "FIGURES/circuits.json", "the figure")
+    parser.add_argument("--runs", default=None, help="comma-separated run directories whose checkpoints the four phases "
+                        "are picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
+    parser.add_argument("--n-seqs", type=cli.at_least(2), default=512,  # a mean over one sequence ablates nothing
+                        help="held-out sequences from S to trace on (the paper: 512)")
+    parser.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences")
+    cli.add_threads(parser)
     args = parser.parse_args()
-    if args.command == "circuits":
-        cli.set_threads(args.threads)
-        cli.writable_dir(args.figures, "--figures")
-        if args.replot is not None:
-            replot(cli.replot_path(args, "circuits.json"))
-            return
-        circuits(args)
+    cli.set_threads(args.threads)
+    cli.writable_dir(args.figures, "--figures")
+    if args.replot is not None:
+        replot(cli.replot_path(args, "circuits.json"))
+        return
+    trace_circuits(args)
 
 
 if __name__ == "__main__":

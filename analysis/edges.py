@@ -1,6 +1,6 @@
 """The transformer's forward written out over the edges of Table I (Sec. "Tracing circuits"; Appendix "Transformer
 Circuits": Table I, eqs. res1-res3 and expandedatt2), with an edge mean-ablated or an attention block's output
-patched as an argument: what trace.py's circuits (Figs. 3, A2, A3) and task_vectors.py's task vectors and patching
+patched as an argument: what circuits.py's circuits (Figs. 3, A2, A3) and task_vectors.py's task vectors and patching
 (Figs. 4, A8) read.
 
 The two-layer transformer writes every block's output additively into the residual stream, so it unrolls into a

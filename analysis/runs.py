@@ -1,4 +1,4 @@
-"""Runs read back as data, for the analysis scripts (trace.py, task_vectors.py, k1.py, k2.py, ...): a run
+"""Runs read back as data, for the analysis scripts (circuits.py, task_vectors.py, k1.py, k2.py, ...): a run
 directory's metrics and memorization scores, a model at an evaluation step, and the preset's runs the scripts
 default to (runs/K<K>_s0), found or trained where missing.
 """

@@ -1,5 +1,5 @@
 """Campaigns: the paper-scale experiments run a piece at a time, on GPU leases of a few minutes, with a ledger that
-accumulates in the repository (engine; the experiments themselves are k1.py's, k2.py's, trace.py's and
+accumulates in the repository (engine; the experiments themselves are k1.py's, k2.py's, circuits.py's and
 task_vectors.py's).
 
 A lent GPU comes for ~10 minutes a command, and its run directories are gone after the call. So each piece
@@ -18,7 +18,7 @@ measured pieces of the campaign, the spec's predictions are calibrated by them (
 ensemble and a factor on the spec's seconds, fit by least squares, plus the fit's largest overrun).
 
 circuits_paper  Figs. 3, 4, A2, A3, A8 at the paper's scale: K = 1024 (1-Gen, 2-Gen) and K = 128 (1-Mem, 2-Mem),
-                seed 0, trained together for `iters` steps, then trace.py's circuits and task_vectors.py's
+                seed 0, trained together for `iters` steps, then circuits.py's circuits and task_vectors.py's
                 experiments on them in the same call. One piece.
 circuits_mem_paper
                 the same for K = 128 alone (1-Mem, 2-Mem), 10^5 steps: circuits_paper's K = 128 is in neither
@@ -46,8 +46,8 @@ import tarfile
 import time
 from typing import NamedTuple
 
+import circuits
 import task_vectors
-import trace
 import train
 from analysis import runs, thresholds
 from campaigns import reports
@@ -136,8 +136,8 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
     seconds_train = time.time() - t0
     run_dirs = {name: cfg.out for name, cfg in cfgs.items()}
     # a memorizing run alone (circuits_mem_*) is traced in the memorizing phases only
-    traced = trace.PREDICTORS if "gen" in run_dirs else ("1mem", "2mem")
-    phases = trace.trace_phases(run_dirs, spec["trace_seqs"], seed=0, phases=traced)
+    traced = circuits.PREDICTORS if "gen" in run_dirs else ("1mem", "2mem")
+    phases = circuits.trace_phases(run_dirs, spec["trace_seqs"], seed=0, phases=traced)
     kind = {d: name for name, d in run_dirs.items()}  # "gen" or "mem"
     piece = {"runs": {name: {"config": config_record(cfg), "rows": compact([r for r in rs if not r.get("dense")], METRIC_KEYS)}
                       for (name, cfg), rs in zip(cfgs.items(), rows)},
@@ -336,7 +336,7 @@ def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict 
         result = reports.k1_search(spec, *k1_state(spec, ledger), ledger["pieces"])
         reports.plot_k1_campaign(result, os.path.join(figures, f"{name}.png"))
     elif spec["kind"] == "circuits":
-        result = reports.circuits(spec, ledger["pieces"], figures, name)
+        result = reports.circuits_report(spec, ledger["pieces"], figures, name)
     else:
         result = reports.GRID[spec["report"]](spec, grid_records(ledger), ledger["pieces"], figures, name)
     write_json(os.path.join(figures, f"{name}.json"), thresholds.finite_json(result), indent=1)

@@ -1,6 +1,6 @@
 """The figures and numbers of campaigns/campaign.py's campaigns, from their ledgers alone (no run directory, no GPU):
 one function per kind of report, each returning what figures/<campaign>.json holds and drawing its figures with
-the drawing code of the experiment's own module (k1.py, sweep.py, trace.py, task_vectors.py, train.py).
+the drawing code of the experiment's own module (k1.py, sweep.py, circuits.py, task_vectors.py, train.py).
 """
 import os
 import statistics
@@ -8,10 +8,10 @@ import statistics
 import matplotlib.pyplot as plt
 import numpy as np
 
+import circuits
 import k1
 import sweep
 import task_vectors
-import trace
 import train
 from analysis import thresholds
 from plumbing.rundir import write_json
@@ -120,10 +120,10 @@ def margins(rows: list[dict], phases: dict) -> dict:
 
 
 def circuit_phases(spec: dict, piece: dict) -> dict:
-    """The piece's traced phases under trace.py's rule, applied today to the ledger's rows: a phase with no checkpoint
-    in it is trace.no_checkpoint's entry, the ledger's trace of it kept apart ("ledger_trace", not drawn); a phase
+    """The piece's traced phases under circuits.py's rule, applied today to the ledger's rows: a phase with no checkpoint
+    in it is circuits.no_checkpoint's entry, the ledger's trace of it kept apart ("ledger_trace", not drawn); a phase
     traced at another checkpoint than the rule's keeps its trace, with the rule's checkpoint and a note saying so.
-    circuit: the figure's edges, chosen once (trace.circuit_edges)."""
+    circuit: the figure's edges, chosen once (circuits.circuit_edges)."""
     named = {run: f"K{spec['Ks'][run]}" for run in piece["runs"]}
     rows = {named[run]: piece["runs"][run]["rows"] for run in piece["runs"]}
     phases = {}
@@ -131,11 +131,11 @@ def circuit_phases(spec: dict, piece: dict) -> dict:
         traced = {**d, "run": named.get(d["run"], d["run"])}
         if "importance" in d:
             row = next(r for r in rows[traced["run"]] if r["step"] == d["step"])
-            ratio, margin = trace.closeness(row, ph)
-            traced.update(ratio=ratio, margin=margin, circuit=trace.circuit_edges(d["importance"]))
-        found = trace.phase_checkpoint(rows, ph)
+            ratio, margin = circuits.closeness(row, ph)
+            traced.update(ratio=ratio, margin=margin, circuit=circuits.circuit_edges(d["importance"]))
+        found = circuits.phase_checkpoint(rows, ph)
         if found is None:
-            phases[ph] = trace.no_checkpoint(rows, ph) | ({"ledger_trace": traced} if "importance" in d else {})
+            phases[ph] = circuits.no_checkpoint(rows, ph) | ({"ledger_trace": traced} if "importance" in d else {})
             if "importance" in d:
                 phases[ph]["note"] = (f"the ledger's trace ({traced['run']} step {d['step']}, x{traced['ratio']:.2f}) "
                                       "is in the JSON, not drawn")
@@ -143,18 +143,18 @@ def circuit_phases(spec: dict, piece: dict) -> dict:
         run, row = found
         phases[ph] = traced
         if (run, row["step"]) != (traced["run"], d["step"]):
-            ratio = trace.closeness(row, ph)[0]
+            ratio = circuits.closeness(row, ph)[0]
             traced["rule_checkpoint"] = {"run": run, "step": row["step"], "ratio": ratio}
             traced["note"] = f"not the rule's checkpoint ({run} step {row['step']}, x{ratio:.2f}: not traced)"
     return phases
 
 
-def circuits(spec: dict, pieces: list[dict], figures: str, name: str) -> dict:
+def circuits_report(spec: dict, pieces: list[dict], figures: str, name: str) -> dict:
     """The circuits (Figs. 3, A2, A3), each run's Fig. 2a and the task vectors (Figs. 4, A8) of the one piece."""
     piece = pieces[0]
     rows = {run: piece["runs"][run]["rows"] for run in piece["runs"]}
     phases = circuit_phases(spec, piece)
-    trace.plot_circuits(phases, os.path.join(figures, f"{name}.png"))
+    circuits.plot_circuits(phases, os.path.join(figures, f"{name}.png"))
     for run, cfg in piece["runs"].items():
         config = train.Config(**{**cfg["config"], "out": ""})
         train.plot_run(rows[run], config, os.path.join(figures, f"{name.replace('circuits', 'fig2a')}_K{config.K}.png"))

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+import circuits
 import k1
 import sweep
-import trace
 from campaigns import campaign, specs
 from plumbing import cli
 from runners import probes
@@ -121,7 +121,7 @@ def test_the_circuits_campaign_is_one_piece_and_its_figures_come_from_the_ledger
         if "importance" not in ledger["pieces"][0]["phases"][ph]:  # a phase the tiny runs never reach: not traced
             assert d["in_phase"] is False and d["why"].startswith("no checkpoint in") and "circuit" not in d
             continue
-        assert d["circuit"] == trace.circuit_edges(ledger["pieces"][0]["phases"][ph]["importance"]) and d["circuit"]["kept"]
+        assert d["circuit"] == circuits.circuit_edges(ledger["pieces"][0]["phases"][ph]["importance"]) and d["circuit"]["kept"]
     for figure in figures:
         assert (tmp_path / "figures" / f"{figure}.png").exists()
 

@@ -1,6 +1,6 @@
-"""trace.py and the explicit forward it traces (analysis/edges.py): the forward against the model, the A2(.) split and
+"""circuits.py and the explicit forward it traces (analysis/edges.py): the forward against the model, the A2(.) split and
 the ablations against direct computations, and that every ablation bites (a silent no-op is the usual bug of
-interpretability code); the runs trace.py reads (analysis/runs.py's find_run, train_run), its checkpoints and figure."""
+interpretability code); the runs circuits.py reads (analysis/runs.py's find_run, train_run), its checkpoints and figure."""
 import json
 import os
 import sys
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from matplotlib.collections import QuadMesh
 from matplotlib.patches import FancyArrowPatch
 
-import trace
+import circuits
 import train
 from analysis import edges, runs
 from bayes import kl_div
@@ -37,7 +37,7 @@ def random_seqs(B=16, N=24, seed=1):
 
 
 def test_import_trace_is_the_project_module():
-    assert os.path.dirname(os.path.abspath(trace.__file__)) == ROOT  # not the standard library's line tracer
+    assert os.path.dirname(os.path.abspath(circuits.__file__)) == ROOT  # not the standard library's line tracer
     assert len(edges.EDGES) == 23 and len(set(edges.EDGES)) == 23
 
 
@@ -76,7 +76,7 @@ def test_linear_edges_match_a_direct_computation():
     model, seqs = random_model(), random_seqs()
     _, acts = edges.run_edges(model, seqs, cache=True)
     _, cache = model(seqs, cache=True)
-    importance = trace.edge_importance(model, seqs)
+    importance = circuits.edge_importance(model, seqs)
     logp = F.log_softmax(model.W_U(cache["x2"]), -1)
     sources = {"Token": cache["x0"], "A1": cache["att1"], "MLP1": cache["mlp1"], "MLP2": cache["mlp2"],
                **{k: acts[k] for k in ("A2(Token)", "A2(A1)", "A2(MLP1)")}}  # the split is tested above
@@ -133,13 +133,13 @@ def test_every_ablation_changes_the_output_of_a_random_model(position):
 def test_constant_sources_and_zeroed_paths_have_zero_importance():
     model = random_model()
     same = random_seqs(B=1).expand(8, -1)  # every source is constant over this batch
-    assert all(v < FLOOR for v in trace.edge_importance(model, same).values())
-    importance = trace.edge_importance(random_model(mlp1=False), random_seqs())  # no MLP1: its output is 0
+    assert all(v < FLOOR for v in circuits.edge_importance(model, same).values())
+    importance = circuits.edge_importance(random_model(mlp1=False), random_seqs())  # no MLP1: its output is 0
     for edge, value in importance.items():
         assert (value == 0) == ("MLP1" in edge), edge  # MLP1->, A2(MLP1)->, ->MLP1
     model = random_model()
     model.att2.W_Q.weight.zero_()  # Att2's scores no longer depend on the stream: Q and K edges are dead
-    importance = trace.edge_importance(model, random_seqs())
+    importance = circuits.edge_importance(model, random_seqs())
     for edge, value in importance.items():
         assert (value < FLOOR) == edge.endswith(("->A2Q", "->A2K")), (edge, value)
 
@@ -179,20 +179,20 @@ def test_phase_checkpoint_is_the_one_closest_to_its_predictor_relative_to_the_ne
 
     rows = {"a": [row(0, 0.5, 0.9, 0.6, 0.9), row(10, 0.10, 0.3, 0.11, 0.5), row(20, 0.2, 0.05, 0.3, 0.4)],
             "b": [row(5, 0.15, 0.3, 0.4, 0.5), row(15, 0.3, 0.2, 0.1, 0.09)]}
-    assert trace.phase_checkpoint(rows, "1gen") == ("b", rows["b"][0])
-    assert trace.phase_checkpoint(rows, "2gen") == ("a", rows["a"][2])  # x4
-    assert trace.phase_checkpoint(rows, "2mem") is None  # x1.11, the only row where 2-Mem is closest
-    assert trace.phase_checkpoint(rows, "2mem", floor=1.1) == ("b", rows["b"][1])
-    assert trace.phase_checkpoint(rows, "1mem") is None
-    miss = trace.no_checkpoint(rows, "1mem")
-    assert (miss["run"], miss["step"], miss["in_phase"], miss["floor"]) == ("a", None, False, trace.IN_PHASE)
+    assert circuits.phase_checkpoint(rows, "1gen") == ("b", rows["b"][0])
+    assert circuits.phase_checkpoint(rows, "2gen") == ("a", rows["a"][2])  # x4
+    assert circuits.phase_checkpoint(rows, "2mem") is None  # x1.11, the only row where 2-Mem is closest
+    assert circuits.phase_checkpoint(rows, "2mem", floor=1.1) == ("b", rows["b"][1])
+    assert circuits.phase_checkpoint(rows, "1mem") is None
+    miss = circuits.no_checkpoint(rows, "1mem")
+    assert (miss["run"], miss["step"], miss["in_phase"], miss["floor"]) == ("a", None, False, circuits.IN_PHASE)
     assert miss["closest"] == {"step": 10, "ratio": pytest.approx(0.10 / 0.11), "margin": pytest.approx(-0.01),
                                "predictor": "1gen"}
     assert miss["why"] == ("no checkpoint in 1-Mem: at none of the 5 evaluations is it the closest predictor by x1.2 "
                            "(at most x0.91, a step 10, closest there 1-Gen)")
-    ratio, margin = trace.closeness(rows["a"][1], "1gen")
+    ratio, margin = circuits.closeness(rows["a"][1], "1gen")
     assert ratio == pytest.approx(1.1) and margin == pytest.approx(0.01)
-    assert trace.closeness(rows["a"][1], "1mem") == (pytest.approx(0.10 / 0.11), pytest.approx(-0.01))  # not in 1-Mem
+    assert circuits.closeness(rows["a"][1], "1mem") == (pytest.approx(0.10 / 0.11), pytest.approx(-0.01))  # not in 1-Mem
 
 
 # ----------------------------------------------------------------------------- the command: runs by preset, the figure
@@ -237,24 +237,24 @@ def test_a_missing_paper_run_is_trained_with_the_paper_preset_where_cuda_is(tmp_
 def test_circuits_command_announces_its_runs_and_replots_from_its_json(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     tiny_run(run)
-    argv = ["trace.py", "circuits", "--preset", "quick", "--runs", f"{run},{run}", "--n-seqs", "4",
+    argv = ["circuits.py", "--preset", "quick", "--runs", f"{run},{run}", "--n-seqs", "4",
             "--figures", str(tmp_path / "figs")]
     monkeypatch.setattr(sys, "argv", argv)
-    trace.main()
+    circuits.main()
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"preset quick: circuits of {run} (found);")
     assert first.endswith(f"writing {tmp_path / 'figs'}/circuits.png and .json")  # not figures/: no warning about it
     figures = []
-    monkeypatch.setattr(trace.plt, "close", figures.append)
-    monkeypatch.setattr(sys, "argv", ["trace.py", "circuits", "--replot", "--figures", str(tmp_path / "figs")])
-    trace.main()
+    monkeypatch.setattr(circuits.plt, "close", figures.append)
+    monkeypatch.setattr(sys, "argv", ["circuits.py", "--replot", "--figures", str(tmp_path / "figs")])
+    circuits.main()
     saved = json.load(open(tmp_path / "figs" / "circuits.json"))
-    assert saved["preset"] == "quick" and set(saved["phases"]) == set(trace.PREDICTORS)
+    assert saved["preset"] == "quick" and set(saved["phases"]) == set(circuits.PREDICTORS)
     titles = [ax.get_title() for ax in figures[0].axes]
     for phase, d in saved["phases"].items():  # a graph for a traced phase; a phase the run never reached: said so
         traced = "importance" in d
-        assert (f"{trace.LABELS[phase]} circuit" in titles) == traced
-        assert (f"{trace.LABELS[phase]}: no checkpoint in this phase" in titles) == (not traced)
+        assert (f"{circuits.LABELS[phase]} circuit" in titles) == traced
+        assert (f"{circuits.LABELS[phase]}: no checkpoint in this phase" in titles) == (not traced)
 
 
 def test_an_edges_colour_is_read_off_the_figures_colour_bar(tmp_path, monkeypatch):
@@ -262,10 +262,10 @@ def test_an_edges_colour_is_read_off_the_figures_colour_bar(tmp_path, monkeypatc
     use the same map, so that a reader can read the ratio back from the colour."""
     importance = {edge: 0.0 for edge in edges.EDGES}
     importance.update({"Token->A1K": 1.0, "A1->MLP1": 0.5, "MLP1->Linear": 0.3})
-    phases = {phase: {"run": "runs/K3_s0", "step": 1, "divergence": 0.1, "importance": importance} for phase in trace.PREDICTORS}
+    phases = {phase: {"run": "runs/K3_s0", "step": 1, "divergence": 0.1, "importance": importance} for phase in circuits.PREDICTORS}
     figures = []
-    monkeypatch.setattr(trace.plt, "close", figures.append)
-    trace.plot_circuits(phases, str(tmp_path / "c.png"))
+    monkeypatch.setattr(circuits.plt, "close", figures.append)
+    circuits.plot_circuits(phases, str(tmp_path / "c.png"))
     fig = figures[0]
     bar = next(ax for ax in fig.axes if "edge importance" in ax.get_xlabel())
     solids = next(c for c in bar.collections if isinstance(c, QuadMesh))  # the bar's colours, on its own scale
@@ -302,18 +302,18 @@ def test_every_drawn_edge_lies_on_a_drawn_path_and_the_strongest_path_is_drawn(n
     """Every drawn edge can be followed from Token to Linear over drawn edges and the attention blocks' links, and a
     path as strong as the strongest of all (brute force) is among them: the 0.25 cut alone would leave circuits_paper's
     2-Gen graph with no edge into Linear (MLP2 -> Linear 0.061) and its 2-Mem graph an A2(MLP1) fed by nothing."""
-    c = trace.circuit_edges(importance)
+    c = circuits.circuit_edges(importance)
     top = max(importance.values())
-    assert c["kept"] == {e: v for e, v in importance.items() if v > trace.THRESHOLD * top}
-    assert all(v <= trace.THRESHOLD * top for v in c["path"].values())
-    qk = [(u, v) for u, v in trace.BLOCK_LINKS if u in ("A1Q", "A1K", "A2Q", "A2K")]  # the dashed boxes show these
+    assert c["kept"] == {e: v for e, v in importance.items() if v > circuits.THRESHOLD * top}
+    assert all(v <= circuits.THRESHOLD * top for v in c["path"].values())
+    qk = [(u, v) for u, v in circuits.BLOCK_LINKS if u in ("A1Q", "A1K", "A2Q", "A2K")]  # the dashed boxes show these
     drawn = [(*edges.parse_edge(e), v) for e, v in {**c["kept"], **c["path"]}.items()]
     drawn += [(u, v, np.inf) for u, v in [*c["value"], *qk]]
     drawn_paths = all_paths(drawn)
     for u, v, w in drawn:
         if w < np.inf:
             assert any((u, v, w) in p for p in drawn_paths), (name, u, v)
-    every = [(*edges.parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in trace.BLOCK_LINKS]
+    every = [(*edges.parse_edge(e), v) for e, v in importance.items()] + [(u, v, np.inf) for u, v in circuits.BLOCK_LINKS]
     strongest = max(min(w for *_, w in p) for p in all_paths(every))
     assert max(min(w for *_, w in p) for p in drawn_paths) == strongest
 
@@ -323,7 +323,7 @@ def test_the_paper_scale_graphs_can_be_followed_from_the_input_to_the_output():
     strongest edge) and A2(MLP1) -> Linear (0.21); in 2-Mem, MLP1 reaches A2(MLP1) by Att2's value path."""
     with open(os.path.join(ROOT, "figures", "circuits_paper.json")) as f:
         phases = json.load(f)["phases"]
-    gen, mem = trace.circuit_edges(phases["2gen"]["importance"]), trace.circuit_edges(phases["2mem"]["ledger_trace"]["importance"])
+    gen, mem = circuits.circuit_edges(phases["2gen"]["importance"]), circuits.circuit_edges(phases["2mem"]["ledger_trace"]["importance"])
     assert list(gen["path"]) == ["A2(MLP1)->Linear", "MLP2->Linear"] and ("MLP1", "A2(MLP1)") in gen["value"]
     assert mem["path"] == {} and ("MLP1", "A2(MLP1)") in mem["value"]
 
@@ -334,27 +334,27 @@ def test_the_graph_draws_circuit_edges_and_the_trace_lists_them(tmp_path, monkey
     with open(os.path.join(ROOT, "figures", "circuits_paper.json")) as f:
         phases = json.load(f)["phases"]
     figures = []
-    monkeypatch.setattr(trace.plt, "close", figures.append)
-    trace.plot_circuits(phases, str(tmp_path / "c.png"))
+    monkeypatch.setattr(circuits.plt, "close", figures.append)
+    circuits.plot_circuits(phases, str(tmp_path / "c.png"))
     for phase, d in phases.items():
         titles = [ax.get_title() for ax in figures[0].axes]
         if "importance" not in d:  # no checkpoint in the phase: said, and no graph
-            assert f"{trace.LABELS[phase]}: no checkpoint in this phase" in titles
-            assert f"{trace.LABELS[phase]} circuit" not in titles
+            assert f"{circuits.LABELS[phase]}: no checkpoint in this phase" in titles
+            assert f"{circuits.LABELS[phase]} circuit" not in titles
             continue
-        graph = next(ax for ax in figures[0].axes if ax.get_title() == f"{trace.LABELS[phase]} circuit")
+        graph = next(ax for ax in figures[0].axes if ax.get_title() == f"{circuits.LABELS[phase]} circuit")
         arrows = [p for p in graph.patches if isinstance(p, FancyArrowPatch)]
-        c = trace.circuit_edges(d["importance"])
+        c = circuits.circuit_edges(d["importance"])
         assert len(arrows) == len(c["kept"]) + len(c["path"])
         assert sum(p.get_linestyle() == "--" for p in arrows) == len(c["path"])
     run = tmp_path / "run"
     tiny_run(run)
-    results = trace.trace_phases({"r": str(run)}, n_seqs=4)  # 12 steps: no checkpoint is in any phase
+    results = circuits.trace_phases({"r": str(run)}, n_seqs=4)  # 12 steps: no checkpoint is in any phase
     out = capsys.readouterr().out
     for phase, result in results.items():  # not traced, and said so
         assert set(result) == {"run", "step", "in_phase", "floor", "closest", "why"} and result["step"] is None
-        assert f"{trace.LABELS[phase]}: not traced, {result['why']}" in out
-    monkeypatch.setattr(trace, "phase_checkpoint", trace.closest_checkpoint)  # the least-bad checkpoint, traced
-    result = trace.trace_phases({"r": str(run)}, n_seqs=4, phases=("2gen",))["2gen"]
-    assert result["circuit"] == trace.circuit_edges(result["importance"])
-    assert trace.describe_circuit(result["importance"]) in capsys.readouterr().out
+        assert f"{circuits.LABELS[phase]}: not traced, {result['why']}" in out
+    monkeypatch.setattr(circuits, "phase_checkpoint", circuits.closest_checkpoint)  # the least-bad checkpoint, traced
+    result = circuits.trace_phases({"r": str(run)}, n_seqs=4, phases=("2gen",))["2gen"]
+    assert result["circuit"] == circuits.circuit_edges(result["importance"])
+    assert circuits.describe_circuit(result["importance"]) in capsys.readouterr().out

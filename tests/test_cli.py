@@ -133,7 +133,7 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("k2.py", ["sweep", "--jobs", "0"], ["--jobs"]),
     ("k2.py", ["sweep", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
     ("k2.py", ["dtau", "no-such-dir"], ["no run directories"]),
-    ("trace.py", ["circuits", "--seed", "-1"], ["--seed"]),
+    ("circuits.py", ["--seed", "-1"], ["--seed"]),
     ("bench/bench_data.py", ["--threads", "0"], ["--threads"]),
     ("bench/bench_attention.py", ["--compile-jobs", "0"], ["--compile-jobs"]),
     ("bench/bench_attention.py", ["--previous", "missing.py"], ["--previous"]),
@@ -626,7 +626,7 @@ SHARED = {
     "mem_minimal.py": ["--preset", "--threads", "--jobs", "--seeds", "--figures"],
     "k1.py search": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--perturbed-seeds", "--figures", "--root"],
     "k2.py sweep": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--root"],
-    "trace.py circuits": ["--threads", "--figures", "--seed"],
+    "circuits.py": ["--threads", "--figures", "--seed"],
     "task_vectors.py": ["--threads", "--figures", "--seed"],
     "bench/bench_train.py": ["--preset", "--device", "--threads"],
     "bench/bench_data.py": ["--threads"],
@@ -747,7 +747,7 @@ def test_the_default_threads_leave_the_busy_cores_alone(tmp_path, monkeypatch, l
 
 # ----------------------------------------------------------------------------- what a default run costs
 
-HELPED = ["train.py", "sweep.py", "trace.py", "trace.py circuits", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
+HELPED = ["train.py", "sweep.py", "circuits.py", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
           "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_scaling.py", "tau_settings.py", "tau_velocities.py",
           "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run", "campaigns call",
           "campaigns report"]

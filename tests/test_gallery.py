@@ -19,9 +19,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import circuits as circuit_tracing
 import sa_scaling as sa
 import tau_settings as ts
-import trace
 from analysis import sa_fits, thresholds
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
@@ -597,14 +597,14 @@ def run_K(run: str) -> str:
 
 
 def edge_values(importance: dict) -> list[str]:
-    c = trace.circuit_edges(importance)
+    c = circuit_tracing.circuit_edges(importance)
     return [f(v, 3) for v in [*c["kept"].values(), *c["path"].values()]]
 
 
 def table_circuits(rows):
     phases = load("circuits.json")["phases"]
     return [[]] + [[run_K(d["run"]), n(d["step"]), f(d["divergence"], 3), f(d["ratio"], 2), signed(d["margin"], 3)]
-                   + [f(v, 3) for v in trace.circuit_edges(d["importance"])["kept"].values()] for d in phases.values()]
+                   + [f(v, 3) for v in circuit_tracing.circuit_edges(d["importance"])["kept"].values()] for d in phases.values()]
 
 
 def table_circuits_paper(rows):

@@ -49,7 +49,7 @@ def test_the_quoted_paper_scale_circuit_and_task_vector_numbers():
 
 
 def test_the_paper_scale_phases_under_the_rule():
-    """trace.phase_checkpoint on the ledger's rows (the issue's numbers): 1-Gen's checkpoint is K = 128 step 103
+    """circuits.phase_checkpoint on the ledger's rows (the issue's numbers): 1-Gen's checkpoint is K = 128 step 103
     (x3.02) and 2-Gen's K = 1024 step 17917 (x22.2), not the ledger's traced 375 and 23184, which the figure keeps
     and says so; 1-Mem's best is x1.03 (K = 1024 step 2) and 2-Mem's x0.69 (K = 128 step 0, the untrained model):
     no checkpoint in either, not drawn, the ledger's traces of K = 128 steps 486 and 30000 kept apart."""

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 from sklearn.model_selection import StratifiedKFold
-from test_trace import tiny_run
+from test_circuits import tiny_run
 
+import circuits
 import mem_minimal as mm
 import task_vectors as tv
-import trace
 import train
 from analysis import runs, sa_fits
 from bayes import PREDICTORS
@@ -165,10 +165,10 @@ def test_a_phase_is_traced_on_n_seqs_fresh_sequences_from_its_runs_S_drawn_from_
     run = tmp_path / "run"
     tiny_run(run)
     fed = []
-    importance = trace.edge_importance
-    monkeypatch.setattr(trace, "edge_importance", lambda model, seqs: fed.append(seqs) or importance(model, seqs))
-    monkeypatch.setattr(trace, "phase_checkpoint", trace.closest_checkpoint)  # a tiny run reaches no phase's floor
-    result = trace.trace_phases({"r": str(run)}, n_seqs=5, seed=2, phases=("2gen", "1gen"))
+    importance = circuits.edge_importance
+    monkeypatch.setattr(circuits, "edge_importance", lambda model, seqs: fed.append(seqs) or importance(model, seqs))
+    monkeypatch.setattr(circuits, "phase_checkpoint", circuits.closest_checkpoint)  # a tiny run reaches no phase's floor
+    result = circuits.trace_phases({"r": str(run)}, n_seqs=5, seed=2, phases=("2gen", "1gen"))
     cfg, _, model, tasks = runs.load_run(str(run), result["2gen"]["step"])
     want = tasks.batch(5, cfg.N + 1, torch.Generator().manual_seed(2))[0][:, :-1]
     assert len(fed) == 2 and all(torch.equal(seqs, want) for seqs in fed)

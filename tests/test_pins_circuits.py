@@ -1,4 +1,4 @@
-"""trace.py's ablations into the MLP targets (Figs. 3, A2, A3 put their strongest edges there; the explicit forward
+"""circuits.py's ablations into the MLP targets (Figs. 3, A2, A3 put their strongest edges there; the explicit forward
 is analysis/edges.py's run_edges) against a hand computation on a tiny random model: the ablated MLP reads
 x~ = x - (x_SRC - <x_SRC>_batch) but normalizes it with the statistics of its unperturbed input x, and what it writes
 then flows downstream through the model's own blocks (transformer.py), every other reader seeing the stream
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import trace
+import circuits
 from analysis import edges
 from bayes import kl_div
 from transformer import Transformer
@@ -80,7 +80,7 @@ def test_mlp_target_ablations_keep_the_unperturbed_layer_norm_statistics(seed):
     other_rule = hand_ablations(model, seqs, own_stats=True)
     assert set(want) == {e for e in edges.EDGES if e.endswith(("->MLP1", "->MLP2"))}  # all 2 + 6 of Table I
     logp = F.log_softmax(model(seqs), -1)
-    importance = trace.edge_importance(model, seqs)
+    importance = circuits.edge_importance(model, seqs)
     gap = 0.0
     for edge, logits in want.items():
         got = edges.run_edges(model, seqs, ablate=edge)

@@ -65,7 +65,7 @@ def test_chain_batch_labels_each_sequence_with_its_chain():
 
 def test_the_task_vector_is_att2s_output_at_the_last_token():
     """Appendix "Task Vector": the cached output of Att2 at the last token of each sequence, here from the
-    model's own forward (transformer.py), not from trace.py's explicit one."""
+    model's own forward (transformer.py), not from circuits.py's explicit one."""
     model = Transformer(C, 16, max_len=16)
     model.reset_parameters(gen(1))
     model.eval()

@@ -1,15 +1,15 @@
 """A redraw from a committed JSON leaves that JSON byte for byte as it was (a clone's `git status` stays clean after
-a pure redraw) and says what it wrote: sa_scaling.py, mem_minimal.py, task_vectors.py and trace.py circuits."""
+a pure redraw) and says what it wrote: sa_scaling.py, mem_minimal.py, task_vectors.py and circuits.py."""
 import json
 import os
 import shutil
 
 import pytest
 
+import circuits
 import mem_minimal as mm
 import sa_scaling as sa
 import task_vectors as tv
-import trace
 from stand_ins import run  # noqa: F401 (a fixture)
 
 FIGURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures")
@@ -94,7 +94,7 @@ def test_task_vectors_replot_leaves_its_json(tmp_path, capsys, source):
 
 def test_trace_replot_leaves_its_json(tmp_path, capsys):
     before = committed(tmp_path, **{"circuits.json": "circuits.json"})
-    trace.replot(str(tmp_path / "circuits.json"))
+    circuits.replot(str(tmp_path / "circuits.json"))
     assert_unchanged(tmp_path, before)
     assert capsys.readouterr().out == f"wrote {tmp_path}/circuits.png from {tmp_path}/circuits.json\n"
 
@@ -149,7 +149,7 @@ def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path,
 # ----------------------------------------------------------------------------- a redraw of a JSON that is not the script's
 
 REDRAWS = [("train.py", [], "fig2a_K256.json"), ("sweep.py", [], "fig2bc.json"), ("k2.py", ["sweep"], "k2.json"),
-           ("k1.py", ["search"], "k1.json"), ("trace.py", ["circuits"], "circuits.json"),
+           ("k1.py", ["search"], "k1.json"), ("circuits.py", [], "circuits.json"),
            ("sa_scaling.py", [], "sa_scaling.json"), ("mem_minimal.py", [], "mem_minimal.json"),
            ("task_vectors.py", [], "task_vectors.json"), ("tau_settings.py", [], "tau_settings.json"),
            ("tau_velocities.py", [], "tau_velocities.json"), ("predictor_scaling.py", [], "predictor_scaling.json")]

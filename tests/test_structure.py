@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
-SCRIPTS = ("predictor_scaling", "sweep", "trace", "task_vectors", "sa_scaling", "tau_settings", "tau_velocities",
+SCRIPTS = ("predictor_scaling", "sweep", "circuits", "task_vectors", "sa_scaling", "tau_settings", "tau_velocities",
            "mem_minimal", "k1", "k2")
 MODELS = ("sa_transformer",)  # the paper's second model, its theory and training: the file of Figs. 5-6's script and of
 # the two studies of why the transformer's tau(N) is flat, which a figure script may not hold since none imports another
@@ -144,9 +144,9 @@ def test_no_figure_script_imports_another():
 
 
 def test_a_script_importing_another_inside_a_function_is_seen(tmp_path):
-    (tmp_path / "task_vectors.py").write_text("def main():\n    from trace import run_edges\n")
-    (tmp_path / "trace.py").write_text("import markov\n")
-    assert scripts_importing_scripts(str(tmp_path)) == ["task_vectors -> trace"]
+    (tmp_path / "task_vectors.py").write_text("def main():\n    from circuits import circuit_edges\n")
+    (tmp_path / "circuits.py").write_text("import markov\n")
+    assert scripts_importing_scripts(str(tmp_path)) == ["task_vectors -> circuits"]
 
 
 def test_every_module_has_a_level():
