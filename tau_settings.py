@@ -30,6 +30,10 @@ is also fitted as tau = T0 + c N / log N (offset_fit): c > 0 is the law's part u
                                             # one thread, resumable: each run checkpoints at its evaluations)
     python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
+Words used here: the record, the committed runs of the transformer at the record's settings (figures/sa_scaling.json,
+8 seeds per N); a rung, one setting or hybrid, a change that could restore the law; the ladder, the rungs side by
+side; the screen, the rungs at N = 32, 64, 128 with 2 seeds each, a rung's confirmation then at more seeds.
+
 Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
 evaluation set, so a setting's run is paired with the committed record's run of the same (N, seed). Each finished run
 is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
@@ -47,8 +51,8 @@ import torch
 
 from analysis.estimators import median_ci
 from analysis.sa_fits import fit_tau_censored
-from analysis.transformer_tau import (TRAINING, fresh_batch, induction, rounded_run, tau_2gen_drop, train_one,
-                                      transformer_summary)
+from analysis.transformer_tau import (TRAINING, fresh_batch, induction, read_record, rounded_run, tau_2gen_drop,
+                                      train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
@@ -415,8 +419,7 @@ def collect(root: str, figures: str) -> dict:
     replaces the stored one of its setting, N and seed), set beside the committed record's runs of the same N, into
     FIGURES/tau_settings.json and .png: the settings' runs in "runs" and "compare", the hybrids' in "hybrid_runs"
     and "hybrids"."""
-    with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)
+    record = read_record(figures)
     stored_path = os.path.join(figures, "tau_settings.json")
     stored = cli.read_json(stored_path, ("runs",), "tau_settings.py") if os.path.exists(stored_path) else {}
     runs = {name: by_N for name, by_N in stored.get("runs", {}).items() if name in SETTINGS}

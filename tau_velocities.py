@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from analysis.estimators import median_ci
-from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, rounded_run, train_one,
-                                      transformer_summary)
+from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, read_record, rounded_run,
+                                      train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
@@ -93,8 +93,7 @@ def measurement_batches(N: int) -> list:
 def stage_times(figures: str) -> dict:
     """{model: {N: the steps at MEASURE's fractions}}: of the transformer's head (the record's median at N, on its
     50-step grid) and of the SA-transformer's tau (its control seeds' mean, on a 25-step grid)."""
-    with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)
+    record = read_record(figures)
     heads = transformer_summary(record["transformer_runs"])["N"]
     out = {"transformer": {}, "sa": {}}
     for N in MEASURE["N"]:
@@ -267,8 +266,7 @@ def collect_measurements(root: str, figures: str) -> dict:
                 measured.append(json.load(f))
     if not measured:
         raise ValueError(f"no measurement runs under {root}: `python tau_velocities.py` trains them")
-    with open(os.path.join(figures, "sa_scaling.json")) as f:
-        record = json.load(f)["transformer_runs"]
+    record = read_record(figures)["transformer_runs"]
     result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
               "runs": measured, "summary": measure_summary(measured, record)}
     write_json(os.path.join(figures, "tau_velocities.json"), result)

@@ -371,6 +371,14 @@ def merge_transformer_runs(result: dict, runs: dict):
     result["transformer_tau"] = transformer_summary(result["transformer_runs"])
 
 
+def read_record(figures: str) -> dict:
+    """FIGURES/sa_scaling.json, Fig. 6's record that sa_scaling.py writes and the studies of why the transformer's tau
+    is flat compare with: the SA-transformer's taus ("tau") and the transformer's runs ("transformer_runs"); one
+    line on what is missing or broken."""
+    return cli.read_json(os.path.join(figures, "sa_scaling.json"), ("tau", "transformer_runs"), "sa_scaling.py",
+                         flag="the record")
+
+
 def check_protocol(stored: dict, P: dict):
     """A ValueError (exit 2, before training) unless every run of the record's transformer runs {N: {seed: run}} has
     P's protocol: what its numbers depend on besides N and seed (the step cap, the eval set's size, TRAINING). One fit
