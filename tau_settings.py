@@ -83,8 +83,8 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what
 HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
             "sa": "the SA-transformer itself (the record's control tau)"}
-SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048,  # eval_batch: the committed record's (its eval sets)
-              eval_every=50)  # the hybrids' (the transformer's: TRAINING's)
+SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048, eval_every=50)  # eval_batch: the record's eval sets;
+# eval_every: the hybrids' (the transformer's is TRAINING's)
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
 
 
@@ -275,7 +275,10 @@ def plot(result: dict, path: str):
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "sa_softmax_matched": "gold"}
-    names = list(result["compare"]) + list(result.get("hybrids", {}))
+    full = result.get("record_full", {})  # the record at every N it holds, the ladder's first row
+    names = ["record, all N"] * bool(full) + list(result["compare"]) + list(result.get("hybrids", {}))
+    if full:
+        rung(ladder, full["fit_head"], len(names) - 1, "k", "D", law_part(full["offset"]))
     top = left.get_xaxis_transform()  # x in data, y in axes: a diverged run's N, in the band at the panel's top
     capped, diverged = False, []  # what the y label and the legend must explain
     for name, row in result["compare"].items():  # the transformer's rungs: the head's formation
@@ -309,21 +312,20 @@ def plot(result: dict, path: str):
              " (tau)" + law_part(fit.get("offset")))
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
-    full = result.get("record_full", {}).get("heads", {})  # the record beyond the screen's N (sa_scaling.json's, and
-    beyond = [N for N in sorted(full, key=int) if int(N) > Ns[-1]]  # the "record" setting's)
+    heads = full.get("heads", {})  # the record beyond the screen's N (sa_scaling.json's, and the "record" setting's)
+    beyond = [N for N in sorted(heads, key=int) if int(N) > Ns[-1]]
     for N in beyond:
-        left.plot([int(N)] * len(full[N]), [math.nan if h is None else h for h in full[N]], "o", mfc="none", color="k")
+        left.plot([int(N)] * len(heads[N]), [math.nan if h is None else h for h in heads[N]], "o", mfc="none", color="k")
     if beyond:  # its medians, from the screen's last N on
-        line = [str(int(Ns[-1])), *beyond]
-        left.plot([int(N) for N in line], [median_ci(full[N])[0] for N in line], ":", color="k", label="the record beyond the screen (open circles; seeds: "
-                  + ", ".join(f"{len(full[N])} at N = {N}" for N in beyond) + ")")
+        line, seeds = [str(int(Ns[-1])), *beyond], ", ".join(f"{len(heads[N])} at N = {N}" for N in beyond)
+        left.plot([int(N) for N in line], [median_ci(heads[N])[0] for N in line], ":", color="k",
+                  label=f"the record beyond the screen (open circles; seeds: {seeds})")
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
     left.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
     r0 = base["early_rate_median"][str(int(Ns[0]))]
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
-    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | set(map(int, Ns))
-                     | set(map(int, beyond)))
+    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | {*map(int, Ns), *map(int, beyond)})
     head_label = "head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")" \
         + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else "")
     for ax, what, ticks in ((left, head_label, every_N),
@@ -486,14 +488,12 @@ def main():
     os.makedirs(args.root, exist_ok=True)
     jobs = [(args.root, name, N, seed) for name in names for N in Ns for seed in seeds
             if not os.path.exists(run_path(args.root, name, N, seed))]
-    print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = "
-          f"{Ns}, seeds {seeds}), {args.jobs} at a time on the CPU; writing {args.root}/ "
-          f"and {args.figures}/tau_settings.png and .json", flush=True)
+    print(f"Fig. 6c bottom at other settings: {len(jobs)} runs to train ({', '.join(names)}; N = {Ns}, seeds {seeds}), "
+          f"{args.jobs} at a time on the CPU; writing {args.root}/ and {args.figures}/tau_settings.png and .json", flush=True)
     cli.parallel_map(run_job, jobs, args.jobs, progress="runs",
                      cost=[CAPS[j[1]] * j[2] if j[1] in CAPS else 0.1 * HYBRID_CAP * j[2] for j in jobs])
     result = collect(args.root, args.figures)
-    print(f"wrote {args.figures}/tau_settings.png and .json")
-    print("\n".join(table(result)))
+    print(f"wrote {args.figures}/tau_settings.png and .json", *table(result), sep="\n")
 
 
 if __name__ == "__main__":
