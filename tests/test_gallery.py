@@ -391,7 +391,9 @@ def tau_settings():
     softmax = [d["hybrids"][name] for name in d["hybrids"] if name.startswith("sa_softmax")]
     slopes = [h["vs_N_over_logN"]["slope"] for h in softmax]
     laws, offsets = [h["offset"]["c"] for h in softmax], [h["offset"]["T0"] for h in softmax]
-    record, full = c["baseline"]["offset"], d["record_full"]["offset"]
+    held = d["record_full"]  # the record's own N (figures/sa_scaling.json), without the N its extension added
+    record = c["baseline"]["offset"]
+    full = ts.offset_fit({N: h for N, h in held["heads"].items() if N not in held.get("extended", [])})
     at_512 = full["T0"] + full["c"] * 512 / math.log(512)  # the prediction the next run can fail
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
