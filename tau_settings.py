@@ -132,9 +132,8 @@ def hybrid_run(job: tuple) -> dict:
 
 
 def hybrid_summary(hybrid_runs: dict, record_tau: dict) -> dict:
-    """The SA side of the ladder: {name: fit_tau_censored of its taus per N} for the hybrids' runs ({name: {N: {seed:
-    run}}}, a run without a tau counted as longer than its cap) and for "sa", the record's SA-transformer (its
-    control taus at the same N)."""
+    """The SA side of the ladder: {name: fit_tau_censored of its taus per N, no tau counted as longer than the cap} for
+    the hybrids' runs ({name: {N: {seed: run}}}) and for "sa", the record's SA-transformer's control taus."""
     Ns = sorted({N for by_N in hybrid_runs.values() for N in by_N}, key=int)
     taus = {"sa": {N: list(record_tau[N]) for N in Ns if N in record_tau}}
     taus.update({name: {N: [r["tau"] for r in by_N[N].values()] for N in sorted(by_N, key=int)}
@@ -206,13 +205,13 @@ def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict
 
 def record_full(transformer_runs: dict, extension: dict | None = None) -> dict:
     """The committed record at every N it holds (8 seeds, N = 32-256), with the "record" setting's runs at the N it
-    does not hold (extension, {N: {seed: run}}; e.g. N = 512): the heads per N, their slope against N / log N and
-    their offset_fit, for the ladder's first row beside the screen's N."""
+    does not hold (extension, {N: {seed: run}}; e.g. N = 512): the heads and steps run per N, their slope against
+    N / log N and their offset_fit, for the ladder's first row beside the screen's N."""
     summary = transformer_summary(dict(sorted({**(extension or {}), **transformer_runs}.items(), key=lambda kv: int(kv[0]))))
-    return {"heads": {N: v["head"] for N, v in summary["N"].items()},
-            "extended": sorted((N for N in extension or {} if N not in transformer_runs), key=int),
-            "fit_head": summary["fit_head"]["vs_N_over_logN"],
-            "offset": offset_fit({N: v["head"] for N, v in summary["N"].items()})}
+    heads = {N: v["head"] for N, v in summary["N"].items()}
+    extended = sorted((N for N in extension or {} if N not in transformer_runs), key=int)
+    return {"heads": heads, "steps": {N: v["steps"] for N, v in summary["N"].items()}, "extended": extended,
+            "fit_head": summary["fit_head"]["vs_N_over_logN"], "offset": offset_fit(heads)}
 
 
 def head_ratio(run: dict, base: dict) -> float | None:
@@ -381,7 +380,8 @@ def table(result: dict) -> list[str]:
         full = result["record_full"]
         line = full["fit_head"]
         Ns = sorted(full["offset"]["N"]) if full["offset"] else []
-        added = "".join(f"; N = {N}: " + ", ".join("—" if h is None else f"{h:.0f}" for h in full["heads"][N])
+        added = "".join(f"; N = {N}: " + ", ".join(f"none by {t}" if h is None else f"{h:.0f}"
+                                                   for h, t in zip(full["heads"][N], full["steps"][N]))
                         for N in full.get("extended", []))  # the "record" setting's runs
         rows.append(f"| the record at every N (N = {Ns[0]}–{Ns[-1]}) | (figures/sa_scaling.json{added}) | 1 | "
                     f"{num(line['slope'])} "
@@ -417,21 +417,21 @@ def table(result: dict) -> list[str]:
 
 
 def collect(root: str, figures: str) -> dict:
-    """Every finished run under root, added to the runs FIGURES/tau_settings.json already holds (a run under root
-    replaces the stored one of its setting, N and seed), set beside the committed record's runs of the same N, into
-    FIGURES/tau_settings.json and .png: the settings' runs in "runs" and "compare", the hybrids' in "hybrid_runs"
-    and "hybrids"."""
+    """Every run under root (one still training: its checkpoint's record so far) added to, or replacing, the runs
+    FIGURES/tau_settings.json holds, beside the record's runs of the same N, into FIGURES/tau_settings.json and .png."""
     record = read_record(figures)
     stored_path = os.path.join(figures, "tau_settings.json")
     stored = cli.read_json(stored_path, ("runs",), "tau_settings.py") if os.path.exists(stored_path) else {}
     runs = {name: by_N for name, by_N in stored.get("runs", {}).items() if name in SETTINGS}
     hybrid_runs = {name: by_N for name, by_N in stored.get("hybrid_runs", {}).items() if name in HYBRIDS}
-    for file in sorted(os.listdir(root)) if os.path.isdir(root) else []:  # <name>_N<N>_s<seed>.json, any N and seed
-        match = re.fullmatch(r"(.+)_N(\d+)_s(\d+)\.json", file)
-        if match and match[1] in [*SETTINGS, *HYBRIDS]:
-            with open(os.path.join(root, file)) as f:
-                into = hybrid_runs if match[1] in HYBRIDS else runs
-                into.setdefault(match[1], {}).setdefault(match[2], {})[match[3]] = json.load(f)
+    files = sorted(os.listdir(root)) if os.path.isdir(root) else []  # <name>_N<N>_s<seed>.json, or .json.ckpt for a
+    for file in files:  # setting's run still training: its record so far, "training": true
+        match = re.fullmatch(r"(.+)_N(\d+)_s(\d+)\.json(\.ckpt)?", file)
+        if match and match[1] in [*SETTINGS, *HYBRIDS] and not (match[4] and (file[:-5] in files or match[1] in HYBRIDS)):
+            into = hybrid_runs if match[1] in HYBRIDS else runs
+            with open(os.path.join(root, file), "rb") as f:
+                into.setdefault(match[1], {}).setdefault(match[2], {})[match[3]] = json.load(f) if not match[4] else \
+                    {**rounded_run(torch.load(f, weights_only=False)["run"]), "training": True}
     for by_N in [*runs.values(), *hybrid_runs.values()]:  # N and seeds in numerical order
         for N in list(by_N):
             by_N[N] = dict(sorted(by_N[N].items(), key=lambda kv: int(kv[0])))

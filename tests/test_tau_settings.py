@@ -3,6 +3,7 @@ bites (it changes the run of the same seed), a knock-out changes what it says an
 and says so, the hybrid is its parent's experts read through its map, and the numbers the comparison rests on (the
 head against the baseline run of the same (N, seed), phi's early growth rate and its interval) come out of hand-made
 inputs as they were made."""
+import functools
 import json
 import math
 import os
@@ -81,6 +82,38 @@ def test_the_record_setting_is_the_records_run_and_a_killed_run_resumes_to_the_s
     resumed = st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, **every}, checkpoint=ckpt)
     assert resumed["t"] == base["t"] == [0, 4, 8, 12, 16]
     assert resumed["loss"] == base["loss"] and resumed["phi"] == base["phi"]
+
+
+def test_collect_keeps_a_run_still_training_from_its_checkpoint(tmp_path, monkeypatch):
+    """A "record" run killed (or still training) at N = 8 after its evaluations at t = 0 and 4: collect takes its
+    checkpoint's record so far, marked training, into the runs and the record's row (no head yet: "none by 4"); a
+    finished run of the same key, once written, replaces it; a hybrid's checkpoint is not a run."""
+    import shutil
+    for name in ("offset_fit", "rate_slope"):
+        monkeypatch.setattr(ts, name, functools.partial(getattr(ts, name), resamples=50))
+    figures, root = tmp_path / "figures", tmp_path / "root"
+    figures.mkdir()
+    root.mkdir()
+    for name in ("tau_settings.json", "sa_scaling.json"):
+        shutil.copy(os.path.join(ROOT, "figures", name), figures / name)
+    torch.set_num_threads(1)
+
+    def kill(t, params):
+        if t == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, "eval_every": 4}, measure=kill,
+                     checkpoint=str(root / "record_N8_s0.json.ckpt"))
+    shutil.copy(root / "record_N8_s0.json.ckpt", root / "sa_softmax_N8_s0.json.ckpt")
+    result = ts.collect(str(root), str(figures))
+    run = result["runs"]["record"]["8"]["0"]
+    assert run["training"] is True and run["t"] == [0, 4] and "8" not in result["hybrid_runs"]["sa_softmax"]
+    assert result["record_full"]["heads"]["8"] == [None] and result["record_full"]["extended"] == ["8"]
+    assert "N = 8: none by 4" in ts.table(result)[0]
+    finished = st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, "eval_every": 4})
+    (root / "record_N8_s0.json").write_text(json.dumps(finished))
+    assert "training" not in ts.collect(str(root), str(figures))["runs"]["record"]["8"]["0"]
 
 
 def test_the_record_at_an_N_it_does_not_hold_joins_its_fit_and_its_row():
@@ -252,7 +285,6 @@ def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path, monkey
     """The committed JSON's runs stay; a setting's run under root replaces the stored one of its (N, seed) and is
     compared with the record's run of that (N, seed); a hybrid's runs (any N) join hybrid_runs and its fit. (The
     intervals' bootstraps at 50 resamples, not 2000: what is tested here is where each run goes.)"""
-    import functools
     import shutil
 
     from analysis import sa_fits
