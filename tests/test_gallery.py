@@ -385,7 +385,7 @@ def tau_settings():
     def head(name):
         return [f(c[name]["summary"]["fit_head"]["vs_N_over_logN"]["slope"], 2)]
 
-    screen = list(d["runs"])
+    screen = [name for name in d["runs"] if name != "record"]  # the record setting extends the record, not the screen
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
     softmax = [d["hybrids"][name] for name in d["hybrids"] if name.startswith("sa_softmax")]

@@ -109,7 +109,7 @@ def test_collect_keeps_a_run_still_training_from_its_checkpoint(tmp_path, monkey
     result = ts.collect(str(root), str(figures))
     run = result["runs"]["record"]["8"]["0"]
     assert run["training"] is True and run["t"] == [0, 4] and "8" not in result["hybrid_runs"]["sa_softmax"]
-    assert result["record_full"]["heads"]["8"] == [None] and result["record_full"]["extended"] == ["8"]
+    assert result["record_full"]["heads"]["8"] == [None] and "8" in result["record_full"]["extended"]
     assert "N = 8: none by 4" in ts.table(result)[0]
     finished = st.train_one(8, 0, 16, eval_batch=64, training={**st.TRAINING, "eval_every": 4})
     (root / "record_N8_s0.json").write_text(json.dumps(finished))
