@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -84,11 +85,9 @@ def test_the_record_setting_is_the_records_run_and_a_killed_run_resumes_to_the_s
     assert resumed["loss"] == base["loss"] and resumed["phi"] == base["phi"]
 
 
-def test_collect_keeps_a_run_still_training_from_its_checkpoint(tmp_path, monkeypatch):
-    """A "record" run killed (or still training) at N = 8 after its evaluations at t = 0 and 4: collect takes its
-    checkpoint's record so far, marked training, into the runs and the record's row (no head yet: "none by 4"); a
-    finished run of the same key, once written, replaces it; a hybrid's checkpoint is not a run."""
-    import shutil
+def committed_figures(tmp_path, monkeypatch) -> tuple:
+    """(figures, root) under tmp_path: the committed tau_settings.json and sa_scaling.json, and an empty run root; the
+    intervals' bootstraps at 50 resamples (what collect's tests check is where each run goes)."""
     for name in ("offset_fit", "rate_slope"):
         monkeypatch.setattr(ts, name, functools.partial(getattr(ts, name), resamples=50))
     figures, root = tmp_path / "figures", tmp_path / "root"
@@ -96,6 +95,14 @@ def test_collect_keeps_a_run_still_training_from_its_checkpoint(tmp_path, monkey
     root.mkdir()
     for name in ("tau_settings.json", "sa_scaling.json"):
         shutil.copy(os.path.join(ROOT, "figures", name), figures / name)
+    return figures, root
+
+
+def test_collect_keeps_a_run_still_training_from_its_checkpoint(tmp_path, monkeypatch):
+    """A "record" run killed (or still training) at N = 8 after its evaluations at t = 0 and 4: collect takes its
+    checkpoint's record so far, marked training, into the runs and the record's row (no head yet: "none by 4"); a
+    finished run of the same key, once written, replaces it; a hybrid's checkpoint is not a run."""
+    figures, root = committed_figures(tmp_path, monkeypatch)
     torch.set_num_threads(1)
 
     def kill(t, params):
@@ -285,19 +292,11 @@ def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path, monkey
     """The committed JSON's runs stay; a setting's run under root replaces the stored one of its (N, seed) and is
     compared with the record's run of that (N, seed); a hybrid's runs (any N) join hybrid_runs and its fit. (The
     intervals' bootstraps at 50 resamples, not 2000: what is tested here is where each run goes.)"""
-    import shutil
-
     from analysis import sa_fits
     line = sa_fits.line_through_medians
     monkeypatch.setattr(sa_fits, "line_through_medians",
                         lambda Ks, values, level=0.95, resamples=2000, seed=0: line(Ks, values, level, 50, seed))
-    for name in ("offset_fit", "rate_slope"):
-        monkeypatch.setattr(ts, name, functools.partial(getattr(ts, name), resamples=50))
-    figures, root = tmp_path / "figures", tmp_path / "root"
-    figures.mkdir()
-    root.mkdir()
-    for name in ("tau_settings.json", "sa_scaling.json"):
-        shutil.copy(os.path.join(ROOT, "figures", name), figures / name)
+    figures, root = committed_figures(tmp_path, monkeypatch)
     with open(figures / "tau_settings.json") as fh:
         committed = json.load(fh)
     run = {**committed["runs"]["frozenP2"]["64"]["1"], "note": "a window1 run"}
