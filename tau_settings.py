@@ -56,7 +56,7 @@ from analysis.transformer_tau import (TRAINING, fresh_batch, induction, read_rec
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
-from sa_transformer import Run, harmonic, layers, train_sa
+from sa_transformer import Run, harmonic, train_sa
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
     "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
@@ -67,18 +67,23 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "smallstart": ({**TRAINING, "init": {"scale": {f"att{l}.W_{m}.weight": 0.05 for l in (1, 2) for m in "QK"},
                                          "zero": ["W_U.weight"]}}, "the theory's start: W_Q, W_K x 0.05, W_U at zero"),
     "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
+    "drive1": ({**TRAINING, "drive": {"att1.P": 32}}, "layer 1's position bias pushed as the theory's delta: its "
+               "gradient x 32 / N"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
 CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
-        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "record": 20000}  # step of 1/4 (1/16) needs 4x
+        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "drive1": 20000, "record": 20000}  # step of 1/4 (1/16) needs 4x
 # (16x) the record's ~2500 to the head; the knock-outs and the record get the record's paper-protocol cap
-HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its readout, what it tests); "sa", the parent, is the
-    # committed record's (figures/sa_scaling.json's tau)
-    "sa_softmax": ("softmax", "the SA-transformer with a learned readout and a softmax (the transformer's kind)"),
-    "sa_softmax_scalar": ("softmax_scalar", "sa_softmax without the map between states: a softmax over the experts, "
-                          "one learned scalar each"),
-    "sa_softmax_matched": ("softmax_matched", "sa_softmax_scalar started where it equals the mixture to first order "
-                           "(a = C / 4), not at zero"),
+HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes, what it tests); "sa", the parent, is
+    # the committed record's (figures/sa_scaling.json's tau)
+    "sa_softmax": ({"readout": "softmax"}, "the SA-transformer with a learned readout and a softmax (the "
+                   "transformer's kind)"),
+    "sa_softmax_scalar": ({"readout": "softmax_scalar"}, "sa_softmax without the map between states: a softmax over "
+                          "the experts, one learned scalar each"),
+    "sa_softmax_matched": ({"readout": "softmax_matched"}, "sa_softmax_scalar started where it equals the mixture to "
+                           "first order (a = C / 4), not at zero"),
+    "sa_attention": ({"attention": "transformer"}, "the SA-transformer's readout on the transformer's attention "
+                     "(embeddings, layer norm, factorised W_Q, W_K, W_V, the seed's start)"),
 }
 HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
@@ -120,11 +125,11 @@ def hybrid_run(job: tuple) -> dict:
 
     def measure(t, model):
         with torch.no_grad():
-            phi.append(round(float(induction(layers(context, *model.attention_parameters())[2], context)), 4))
+            phi.append(round(float(induction(model.layers(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
-                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, readout=HYBRIDS[name][0]), measure)
-    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, "readout": HYBRIDS[name][0], "levels": out["levels"],
+                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRIDS[name][0]), measure)
+    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], "levels": out["levels"],
            "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
            "tau": None if math.isnan(out["tau"]) else out["tau"]}
     write_json(run_path(root, name, N, seed), run)

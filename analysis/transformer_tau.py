@@ -195,15 +195,20 @@ def model_for(N: int, seed: int, init: dict | None = None) -> Transformer:
     return model
 
 
-def gradient_masks(params: dict, trainable: dict) -> dict:
-    """{name: 0/1 mask} for parameters of which only some entries train: trainable {name: [index, ...]} along the
-    last axis (e.g. {"att1.P": [0, 1]}: layer 1's position bias learns at lags 0 and 1 only)."""
-    masks = {}
-    for name, keep in trainable.items():
+def gradient_factors(params: dict, training: dict, N: int) -> dict:
+    """{name: factor} multiplying the gradient of a parameter before each step (tau_settings.py's rungs):
+    training["trainable"] {name: [index, ...]}: only those entries along the last axis train (a 0/1 mask; e.g.
+    {"att1.P": [0, 1]}: layer 1's position bias learns at lags 0 and 1 only); training["drive"] {name: N0}: the
+    gradient times N0 / N, a drive that falls as 1 / N and equals the record's at N = N0 (e.g. {"att1.P": 32}:
+    layer 1's position bias pushed as the theory pushes delta, w_B F_1 / N, eq. parameter_dynamics_simplest)."""
+    factors = {}
+    for name, keep in training.get("trainable", {}).items():
         mask = torch.zeros_like(params[name])
         mask[..., list(keep)] = 1.0
-        masks[name] = mask
-    return masks
+        factors[name] = mask
+    for name, N0 in training.get("drive", {}).items():
+        factors[name] = factors.get(name, torch.ones_like(params[name])) * (N0 / N)
+    return factors
 
 
 def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict = TRAINING
@@ -230,7 +235,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
     run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
-    initial values; "trainable": {name: indices} that alone train, gradient_masks; "init": model_for's knock-out).
+    initial values; "trainable" and "drive": gradient_factors; "init": model_for's knock-out).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (induction).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
@@ -246,7 +251,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     model = model_for(N, seed, training.get("init"))
     params = dict(model.named_parameters())
     frozen = set(training.get("frozen", ()))  # parameters kept at their initial values (tau_settings.py)
-    masks = gradient_masks(params, training.get("trainable", {}))  # entries outside the mask keep their start
+    factors = gradient_factors(params, training, N)  # e.g. entries outside a mask keep their start
     opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
                           momentum=training["momentum"])
     first = 0
@@ -273,8 +278,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
         loss = F.cross_entropy(last_position(params, context)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        for name, mask in masks.items():
-            params[name].grad.mul_(mask)
+        for name, factor in factors.items():
+            params[name].grad.mul_(factor)
         opt.step()
     return run
 

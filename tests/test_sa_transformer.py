@@ -170,7 +170,7 @@ class LinearLossModel(torch.nn.Module):
     steps. It gives probability exp(-loss) to states 0..4 and 0 to states 5..9, so samples whose
     target is 5..9 are 'absent' and the raw loss (clamped at 1e-12) differs from the masked one."""
 
-    def __init__(self, N, reduced, readout="mixture"):
+    def __init__(self, N, reduced, readout="mixture", attention=None):
         super().__init__()
         self.steps = 0
         self.w = torch.nn.Parameter(torch.zeros(()))

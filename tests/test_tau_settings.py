@@ -14,9 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import sa_transformer as sat
 import tau_settings as ts
 import tau_velocities as tv
 from analysis import transformer_tau as st
+from transformer import attention_scores, layer_norm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -173,6 +175,27 @@ def test_the_knockouts_change_what_they_say_and_nothing_else(monkeypatch):
     assert (models[0].att2.P.detach() != 0).any()  # layer 2's bias trains as before
 
 
+def test_the_drive_scales_layer_1s_position_bias_step_by_N0_over_N_and_nothing_else(monkeypatch):
+    """drive1: one step from the seed's model moves layer 1's position bias by 32 / N x the record's first step
+    (4x at N = 8: a drive divided by N, not multiplied) and every other parameter exactly as the record's step."""
+    assert ts.SETTINGS["drive1"][0]["drive"] == {"att1.P": 32}
+    models = []
+    make = st.model_for
+    monkeypatch.setattr(st, "model_for", lambda N, seed, init=None: models.append(make(N, seed, init)) or models[-1])
+    for training in (st.TRAINING, ts.SETTINGS["drive1"][0]):
+        st.train_one(8, 0, 1, eval_batch=64, training={**training, "eval_every": 4})
+    start = dict(make(8, 0).named_parameters())
+    base, driven = (dict(m.named_parameters()) for m in models)
+    for name, p in start.items():
+        step, driven_step = base[name] - p, driven[name] - p
+        factor = 32 / 8 if name == "att1.P" else 1.0
+        assert torch.allclose(driven_step, factor * step, atol=1e-7), name
+    assert (base["att1.P"] != start["att1.P"]).any()
+    params = {"att1.P": torch.zeros(1, 8), "att2.P": torch.zeros(1, 8)}
+    factors = st.gradient_factors(params, {"drive": {"att1.P": 32}, "trainable": {"att1.P": [0, 1]}}, 128)
+    assert factors["att1.P"].tolist() == [[0.25, 0.25, 0, 0, 0, 0, 0, 0]] and "att2.P" not in factors
+
+
 # ----------------------------------------------------------------------------- the hybrids
 
 
@@ -244,6 +267,36 @@ def test_the_matched_softmax_starts_as_the_mixture_to_first_order():
     assert 3.6 < gap(0.01, a) / gap(0.005, a) < 4.4
     for wrong in (torch.zeros(4), torch.full((4,), st.C / 2)):
         assert 1.6 < gap(0.01, wrong) / gap(0.005, wrong) < 2.4
+
+
+def test_the_attention_hybrid_is_the_transformers_attention_under_the_mixture():
+    """TransformerAttention at the seed's draw, with asymmetric position biases: its h is the transformer's layer-1
+    attention (computed directly, over all positions) on the one-hot states and its A2 the transformer's layer-2
+    attention at the last position (last_position); under SATransformer the mixture of those four paths."""
+    N, seed = 12, 5
+    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    attention = sat.TransformerAttention(N, seed)
+    model = st.model_for(N, seed)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for P, into in ((attention.P1, model.att1.P), (attention.P2, model.att2.P)):
+            P.copy_(torch.randn(N, generator=g))
+            into[0, :N] = P
+    params = dict(model.named_parameters())
+    x = layer_norm(F.embedding(seqs, params["W_E.weight"]))
+    q, k = (F.linear(x, params[f"att1.{W}.weight"]) for W in ("W_Q", "W_K"))
+    A1 = torch.softmax(attention_scores(q[:, None], k[:, None], params["att1.P"][:, :N]), -1)[:, 0]
+    X, h, A2 = attention(seqs)
+    assert torch.allclose(h, A1 @ F.one_hot(seqs, st.C).float(), atol=1e-6)
+    assert torch.allclose(A2, st.last_position(params, seqs)[1], atol=1e-6)
+    hybrid = sat.SATransformer(N, attention=attention)
+    with torch.no_grad():
+        hybrid.logits.copy_(torch.tensor([0.3, -0.7, 1.1]))
+    paths = torch.stack([X[:, -1], h[:, -1], (A2.unsqueeze(1) @ X).squeeze(1), (A2.unsqueeze(1) @ h).squeeze(1)], 1)
+    assert torch.allclose(hybrid(seqs), torch.einsum("e,bec->bc", hybrid.weights(), paths), atol=1e-6)
+    assert {name for name, _ in hybrid.named_parameters()} == {"logits", *(f"attention.{n}" for n in (
+        "W_E", "W_Q1", "W_K1", "W_V1", "W_Q2", "W_K2", "P1", "P2"))}
+    assert hybrid.beta_delta()[1] == pytest.approx(attention.P1[1].item())
 
 
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
