@@ -246,6 +246,10 @@ def compare(runs: dict, baseline: dict) -> dict:
     return out
 
 
+COLOURS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
+           "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
+           "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
+           "sa_softmax_matched": "gold", "sa_attention": "magenta"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 
@@ -275,10 +279,6 @@ def plot(result: dict, path: str):
 
     band = 0.94  # axes fraction: the band of the diverged runs, above the heads' scale
     fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 8), gridspec_kw={"width_ratios": [1, 1, 0.8]})
-    colours = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
-               "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
-               "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
-               "sa_softmax_matched": "gold"}
     full = result.get("record_full", {})  # the record at every N it holds, the ladder's first row
     names = ["record, all N"] * bool(full) + list(result["compare"]) + list(result.get("hybrids", {}))
     if full:
@@ -292,27 +292,27 @@ def plot(result: dict, path: str):
         Ns = sorted(heads, key=int)
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
-            left.plot([int(N)] * len(done), done, "o", color=colours[name], alpha=0.35)
+            left.plot([int(N)] * len(done), done, "o", color=COLOURS[name], alpha=0.35)
             for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
                 if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
-                    left.plot(int(N), CAPS[name], "^", color=colours[name])
+                    left.plot(int(N), CAPS[name], "^", color=COLOURS[name])
                     capped = True
                 elif status == "diverged":  # no head and no time: a × in a band above the steps' scale
-                    left.plot(int(N), band, "x", color=colours[name], ms=9, mew=2, transform=top)
-                    diverged.append((int(N), steps, colours[name]))
+                    left.plot(int(N), band, "x", color=COLOURS[name], ms=9, mew=2, transform=top)
+                    diverged.append((int(N), steps, COLOURS[name]))
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
             label += " (diverged: × in the top band)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
-        left.plot([int(N) for N in Ns], medians, "-", color=colours[name], label=label)
+        left.plot([int(N) for N in Ns], medians, "-", color=COLOURS[name], label=label)
         rates = row["early_rate_median"]
-        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=colours[name], label=label)
-        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name],
+        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=COLOURS[name], label=label)
+        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), COLOURS[name],
              note=law_part(row.get("offset")))
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
         Ns = sorted(fit["N"], key=int)
-        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=colours[name],
+        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=COLOURS[name],
                   label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
-        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), colours[name], "s",
+        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), COLOURS[name], "s",
              " (tau)" + law_part(fit.get("offset")))
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)

@@ -65,6 +65,14 @@ def test_every_setting_changes_the_run_of_the_same_seed(name):
     assert len(other["loss"]) < len(base["loss"]) or not np.allclose(base["loss"][1:], other["loss"][1:], rtol=1e-6)
 
 
+def test_every_rung_has_its_colour_and_its_description():
+    """The figure draws each rung in its own colour and the legend says what it tests: a rung added without them
+    would fail only when its runs are collected, hours later."""
+    rungs = (set(ts.SETTINGS) - {"record"}) | set(ts.HYBRIDS) | {"baseline", "sa"}
+    assert rungs <= set(ts.COLOURS) and len(set(ts.COLOURS.values())) == len(ts.COLOURS)
+    assert (rungs - {"baseline"}) <= set(ts.DESCRIBE)
+
+
 def test_the_record_setting_is_the_records_run_and_a_killed_run_resumes_to_the_same_numbers(tmp_path):
     """The "record" setting trains the record's run (at an N it does not hold); a run killed after an evaluation
     (here at t = 8, its checkpoint holding t = 0 and 4) goes on from its checkpoint to the trajectory of the run never
