@@ -40,6 +40,7 @@ is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them);
 """
 import json
 import math
+import glob
 import os
 import re
 import textwrap
@@ -421,6 +422,24 @@ def table(result: dict) -> list[str]:
     return rows
 
 
+def runs_under(root: str) -> dict:
+    """{name: {N: {seed: run}}} of the ladder's runs kept under root: each finished run_path, and for a setting's run
+    still training its checkpoint's record so far, marked "training": true (a hybrid's checkpoint is no run)."""
+    out = {}
+    for name in [*SETTINGS, *HYBRIDS]:
+        for path in sorted(glob.glob(run_path(glob.escape(root), name, "*", "*")) +
+                           (glob.glob(run_path(glob.escape(root), name, "*", "*") + ".ckpt") if name in SETTINGS else [])):
+            if path.endswith(".ckpt"):
+                if os.path.exists(path[:-5]):  # finished since: the finished run counts
+                    continue
+                run = {**rounded_run(torch.load(path, weights_only=False)["run"]), "training": True}
+            else:
+                with open(path) as f:
+                    run = json.load(f)
+            out.setdefault(name, {}).setdefault(str(run["N"]), {})[str(run["seed"])] = run
+    return out
+
+
 def collect(root: str, figures: str) -> dict:
     """Every run under root (one still training: its checkpoint's record so far) added to, or replacing, the runs
     FIGURES/tau_settings.json holds, beside the record's runs of the same N, into FIGURES/tau_settings.json and .png."""
@@ -429,14 +448,9 @@ def collect(root: str, figures: str) -> dict:
     stored = cli.read_json(stored_path, ("runs",), "tau_settings.py") if os.path.exists(stored_path) else {}
     runs = {name: by_N for name, by_N in stored.get("runs", {}).items() if name in SETTINGS}
     hybrid_runs = {name: by_N for name, by_N in stored.get("hybrid_runs", {}).items() if name in HYBRIDS}
-    files = sorted(os.listdir(root)) if os.path.isdir(root) else []  # <name>_N<N>_s<seed>.json, or .json.ckpt for a
-    for file in files:  # setting's run still training: its record so far, "training": true
-        match = re.fullmatch(r"(.+)_N(\d+)_s(\d+)\.json(\.ckpt)?", file)
-        if match and match[1] in [*SETTINGS, *HYBRIDS] and not (match[4] and (file[:-5] in files or match[1] in HYBRIDS)):
-            into = hybrid_runs if match[1] in HYBRIDS else runs
-            with open(os.path.join(root, file), "rb") as f:
-                into.setdefault(match[1], {}).setdefault(match[2], {})[match[3]] = json.load(f) if not match[4] else \
-                    {**rounded_run(torch.load(f, weights_only=False)["run"]), "training": True}
+    for name, by_N in runs_under(root).items():
+        for N, by_seed in by_N.items():
+            (hybrid_runs if name in HYBRIDS else runs).setdefault(name, {}).setdefault(N, {}).update(by_seed)
     for by_N in [*runs.values(), *hybrid_runs.values()]:  # N and seeds in numerical order
         for N in list(by_N):
             by_N[N] = dict(sorted(by_N[N].items(), key=lambda kv: int(kv[0])))
