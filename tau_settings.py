@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from analysis.estimators import median_ci
-from analysis.sa_fits import fit_tau_censored
+from analysis.sa_fits import fit_tau_censored, offset_fit, rate_slope
 from analysis.transformer_tau import (TRAINING, fresh_batch, induction, read_record, rounded_run, tau_2gen_drop,
                                       train_one, transformer_summary)
 from plumbing import cli
@@ -154,59 +154,6 @@ def early_rate(run: dict) -> float:
     t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
     keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
     return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
-
-
-def resampled_medians(values: dict, rng) -> dict:
-    """One bootstrap draw of the medians per N ({N: [value per seed]}): each N's seeds resampled with replacement
-    (nan where it has none), the interval of rate_slope and offset_fit."""
-    return {N: float(np.median(rng.choice(v, len(v)))) if len(v) else math.nan for N, v in values.items()}
-
-
-def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 0.95) -> tuple:
-    """(slope, [lo, hi]): the slope of log median rate against log theory rate over the N ({N: [rate per seed]}),
-    and its bootstrap percentile interval from resampling the seeds within each N (with 2 seeds: a nominal level,
-    not a coverage; a resample with fewer than two positive medians is left out). (None, None) if it cannot be fitted."""
-    def fit(medians: dict):
-        kept = [N for N, m in medians.items() if math.isfinite(m) and m > 0]
-        if len(kept) < 2:
-            return None
-        return float(np.polyfit(np.log([theory[N] for N in kept]), np.log([medians[N] for N in kept]), 1)[0])
-
-    point = fit({N: float(np.median(v)) if v else math.nan for N, v in rates.items()})
-    if point is None:
-        return None, None
-    rng = np.random.default_rng(0)
-    boot = [fit(resampled_medians(rates, rng))
-            for _ in range(resamples)]
-    boot = np.array([b for b in boot if b is not None])
-    q = (1 - level) / 2
-    return point, [float(np.quantile(boot, q)), float(np.quantile(boot, 1 - q))]
-
-
-def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict | None:
-    """tau = T0 + c N / log N through the medians per N ({N: [tau or head per seed, None where there is none]}): an
-    N-independent part T0 (steps before and after the plateau's escape) and the theory's law c N / log N. A log-log
-    slope reads a large T0 as flatness even where the law holds; c (steps per unit of N / log N) and its share of tau
-    at the largest N, c x / (T0 + c x), tell the two apart. Intervals: bootstrap percentiles from resampling the seeds
-    within each N (with 2 seeds a nominal level, not a coverage); None with fewer than 3 N."""
-    finite = {N: [x for x in v if x is not None] for N, v in values.items()}
-    Ns = sorted((N for N, v in finite.items() if v), key=int)
-    if len(Ns) < 3:
-        return None
-    x = np.array([int(N) / math.log(int(N)) for N in Ns])
-
-    def fit(medians: list) -> tuple:
-        c, T0 = np.polyfit(x, medians, 1)
-        return float(T0), float(c), float(c * x[-1] / (T0 + c * x[-1]))
-
-    T0, c, share = fit([float(np.median(finite[N])) for N in Ns])
-    rng = np.random.default_rng(0)
-    boot = np.array([fit(list(resampled_medians({N: finite[N] for N in Ns}, rng).values()))
-                     for _ in range(resamples)])
-    q = (1 - level) / 2
-    lo, hi = np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
-    return {"N": [int(N) for N in Ns], "seeds": [len(finite[N]) for N in Ns], "T0": T0, "T0_ci": [lo[0], hi[0]],
-            "c": c, "c_ci": [lo[1], hi[1]], "share": share, "share_ci": [lo[2], hi[2]]}
 
 
 def record_full(transformer_runs: dict, extension: dict | None = None) -> dict:

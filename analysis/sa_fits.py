@@ -1,7 +1,9 @@
 """The fits of the SA-transformer's runs (sa_transformer.train_sa's records) that the scripts share: power-law and
 rate fits of beta(t), delta(t) on the plateau (Fig. 6b), and tau_2Gen(N) against N / log N (Fig. 6c), by the seeds'
 means (fit_tau) or, where a run may have no tau, by their medians with intervals (fit_tau_censored: the transformer's
-record of Fig. 6c bottom and the ladder of tau_settings.py).
+record of Fig. 6c bottom and the ladder of tau_settings.py); and for the ladder, tau = T0 + c N / log N (offset_fit:
+the law's part under an N-independent one) and the slope of a rate against the theory's (rate_slope), each with
+intervals that resample the seeds within each N.
 
 A run: "t", "masked_loss", "beta", "delta", "w" (lists over evaluations), "tau", "levels" and "run".
 """
@@ -135,3 +137,56 @@ def fit_tau_censored(tau_by_N: dict, level: float = 0.95, resamples: int = 2000)
     if out["vs_N_over_logN"] is not None:  # tau = a N / log N through the medians (geometric mean of the ratios)
         out["prefactor"] = float(np.exp(np.mean([math.log(per_N[str(Ns[i])]["median"]) for i in kept] - np.log(n / np.log(n)))))
     return out
+
+
+def resampled_medians(values: dict, rng) -> dict:
+    """One bootstrap draw of the medians per N ({N: [value per seed]}): each N's seeds resampled with replacement
+    (nan where it has none), the interval of rate_slope and offset_fit."""
+    return {N: float(np.median(rng.choice(v, len(v)))) if len(v) else math.nan for N, v in values.items()}
+
+
+def rate_slope(rates: dict, theory: dict, resamples: int = 2000, level: float = 0.95) -> tuple:
+    """(slope, [lo, hi]): the slope of log median rate against log theory rate over the N ({N: [rate per seed]}),
+    and its bootstrap percentile interval from resampling the seeds within each N (with 2 seeds: a nominal level,
+    not a coverage; a resample with fewer than two positive medians is left out). (None, None) if it cannot be fitted."""
+    def fit(medians: dict):
+        kept = [N for N, m in medians.items() if math.isfinite(m) and m > 0]
+        if len(kept) < 2:
+            return None
+        return float(np.polyfit(np.log([theory[N] for N in kept]), np.log([medians[N] for N in kept]), 1)[0])
+
+    point = fit({N: float(np.median(v)) if v else math.nan for N, v in rates.items()})
+    if point is None:
+        return None, None
+    rng = np.random.default_rng(0)
+    boot = [fit(resampled_medians(rates, rng))
+            for _ in range(resamples)]
+    boot = np.array([b for b in boot if b is not None])
+    q = (1 - level) / 2
+    return point, [float(np.quantile(boot, q)), float(np.quantile(boot, 1 - q))]
+
+
+def offset_fit(values: dict, resamples: int = 2000, level: float = 0.95) -> dict | None:
+    """tau = T0 + c N / log N through the medians per N ({N: [tau or head per seed, None where there is none]}): an
+    N-independent part T0 (steps before and after the plateau's escape) and the theory's law c N / log N. A log-log
+    slope reads a large T0 as flatness even where the law holds; c (steps per unit of N / log N) and its share of tau
+    at the largest N, c x / (T0 + c x), tell the two apart. Intervals: bootstrap percentiles from resampling the seeds
+    within each N (with 2 seeds a nominal level, not a coverage); None with fewer than 3 N."""
+    finite = {N: [x for x in v if x is not None] for N, v in values.items()}
+    Ns = sorted((N for N, v in finite.items() if v), key=int)
+    if len(Ns) < 3:
+        return None
+    x = np.array([int(N) / math.log(int(N)) for N in Ns])
+
+    def fit(medians: list) -> tuple:
+        c, T0 = np.polyfit(x, medians, 1)
+        return float(T0), float(c), float(c * x[-1] / (T0 + c * x[-1]))
+
+    T0, c, share = fit([float(np.median(finite[N])) for N in Ns])
+    rng = np.random.default_rng(0)
+    boot = np.array([fit(list(resampled_medians({N: finite[N] for N in Ns}, rng).values()))
+                     for _ in range(resamples)])
+    q = (1 - level) / 2
+    lo, hi = np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
+    return {"N": [int(N) for N in Ns], "seeds": [len(finite[N]) for N in Ns], "T0": T0, "T0_ci": [lo[0], hi[0]],
+            "c": c, "c_ci": [lo[1], hi[1]], "share": share, "share_ci": [lo[2], hi[2]]}

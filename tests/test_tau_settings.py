@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import sa_transformer as sat
 import tau_settings as ts
 import tau_velocities as tv
+from analysis import sa_fits
 from analysis import transformer_tau as st
 from transformer import attention_scores, layer_norm
 
@@ -338,7 +339,7 @@ def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N
     theory = {N: ts.harmonic(N) / N for N in (32, 64, 128)}
     rates = {32: [theory[32] ** 2] * 2, 64: [theory[64] ** 2] * 2,
              128: [0.5 * theory[128] ** 2, theory[128] ** 2, 4 * theory[128] ** 2]}
-    slope, ci = ts.rate_slope(rates, theory)
+    slope, ci = sa_fits.rate_slope(rates, theory)
     x = np.log([theory[N] for N in (32, 64, 128)])
 
     def with_128(factor):
@@ -346,14 +347,13 @@ def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N
 
     assert slope == pytest.approx(with_128(1.0))  # the median of 0.5, 1 and 4 (not their mean 1.83)
     assert ci == pytest.approx([with_128(4.0), with_128(0.5)])  # each a resample's median with probability 7/27
-    assert ts.rate_slope({32: [1e-5, 2e-5]}, theory) == (None, None)
+    assert sa_fits.rate_slope({32: [1e-5, 2e-5]}, theory) == (None, None)
 
 
 def test_collect_adds_the_runs_under_root_to_the_committed_ones(tmp_path, monkeypatch):
     """The committed JSON's runs stay; a setting's run under root replaces the stored one of its (N, seed) and is
     compared with the record's run of that (N, seed); a hybrid's runs (any N) join hybrid_runs and its fit. (The
     intervals' bootstraps at 50 resamples, not 2000: what is tested here is where each run goes.)"""
-    from analysis import sa_fits
     line = sa_fits.line_through_medians
     monkeypatch.setattr(sa_fits, "line_through_medians",
                         lambda Ks, values, level=0.95, resamples=2000, seed=0: line(Ks, values, level, 50, seed))
@@ -388,7 +388,7 @@ def test_the_offset_fit_finds_the_law_under_an_offset_that_flattens_the_log_log_
         return 3000 + 80 * N / math.log(N)
     spread = [-40.0, 0.0, 10.0, 25.0, 300.0]  # median 10 above the law at every N: T0 + 10, c exact
     values = {str(N): [law(N) + d for d in spread] for N in (32, 64, 128)}
-    fit = ts.offset_fit(values)
+    fit = sa_fits.offset_fit(values)
     assert fit["T0"] == pytest.approx(3010, abs=1e-6) and fit["c"] == pytest.approx(80, abs=1e-9)
     x = 128 / math.log(128)
     assert fit["share"] == pytest.approx(80 * x / (3010 + 80 * x))
@@ -396,6 +396,6 @@ def test_the_offset_fit_finds_the_law_under_an_offset_that_flattens_the_log_log_
     medians = [law(N) + 10 for N in (32, 64, 128)]
     slope = np.polyfit(np.log([N / math.log(N) for N in (32, 64, 128)]), np.log(medians), 1)[0]
     assert slope < 0.35  # the ladder's slope calls this flat
-    flat = ts.offset_fit({str(N): [2500 + d for d in spread] + [None] for N in (32, 64, 128)})
+    flat = sa_fits.offset_fit({str(N): [2500 + d for d in spread] + [None] for N in (32, 64, 128)})
     assert flat["c"] == pytest.approx(0, abs=1e-9) and flat["c_ci"][0] <= 0 <= flat["c_ci"][1]
-    assert ts.offset_fit({"32": [1.0], "64": [2.0], "128": [None]}) is None
+    assert sa_fits.offset_fit({"32": [1.0], "64": [2.0], "128": [None]}) is None
