@@ -1,17 +1,18 @@
 """K2*: transient 2-Gen and partial memorization (Appendix "Transience and Partial Memorization", Figs. 8a-b,
 A10). Above K1* a run enters 2-Gen and leaves it for memorization after Delta tau_K steps, which diverges at K2*
 (fitted as a (K2* - K)^-gamma, and in the paper's form with a linear offset b + c K); the fraction of memorized
-chains has an asymptote that falls with K. The rules are analysis/thresholds.py's.
+chains has an asymptote that falls with K.
 
     python k2.py sweep                     # quick preset on the CPU: figures/k2.png and .json
     python k2.py sweep --print-commands    # the paper preset's runs, one command line each
     python k2.py dtau runs/k2_paper        # Delta tau of any K*_s* runs (a grid trained elsewhere)
     python k2.py sweep --replot            # only redraw figures/k2.png from figures/k2.json (or --replot JSON)
 
-The estimators (the divergence and sigmoid fits, epsilon) are in analysis/estimators.py.
+Top to bottom: the sweep's runs (K2_PRESETS, k2_runs), its figure (plot_k2), the commands (sweep, its redraw, dtau).
+The analysis of the runs (Delta tau, the divergence fits, epsilon, the memorized fractions corrected by the
+fresh-chain null and scored on two sets of sequences) is analysis/memorization.py's, on the rules of
+analysis/thresholds.py and the estimators of analysis/estimators.py.
 """
-import dataclasses
-import json
 import math
 import os
 import shlex
@@ -21,25 +22,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import train
-from analysis.estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
-                                 fit_sigmoid, line_through_medians, median_ci, median_coverage, median_rank)
-from analysis.runs import load_run, read_metrics, read_per_chain
-from analysis.thresholds import (NULL_ALPHA, add_run_flags, censored_after, common_args, corrected, delta_tau,
-                                 finite_json, gaussian_noise_model, memorized_fraction, null_epsilon, score_noise,
-                                 tau_2gen, tau_2mem)
-from evaluation import make_per_chain_data, per_chain_scores
-from markov import task_source
+from analysis.estimators import divergence, median_coverage, median_rank
+from analysis.memorization import analyze_k2, converged, delta_tau_summary, delta_tau_table
+from analysis.thresholds import NULL_ALPHA, add_run_flags, common_args, finite_json, gaussian_noise_model
 from plumbing import cli
-from plumbing.rundir import write_atomic, write_json
+from plumbing.rundir import write_json
 from runners.probes import finished, probe_command, run_config, run_probes
-
-# For K1* < K < K2* a run first enters 2-Gen and later memorizes; the time it spends in 2-Gen,
-#
-#     Delta tau_K = tau_2mem - tau_2gen  ~  (K2* - K)^(-gamma)          (Fig. 8a: K2* ~ 7000, gamma ~ 2)
-#
-# diverges at K2*, beyond which the model never memorizes. Independently, a chain k counts as memorized when
-# the model beats 2-Gen on it, Delta^k < epsilon (evaluation.per_chain_scores), and the fraction of memorized
-# chains rises as a sigmoid in time whose asymptote falls with K (Fig. 8b, A10).
 
 K2_PRESETS = {
     # sized for the 2-core CPU (README): the K1* quick setting (N = 64, batch 64, lr 3e-3) with MLPs 8 wide
@@ -70,143 +58,16 @@ def k2_runs(preset: str, root: str, seeds: list[int], device: str | None = None)
                               device=device) for seed in range(p["inf_seeds"])]
 
 
-def divergence_fits(Ks: list, dtau: list, bounds: list) -> tuple[dict, dict]:
-    """Fig. 8a's two fits (estimators.fit_divergence): a (K2* - K)^-gamma, and the paper's form with a linear
-    offset (300 bootstrap resamples: each refit searches a (K2*, gamma) grid). Too few finite medians: K2* None
-    and why."""
-    fits = []
-    for offset in (False, True):
-        try:
-            fits.append(fit_divergence(Ks, dtau, bounds, offset=offset, resamples=300 if offset else 1000))
-        except ValueError as e:  # too few finite medians: say so in the JSON
-            fits.append({"K2_star": None, "gamma": None, "K2_star_ci": None, "gamma_ci": None, "why": str(e)})
-    return fits[0], fits[1]
-
-
-def saved_model_scores(run_dir: str, chains: int | None = None, draw: int = 0) -> list[dict]:
-    """Rows {"step", "delta"}: the run's model at every full evaluation scored like its chains of S
-    (evaluation.per_chain_scores, the run's per_chain sequences per chain), on the chains of S (chains None) or on
-    `chains` fixed fresh chains of D_T, which it never trained on (the null), with the sequences of draw 0 (those
-    of training's per_chain.jsonl) or of draw 1, independent of them (the scores' own noise). Cached in
-    run_dir/per_chain[_null][_b].jsonl (draw 0 on S is training's own file), redone when the run's evaluation
-    steps or the number of chains differ."""
-    name = "per_chain" + ("_null" if chains else "") + ("_b" if draw else "")
-    path = os.path.join(run_dir, f"{name}.jsonl")
-    trained = read_per_chain(run_dir)
-    steps, n = [r["step"] for r in trained], chains or len(trained[0]["delta"])
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = [json.loads(line) for line in f]
-        if [r["step"] for r in rows] == steps and all(len(r["delta"]) == n for r in rows):
-            return rows
-    cfg = load_run(run_dir, steps[0])[0]
-    tasks = task_source(math.inf, cfg.C) if chains else task_source(cfg.K, cfg.C, seed=cfg.task_seed)
-    data = make_per_chain_data(dataclasses.replace(cfg, per_chain_tasks=chains) if chains else cfg, tasks, draw)
-    rows = [{"step": step, "delta": [round(v, 6) for v in per_chain_scores(load_run(run_dir, step)[2], data).tolist()]}
-            for step in steps]
-    write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
-    return rows
-
-
-def _scores_job(job: tuple[str, int | None, int]) -> list[dict]:
-    return saved_model_scores(*job)
-
-
-def converged(asymptotes: list[float | None]) -> list[float]:
-    """The sigmoid asymptotes of the seeds whose fit converged (fit_sigmoid's A, None where it did not)."""
-    return [a for a in asymptotes if a is not None]
-
-
-def analyze_k2(cfgs: list[train.Config], null_chains: int, jobs: int = 1) -> dict:
-    """Delta tau per run, medians and intervals per K, the divergence fit, epsilon from the K = inf runs, and the
-    memorized fractions corrected by each model's fresh-chain null, with their sigmoid asymptotes (and beside them
-    the raw fractions, the null's false-positive rates and the chain-specific advantage), from the runs' metrics.
-    delta_tau[K] holds the seeds with a Delta tau (None: still in 2-Gen at the end, censored_after[K] the steps
-    it spent there); a seed that never formed the induction head or memorized first is left out of it (its
-    status is in runs). A memorized fraction whose sigmoid fit did not converge has no asymptote (None, its run's
-    "memorized_asymptote_why" says why; memorized_not_converged[K] lists such seeds), and the zero crossings go
-    through the seeds that have one. Every chain of S and of the null is scored on a second set of sequences too
-    (saved_model_scores, draw 1): the two-set rule's fractions, asymptotes and zero crossings (*_two_sets) and the
-    noise they state (thresholds.score_noise: disagree, sigma, signal_share)."""
-    finite = [c for c in cfgs if c.K != math.inf]
-    eps = epsilon_calibration([read_per_chain(c.out)[-1]["delta"] for c in cfgs if c.K == math.inf])
-    wanted = [(c.out, chains, draw) for c in finite for chains, draw in ((null_chains, 0), (null_chains, 1), (None, 1))]
-    scored = cli.parallel_map(_scores_job, wanted, jobs, progress="fresh-chain scores and second sets")
-    scored = [scored[3 * i: 3 * i + 3] for i in range(len(finite))]  # per run: the null's two sets, S's second set
-    Ks = sorted({c.K for c in finite})
-    runs, dtau, bound, asymptote, asymptote_two, curves = [], {K: [] for K in Ks}, {K: [] for K in Ks}, {}, {}, {}
-    for c, (null, null_b, chain_b) in zip(finite, scored):
-        dense = read_metrics(c.out, dense=True)[1]
-        value, status = delta_tau(dense)
-        if status in ("ok", "censored"):  # a run that never formed the head, or memorized first, has no Delta tau
-            dtau[c.K].append(value)
-            bound[c.K].append(censored_after(dense))
-        chain_rows = read_per_chain(c.out)
-        steps, raw = memorized_fraction(chain_rows, eps["value"])
-        false = memorized_fraction(null, eps["value"])[1]  # the rule on chains nobody memorized
-        fraction = corrected(raw, false)
-        eps_null = null_epsilon(null)
-        specific = corrected(memorized_fraction(chain_rows, eps_null)[1], [NULL_ALPHA] * len(steps))
-        sigmoid = fit_sigmoid(steps, fraction)  # A None: the fit did not converge (its "why" goes to the run's row)
-        A = sigmoid["A"]
-        noise, noise_null = score_noise(chain_rows, chain_b, eps["value"]), score_noise(null, null_b, eps["value"])
-        two_sets = corrected(noise["fraction"], noise_null["fraction"])
-        sigmoid_two = fit_sigmoid(steps, two_sets)
-        A_two = sigmoid_two["A"]
-        runs.append({"K": c.K, "seed": c.seed, "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
-                     "delta_tau": value, "status": status, "memorized_final": fraction[-1], "memorized_asymptote": A,
-                     **({"memorized_asymptote_why": sigmoid["why"]} if A is None else {}),
-                     "memorized_final_raw": raw[-1], "false_positive_final": false[-1], "specific_final": specific[-1],
-                     "epsilon_null_final": eps_null[-1], "memorized_two_sets_final": two_sets[-1],
-                     "memorized_two_sets_asymptote": A_two,
-                     **({"memorized_two_sets_asymptote_why": sigmoid_two["why"]} if A_two is None else {}),
-                     "disagree_final": noise["disagree"][-1], "sigma_final": noise["sigma"][-1],
-                     "signal_share_final": noise["signal_share"][-1],
-                     # L_train - L^2-Gen on the dense readouts' sequences from S at every eighth of the run
-                     "gap_to_2gen": [[r["step"], round(r["train_loss"] - r["train_loss_2gen"], 5)] for r in dense
-                                     if r["step"] % max(c.iters // 8, 1) == 0]})
-        asymptote.setdefault(c.K, []).append(A)
-        asymptote_two.setdefault(c.K, []).append(A_two)
-        curves.setdefault(c.K, []).append({"step": steps, "fraction": fraction, "fraction_raw": raw,
-                                           "false_positive": false, "specific": specific, "epsilon_null": eps_null,
-                                           "two_sets": two_sets, "two_sets_raw": noise["fraction"],
-                                           "two_sets_false_positive": noise_null["fraction"],
-                                           "noise_free": corrected(noise["noise_free"], noise_null["noise_free"]),
-                                           **{key: noise[key] for key in ("disagree", "sigma", "signal_share")}})
-    measured = [K for K in Ks if dtau[K]]
-    medians = {K: median_ci(dtau[K]) if dtau[K] else (math.nan,) * 3 for K in Ks}
-    fit, fit_offset = divergence_fits(measured, [dtau[K] for K in measured], [bound[K] for K in measured])
-
-    def zero(values: dict, average) -> float | None:  # over the seeds whose sigmoid converged, at the K with any
-        fitted = [K for K in Ks if converged(values[K])]
-        return extrapolate_zero(fitted, [float(average(converged(values[K]))) for K in fitted])
-
-    return {"K": Ks, "delta_tau": dtau, "censored_after": bound, "median": {K: medians[K] for K in Ks},
-            "median_lower_bound": {K: censored_median(dtau[K], bound[K])[0] for K in measured}, "fit": fit,
-            "fit_offset": fit_offset, "epsilon": eps, "null": {"alpha": NULL_ALPHA, "chains": null_chains},
-            "memorized_asymptote": asymptote, "memorized_zero": zero(asymptote, np.mean),
-            "memorized_not_converged": {K: [r["seed"] for r in runs if r["K"] == K and r["memorized_asymptote"] is None]
-                                        for K in Ks},
-            # the same through the seeds' medians: a sigmoid fitted to a curve still steep at the end can run to A = 1
-            "memorized_zero_median": zero(asymptote, np.median),
-            # the two-set rule (thresholds.score_noise): its asymptotes and zero crossings
-            "memorized_asymptote_two_sets": asymptote_two, "memorized_zero_two_sets": zero(asymptote_two, np.mean),
-            "memorized_zero_median_two_sets": zero(asymptote_two, np.median),
-            "memorized_two_sets_not_converged": {K: [r["seed"] for r in runs if r["K"] == K
-                                                     and r["memorized_two_sets_asymptote"] is None] for K in Ks},
-            "memorized_curves": curves, "runs": runs}
-
-
 def plot_k2(result: dict, path: str):
     """Fig. 8a (Delta tau against K with the divergence fit, and against K2* - K), Fig. 8b (memorized
-    asymptotes against K), Fig. A10 (memorized fraction against step) and the epsilon calibration. result:
-    analyze_k2's, or k2.json as loaded (K as strings, null for an unbounded value). The inset is left out
-    when there is no finite K2* to plot against."""
+    asymptotes against K), Fig. A10 (memorized fraction against step) and, below them, the fresh-chain null at the
+    end of the runs (epsilon's calibration for a sweep scored without it). result: analyze_k2's, or k2.json as
+    loaded (K as strings, null for an unbounded value). The inset is left out when there is no finite K2* to plot
+    against."""
     def per_K(d: dict) -> dict:
         return {int(K): v for K, v in d.items()}
 
-    Ks, fit = [int(K) for K in result["K"]], result["fit"]
-    off = result.get("fit_offset") or {"K2_star": None}  # a JSON without an offset fit (figures/k2_width32_3000.json)
+    Ks, fit, off = [int(K) for K in result["K"]], result["fit"], result["fit_offset"]
     dtau, lower = per_K(result["delta_tau"]), per_K(result["median_lower_bound"])
     medians = {K: (math.nan if m is None else m, math.nan if lo is None else lo, math.inf if hi is None else hi)
                for K, (m, lo, hi) in per_K(result["median"]).items()}
@@ -214,30 +75,21 @@ def plot_k2(result: dict, path: str):
     cmap = plt.get_cmap("viridis")
     color = {K: cmap(i / max(len(Ks) - 1, 1)) for i, K in enumerate(Ks)}
     with plt.rc_context({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 9}):
-        # 1300 px: read at a README's ~900 px width. Constrained layout, each row its own grid. With the fresh-chain
-        # null, three rows: Fig. 8a and its inset; Fig. 8b and A10; the null, its legend in a slot of its own beside it
-        # (in two rows the legend's width leaves Fig. 8b's K ticks touching)
-        null = "null" in result  # k2.json; a JSON without the null (figures/k2_width*.json): no correction, no panel
-        fig = plt.figure(figsize=(13, 12.6 if null else 8.6), layout="constrained")
-        rows = fig.add_gridspec(3 if null else 2, 1)
-        if fit["K2_star"] is not None:
-            top = rows[0].subgridspec(1, 2, width_ratios=[2, 1])
-            ax8a, inset = fig.add_subplot(top[0]), fig.add_subplot(top[1])
-        else:
-            inset = None
-        if null:
-            ax8a = ax8a if inset else fig.add_subplot(rows[0])
-            middle, bottom = rows[1].subgridspec(1, 2), rows[2].subgridspec(1, 2, width_ratios=[1.6, 1])
-            ax8b, ax10 = fig.add_subplot(middle[0]), fig.add_subplot(middle[1])
-            axeps, keys = fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1])
-            keys.axis("off")
-        elif inset:
-            bottom = rows[1].subgridspec(1, 3)
-            ax8b, ax10, axeps = (fig.add_subplot(bottom[i]) for i in range(3))
-        else:
-            top, bottom = rows[0].subgridspec(1, 2), rows[1].subgridspec(1, 2)
-            ax8a, ax8b = fig.add_subplot(top[0]), fig.add_subplot(top[1])
-            ax10, axeps = fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1])
+        # a sweep scored without the fresh-chain null and the second set of sequences (figures/k2_width*.json) has
+        # neither's numbers: one rule, uncorrected, and epsilon's calibration in the null's panel
+        null = "null" in result
+        # 1300 px: read at a README's ~900 px width. Constrained layout, each row its own grid, three rows: Fig. 8a
+        # and its inset; Fig. 8b and A10; the null, its legend in a slot of its own beside it (in two rows the
+        # legend's width leaves Fig. 8b's K ticks touching)
+        fig = plt.figure(figsize=(13, 12.6), layout="constrained")
+        rows = fig.add_gridspec(3, 1)
+        top, middle = rows[0].subgridspec(1, 2, width_ratios=[2, 1]), rows[1].subgridspec(1, 2)
+        bottom = rows[2].subgridspec(1, 2, width_ratios=[1.6, 1])
+        ax8a = fig.add_subplot(top[0] if fit["K2_star"] is not None else rows[0])
+        inset = fig.add_subplot(top[1]) if fit["K2_star"] is not None else None
+        ax8b, ax10 = fig.add_subplot(middle[0]), fig.add_subplot(middle[1])
+        axeps, keys = fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1])
+        keys.axis("off")
 
         for K in Ks:
             seeds = [v for v in dtau[K] if v is not None]
@@ -304,8 +156,7 @@ def plot_k2(result: dict, path: str):
             ax8a.legend(loc="upper left")
 
         eps = result["epsilon"]
-        two = "memorized_asymptote_two_sets" in result  # k2.json; a JSON scored on one set (k2_width*.json): one rule
-        rules = [("_two_sets", "k", "two sets of sequences (the rule)"), ("", "tab:gray", "one set")] if two else \
+        rules = [("_two_sets", "k", "two sets of sequences (the rule)"), ("", "tab:gray", "one set")] if null else \
             [("", "k", None)]
         failed, notes = 0, []
         for suffix, colour, label in rules:
@@ -337,7 +188,7 @@ def plot_k2(result: dict, path: str):
 
         for K in Ks:
             curves = curves_by_K[K]
-            key = "two_sets" if two else "fraction"
+            key = "two_sets" if null else "fraction"
             for c in curves:
                 ax10.plot(np.maximum(c["step"], 1), c[key], color=color[K], lw=0.5, alpha=0.6)
             ax10.plot(np.maximum(curves[0]["step"], 1), np.mean([c[key] for c in curves], 0), color=color[K], lw=2,
@@ -347,8 +198,8 @@ def plot_k2(result: dict, path: str):
         # the one-set rule in symbols, its epsilon short: e.g. Delta^k < epsilon = -3.8e-4
         mantissa, exponent = f"{eps['value']:.1e}".split("e")
         rule = rf"$\Delta^k < \epsilon$ = {mantissa}e{int(exponent)}".replace("-", "−")
-        ax10.set_ylabel("memorized: the two-set rule\n(corrected by the fresh-chain null)" if two else
-                        f"fraction of trained chains memorized\n({rule}" + (", corrected by the fresh-chain null)" if null else ")"))
+        ax10.set_ylabel("memorized: the two-set rule\n(corrected by the fresh-chain null)" if null else
+                        f"fraction of trained chains memorized\n({rule})")
         ax10.set_title("Fig. A10: memorized fraction over training")
         ax10.legend(ncol=2)
         if null:  # at the end of the runs: the rule on S and on fresh chains, and the chain-specific advantage
@@ -361,13 +212,13 @@ def plot_k2(result: dict, path: str):
                        label="fresh chains passing that rule\n(false positives)")
             axeps.plot(Ks, at_end("specific"), "s:", color="tab:blue",
                        label=f"trained chains below the fresh chains'\n{NULL_ALPHA:.0%} quantile of $\\Delta^k$ (corrected)")
-            if two:  # the scores' own noise: S's chains on two sets of sequences
-                axeps.plot(Ks, at_end("disagree"), "^-", color="tab:orange",
-                           label="trained chains passing on only one\nof the two sets of sequences")
-                axeps.plot(Ks, at_end("signal_share"), "v-.", color="tab:green",
-                           label="share of the spread of the trained\nchains' $\\Delta^k$ that is not noise")
-                axeps.plot(Ks, at_end("two_sets_raw"), "D-", color="tab:purple",
-                           label="trained chains memorized by the\ntwo-set rule (uncorrected)")
+            # the scores' own noise: S's chains on two sets of sequences
+            axeps.plot(Ks, at_end("disagree"), "^-", color="tab:orange",
+                       label="trained chains passing on only one\nof the two sets of sequences")
+            axeps.plot(Ks, at_end("signal_share"), "v-.", color="tab:green",
+                       label="share of the spread of the trained\nchains' $\\Delta^k$ that is not noise")
+            axeps.plot(Ks, at_end("two_sets_raw"), "D-", color="tab:purple",
+                       label="trained chains memorized by the\ntwo-set rule (uncorrected)")
             axeps.set_xscale("log", base=2)
             axeps.set_xticks(Ks, [str(K) for K in Ks])
             axeps.set_ylim(-0.05, 1.05)
@@ -376,7 +227,6 @@ def plot_k2(result: dict, path: str):
             axeps.set_title(f"the null: each model on its K trained chains and on {result['null']['chains']} fresh "
                             f"chains\n($\\epsilon$ from {len(eps['per_model'])} models at K = inf)",
                             fontsize=10)
-            keys.legend(*axeps.get_legend_handles_labels(), loc="center left", fontsize=9)  # beside: no point hidden
         else:
             axeps.hist(eps["scores"], bins=40, color="tab:blue")
             axeps.axvline(eps["value"], color="tab:red", ls="--",
@@ -384,85 +234,12 @@ def plot_k2(result: dict, path: str):
             axeps.set_xlabel("$\\Delta^k$ of K = inf models on fixed fresh chains\n(loss above 2-Gen's on chain k)")
             axeps.set_ylabel("chains")
             axeps.set_title(f"$\\epsilon$ from {len(eps['per_model'])} models at K = inf\nmean {eps['mean']:.3g}, std {eps['std']:.3g}")
-            axeps.legend()
-        width = f"MLPs {result['mlp_width']} wide" if result.get("mlp_width") else "MLPs 4 D wide"
+        keys.legend(*axeps.get_legend_handles_labels(), loc="center left", fontsize=9)  # beside: no point hidden
+        width = f"MLPs {result['mlp_width']} wide" if result["mlp_width"] else "MLPs 4 D wide"  # 0: the paper's 4 D
         fig.suptitle(f"K2*: transient 2-Gen and partial memorization (preset {result['preset']}, N = {result['N']}, "
                      f"{width}, {result['iters']} steps)", fontsize=12)
         fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def delta_tau_table(run_dirs: list[str]) -> dict:
-    """Delta tau_K of any set of train.py runs with dense rows (--eval-every): a grid trained from the printed
-    commands, or with flags of its own. Per run tau_2gen, tau_2mem, Delta tau and status; per K the seeds' Delta
-    tau (None: still in 2-Gen at the end) and their median with its exact order-statistic interval and that
-    interval's coverage (95 % where the seeds allow it; 87.5 %, their range, with 4); the divergence fit (>= 4 K with
-    a finite median), and a straight line through the finite medians (slope, and the K where it reaches 0, with
-    bootstrap intervals over the seeds at each K, their number said). The runs must share their protocol (every setting but K, seed, the directory,
-    the device and what follows from K): seeds of different lengths or models pooled into one median would make it
-    meaningless."""
-    runs, first = [], None
-    own = {"K", "seed", "out", "device", "eval_train", "ckpt_every"}
-    for run_dir in run_dirs:
-        cfg, dense = read_metrics(run_dir, dense=True)
-        first = first or (run_dir, cfg)
-        differ = sorted(k for k in set(cfg) | set(first[1]) if k not in own and cfg.get(k) != first[1].get(k))
-        if differ:
-            raise ValueError(f"{run_dir} and {first[0]} differ in {', '.join(differ)}: analyse runs of one protocol together")
-        if not dense:
-            raise ValueError(f"{run_dir} has no dense rows (train it with --eval-every)")
-        value, status = delta_tau(dense)
-        runs.append({"run": os.path.basename(os.path.normpath(run_dir)), "K": cfg["K"], "seed": cfg["seed"],
-                     "iters": cfg["iters"], "tau_2gen": tau_2gen(dense), "tau_2mem": tau_2mem(dense),
-                     "delta_tau": value, "status": status, "censored_after": censored_after(dense)})
-    return delta_tau_summary(runs)
-
-
-def delta_tau_summary(runs: list[dict]) -> dict:
-    """delta_tau_table's numbers from its per-run rows (also those of a JSON it wrote)."""
-    dtau, bound = {}, {}
-    for r in runs:
-        if r["status"] in ("ok", "censored") and r["K"] != math.inf:
-            dtau.setdefault(r["K"], []).append(r["delta_tau"])
-            bound.setdefault(r["K"], []).append(r.get("censored_after"))
-    Ks = sorted(dtau)
-    fit, fit_offset = divergence_fits(Ks, [dtau[K] for K in Ks], [bound[K] for K in Ks])
-    medians = {K: median_ci(dtau[K]) for K in Ks}
-    coverage = {K: median_coverage(len(dtau[K]), median_rank(len(dtau[K]))) for K in Ks}
-    line = line_through_medians(Ks, [dtau[K] for K in Ks])
-    return {"runs": sorted(runs, key=lambda r: (r["K"], r["seed"])), "K": Ks, "delta_tau": {K: dtau[K] for K in Ks},
-            "median_ci": medians, "median_coverage": coverage, "fit": fit, "fit_offset": fit_offset, "line": line}
-
-
-def dtau(args):
-    if os.path.isfile(args.root):  # a JSON this command wrote: its analysis redone from its per-run rows
-        with open(args.root) as f:
-            saved = json.load(f)
-        if "runs" not in saved:
-            raise ValueError(f"{args.root!r} is not a JSON written by k2.py dtau (it has no runs)")
-        # a row without censored_after (bench/results/2026-11-26_h100_k2_paper_f.json): censored after iters - tau_2gen
-        result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
-                                                                  if r["status"] == "censored" else None)}
-                                    for r in saved["runs"]])
-        result = {"root": saved.get("root", args.root), **result}  # where the runs were, not this JSON
-    else:
-        runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
-        run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
-        if not run_dirs:
-            raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
-        result = delta_tau_table(run_dirs)
-    for r in result["runs"]:
-        print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
-    for K in result["K"]:
-        m, lo, hi = result["median_ci"][K]
-        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}] "
-              f"({result['median_coverage'][K]:.1%}, exact)")
-    print(f"fit: {result['fit']}")
-    print(f"fit with the linear offset: {result['fit_offset']}")
-    print(f"line through the medians: {result['line']}")
-    if args.json:
-        write_json(args.json, finite_json({"root": args.root} | result), indent=1)
-        print(f"wrote {args.json}")
 
 
 def k2(args):
@@ -503,20 +280,55 @@ def k2(args):
 def replot(args):
     """sweep --replot [JSON]: redraw a sweep's figure from its JSON (bare: FIGURES/k2.json), the PNG beside it; then
     the memorized fractions at the end (memorized_at_the_end)."""
-    cli.replot(args, "k2.json", ("K", "fit", "delta_tau", "median", "memorized_curves", "epsilon"), "k2.py sweep",
-               plot_k2, after=memorized_at_the_end)
+    cli.replot(args, "k2.json", ("K", "fit", "fit_offset", "delta_tau", "median", "memorized_curves", "epsilon",
+                                 "mlp_width"), "k2.py sweep", plot_k2, after=memorized_at_the_end)
 
 
 def memorized_at_the_end(result: dict):
     """Per K at the end (seed means, raw): one set's fraction, the two-set rule's, and a Gaussian model's prediction
-    of the latter and of the noise-free fraction (gaussian_noise_model); nothing for a JSON without the two-set rule."""
-    for K in result["K"] if all("two_sets_raw" in c for cs in result["memorized_curves"].values() for c in cs) else []:
+    of the latter and of the noise-free fraction (gaussian_noise_model); nothing for a sweep scored on one set
+    (figures/k2_width*.json: no second set, no noise to model)."""
+    for K in result["K"] if "null" in result else []:
         cs = result["memorized_curves"][str(K)]
         model = [gaussian_noise_model(c["fraction_raw"][-1], c["sigma"][-1], c["signal_share"][-1],
                                       result["epsilon"]["value"]) for c in cs]
         print(f"K = {K} at the end: one set {np.mean([c['fraction_raw'][-1] for c in cs]):.2f}, two-set rule "
               f"{np.mean([c['two_sets_raw'][-1] for c in cs]):.2f}; Gaussian model: two-set rule "
               f"{np.mean([m['two_sets'] for m in model]):.2f}, noise-free {np.mean([m['noise_free'] for m in model]):.2f}")
+
+
+def dtau(args):
+    """dtau ROOT: Delta tau of the runs in ROOT (delta_tau_table), or of the per-run rows of a JSON this command
+    wrote; printed, and written to --json."""
+    if os.path.isfile(args.root):  # a JSON this command wrote: its analysis redone from its per-run rows
+        saved = cli.read_json(args.root, ("runs",), "k2.py dtau", flag="dtau")
+        try:
+            # rows without censored_after (bench/results/2026-11-26_h100_k2_paper_f.json): iters - tau_2gen
+            result = delta_tau_summary([{**r, "censored_after": r.get("censored_after", r["iters"] - r["tau_2gen"]
+                                                                      if r["status"] == "censored" else None)}
+                                        for r in saved["runs"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"dtau: {args.root} does not hold k2.py dtau's per-run rows ({type(e).__name__}: {e})") \
+                from None
+        result = {"root": saved.get("root", args.root), **result}  # where the runs were, not this JSON
+    else:
+        runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
+        run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
+        if not run_dirs:
+            raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
+        result = delta_tau_table(run_dirs)
+    for r in result["runs"]:
+        print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
+    for K in result["K"]:
+        m, lo, hi = result["median_ci"][K]
+        print(f"K = {K}: Delta tau {result['delta_tau'][K]}, median {m:g} [{lo:g}, {hi:g}] "
+              f"({result['median_coverage'][K]:.1%}, exact)")
+    print(f"fit: {result['fit']}")
+    print(f"fit with the linear offset: {result['fit_offset']}")
+    print(f"line through the medians: {result['line']}")
+    if args.json:
+        write_json(args.json, finite_json({"root": args.root} | result), indent=1)
+        print(f"wrote {args.json}")
 
 
 def main():

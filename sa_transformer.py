@@ -1,7 +1,8 @@
 """The SA-transformer, eq. (base_model), its reduced form, eq. (minimal_simple), the theory of its plateau and its
 training (Sec. "The transition from G1 to G2"; Appendix "Minimal Network for Generalization in the Limit K -> inf",
-"Dynamics of the SA-transformer", "Testing predictions"). sa_scaling.py draws its figures (Figs. 5, 6, A4, A7);
-tau_settings.py and tau_velocities.py ask why the transformer's tau_2Gen(N) does not follow it.
+"Dynamics of the SA-transformer", "Testing predictions"). sa_dynamics.py draws its dynamics (Figs. 5b-c, 6a, A4, A7)
+and sa_scaling.py its tau_2Gen(N) (Fig. 6b-c); tau_settings.py and tau_velocities.py ask why the transformer's
+tau_2Gen(N) does not follow it.
 
 On one-hot states x_1..x_N, predicting s_{N+1} (non-autoregressive):
     A1_{ji} = softmax_{j <= i}( x_j^T M1 x_i + P1_{i-j} )            h_i = sum_{j <= i} A1_{ji} x_j

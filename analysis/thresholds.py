@@ -29,7 +29,7 @@ PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 #
 # The null: a chain's score averages a few dozen sequences, so a model that memorizes nothing could still beat
 # 2-Gen on some chains by chance. The same model scored the same way on fresh chains of D_T, which it cannot have
-# memorized (k2.saved_model_scores), measures that rate: f0, the fraction of its fresh-chain scores below epsilon. If a
+# memorized (memorization.saved_model_scores), measures that rate: f0, the fraction of its fresh-chain scores below epsilon. If a
 # fraction m of S is memorized (always passing) and the rest pass at the rate f0, the fraction of S that passes is
 # f = m + (1 - m) f0, so the memorized fraction is m = (f - f0) / (1 - f0) (corrected).
 #
@@ -43,7 +43,7 @@ NULL_ALPHA = 0.05  # the false-positive rate of the chain-specific-advantage rul
 # The scores' own noise. The null sees chance passes among chains the model never saw; it cannot see them among the
 # chains of S, which the model treats a little better than unseen ones: when most of S sits just above epsilon, a
 # chain crosses it by the noise of its own few dozen sequences. So every chain of S is scored twice, on two
-# independent sets of sequences (a, b; k2.saved_model_scores), and
+# independent sets of sequences (a, b; memorization.saved_model_scores), and
 #   - the noise of one set's score is sigma = std(a - b) / sqrt(2) over the chains (the two sets differ only by it),
 #     and the share of the chains' spread that is real is 1 - sigma^2 / var(a) (signal_share; 0: the chains differ
 #     only by noise);

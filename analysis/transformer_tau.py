@@ -395,15 +395,6 @@ def check_protocol(stored: dict, P: dict):
                          f"this preset's: {want}): name their --preset, or --figures DIR for a record of these")
 
 
-def previous_transformer_runs(path: str) -> dict:
-    """The transformer runs {N: {seed: run}} of the record at path; none if there is no readable record."""
-    try:
-        with open(path) as f:
-            return json.load(f).get("transformer_runs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
 def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
     """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
     and merge them in; write(result), if given, as runs finish (train_transformers' done). The record's runs must be

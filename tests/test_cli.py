@@ -98,7 +98,8 @@ def bad_figures(tmp_path):
     return ["/proc/forbidden", str(afile)]
 
 
-@pytest.mark.parametrize("script, flags", [("predictor_scaling.py", []), ("sa_scaling.py", []), ("mem_minimal.py", []),
+@pytest.mark.parametrize("script, flags", [("predictor_scaling.py", []), ("sa_dynamics.py", []), ("sa_scaling.py", []),
+                                           ("mem_minimal.py", []),
                                            ("sweep.py", ["--plot-only", "--out", "."]),
                                            ("k1.py", ["search", "--preset", "quick"]),
                                            ("k2.py", ["sweep", "--preset", "quick"]),
@@ -139,6 +140,7 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("bench/bench_attention.py", ["--previous", "missing.py"], ["--previous"]),
     ("bench/bench_attention.py", ["--N", "300"], ["--N"]),
     ("bench/bench_attention.py", ["--sweep-kernels", "dq,skew"], ["--sweep-kernels"]),
+    ("sa_dynamics.py", ["--jobs", "0"], ["--jobs"]),
     ("sa_scaling.py", ["--jobs", "0"], ["--jobs"]),
     ("tau_settings.py", ["--N", "1"], ["--N 1", "at least 2"]),
     ("tau_settings.py", ["--settings", "record", "--N", "512x"], ["--N", "'512x' cannot be read"]),
@@ -622,6 +624,7 @@ SHARED = {
     "train.py": ["--preset", "--device", "--threads", "--seed", "--out", "--overwrite"],
     "sweep.py": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--figures", "--out", "--overwrite"],
     "predictor_scaling.py": ["--preset", "--device", "--threads", "--figures"],
+    "sa_dynamics.py": ["--preset", "--threads", "--jobs", "--figures"],
     "sa_scaling.py": ["--preset", "--threads", "--jobs", "--figures"],
     "mem_minimal.py": ["--preset", "--threads", "--jobs", "--seeds", "--figures"],
     "k1.py search": ["--preset", "--device", "--threads", "--jobs", "--seeds", "--perturbed-seeds", "--figures", "--root"],
@@ -673,7 +676,7 @@ def test_make_config_rejects_negative_seeds_from_library_callers(field):
 @pytest.mark.parametrize("script, first_call, words", [
     ("predictor_scaling.py", "scaling_with_K", "preset quick: K to 4096, N to 8192, 8 task distributions, 256 sequences, on cpu; "
                                                "~39-82 min of CPU time, ~1.0-2.1 h on 2 cores shared with other jobs; writing"),
-    ("sa_scaling.py", "F_d", "preset quick: tau_2Gen at N = [32, 64, 128, 256], dynamics at N = 64, 2 processes; writing"),
+    ("sa_dynamics.py", "F_d", "preset quick: dynamics at N = 64, landscapes at N = 64 and 256, 2 processes; writing"),
 ])
 def test_figure_scripts_say_their_preset_before_computing(tmp_path, monkeypatch, run, script, first_call, words):
     def stop(*args, **kwargs):
@@ -748,9 +751,9 @@ def test_the_default_threads_leave_the_busy_cores_alone(tmp_path, monkeypatch, l
 # ----------------------------------------------------------------------------- what a default run costs
 
 HELPED = ["train.py", "sweep.py", "circuits.py", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
-          "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_scaling.py", "tau_settings.py", "tau_velocities.py",
-          "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run", "campaigns call",
-          "campaigns report"]
+          "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_dynamics.py", "sa_scaling.py", "tau_settings.py",
+          "tau_velocities.py", "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run",
+          "campaigns call", "campaigns report"]
 
 
 @pytest.mark.parametrize("command", HELPED)

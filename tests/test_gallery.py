@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 
 import circuits as circuit_tracing
+import sa_dynamics as sd
 import sa_scaling as sa
 import tau_settings as ts
 from analysis import sa_fits, thresholds
+from analysis.sa_record import PRESETS
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
 from analysis.transformer_tau import tau_2gen_drop
@@ -303,7 +305,7 @@ def sa_dynamics():
 def sa_parameters():
     run = load("sa_scaling.json")["runs"]["full_control"][0]
     t = max(run["snapshots"], key=int)
-    return [f(sa.normalized_parameters(run["snapshots"][t])["P1"][1], 2), t]
+    return [f(sd.normalized_parameters(run["snapshots"][t])["P1"][1], 2), t]
 
 
 def sa_theory():
@@ -330,7 +332,7 @@ def sa_scaling():
     Ns = list(tt["N"])
     drop, head = tt["fit"], tt["fit_head"]
     line, head_line = drop["vs_N_over_logN"], head["vs_N_over_logN"]
-    seeds = sa.PRESETS["paper"]["seeds_transformer"]  # an N with fewer is said so: "k of its 8 seeds"
+    seeds = PRESETS["paper"]["seeds_transformer"]  # an N with fewer is said so: "k of its 8 seeds"
     windows = e["full_ablation"]["delta"].values()
     agree = max(fits[k]["slope_vs_N_over_logN_range"][1] - fits[k]["slope_vs_N_over_logN_range"][0]
                 for k in ("tau", "tau_ablation"))
@@ -349,7 +351,7 @@ def sa_scaling():
         + [n(drop["N"][N]["median"]) for N in Ns] \
         + [f(line["slope"], 2), f(line["slope_ci"][0], 2), f(line["slope_ci"][1], 2), Ns[0], Ns[-1]] \
         + sum(([n(drop["N"][N]["seeds"]), n(seeds)] for N in Ns if drop["N"][N]["seeds"] < seeds), []) \
-        + [n(N) for N in sa.PRESETS["paper"]["N_transformer"] if str(N) not in tt["N"]]  # what awaits a GPU
+        + [n(N) for N in PRESETS["paper"]["N_transformer"] if str(N) not in tt["N"]]  # what awaits a GPU
 
 
 def mem_depth_ratios(name: str, min_D_phi: int = 0) -> dict:
@@ -393,7 +395,7 @@ def tau_settings():
     laws, offsets = [h["offset"]["c"] for h in softmax], [h["offset"]["T0"] for h in softmax]
     held = d["record_full"]  # the record's own N (figures/sa_scaling.json), without the N its extension added
     record = c["baseline"]["offset"]
-    full = ts.offset_fit({N: h for N, h in held["heads"].items() if N not in held.get("extended", [])})
+    full = sa_fits.offset_fit({N: h for N, h in held["heads"].items() if N not in held.get("extended", [])})
     at_512 = full["T0"] + full["c"] * 512 / math.log(512)  # the prediction the next run can fail
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")

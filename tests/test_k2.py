@@ -1,5 +1,6 @@
-"""K2*: K = inf training, the per-chain memorization scores, tau_2mem / Delta tau, the divergence and sigmoid
-fits (analysis/estimators.py), epsilon, and `k2.py sweep` end to end on a tiny preset."""
+"""K2*: K = inf training, the per-chain memorization scores and the analysis of a sweep (analysis/memorization.py),
+tau_2mem / Delta tau, the divergence and sigmoid fits (analysis/estimators.py), epsilon, and `k2.py sweep` end to end
+on a tiny preset."""
 import argparse
 import json
 import math
@@ -13,7 +14,7 @@ import torch
 import evaluation
 import k2
 import train
-from analysis import estimators, runs, thresholds
+from analysis import estimators, memorization, runs, thresholds
 from analysis.estimators import (censored_median, divergence, epsilon_calibration, extrapolate_zero, fit_divergence,
                                  fit_sigmoid, median_ci, sigmoid)
 from analysis.thresholds import censored_after, delta_tau, memorized_fraction, score_noise, tau_2mem
@@ -115,7 +116,7 @@ def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_pa
     at a time; the chains are none of S's; the cache is reused, and redone for another number of chains."""
     cfg = tiny(tmp_path / "run", K=4, per_chain=3)
     train.train(cfg, quiet=True)
-    rows = k2.saved_model_scores(cfg.out, 6)
+    rows = memorization.saved_model_scores(cfg.out, 6)
     steps = [r["step"] for r in runs.read_per_chain(cfg.out)]
     assert [r["step"] for r in rows] == steps and all(len(r["delta"]) == 6 for r in rows)
     fresh = evaluation.make_per_chain_data(train.Config(**{**vars(cfg), "per_chain_tasks": 6}), FreshChains())
@@ -133,9 +134,9 @@ def test_the_fresh_chain_null_scores_each_saved_model_on_chains_outside_S(tmp_pa
     own = evaluation.make_per_chain_data(cfg, TaskSet.create(cfg.K, seed=cfg.task_seed))["seqs"]
     assert not any(torch.equal(a, b) for a in fresh["seqs"] for b in own)
     stamp = os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl"))
-    assert k2.saved_model_scores(cfg.out, 6) == rows  # from the cache
+    assert memorization.saved_model_scores(cfg.out, 6) == rows  # from the cache
     assert os.path.getmtime(os.path.join(cfg.out, "per_chain_null.jsonl")) == stamp
-    assert [len(r["delta"]) for r in k2.saved_model_scores(cfg.out, 4)] == [4] * len(steps)  # redone
+    assert [len(r["delta"]) for r in memorization.saved_model_scores(cfg.out, 4)] == [4] * len(steps)  # redone
 
 
 def test_a_second_set_scores_the_same_chains_on_sequences_of_their_own(tmp_path):
@@ -153,14 +154,14 @@ def test_a_second_set_scores_the_same_chains_on_sequences_of_their_own(tmp_path)
         assert not any(torch.equal(x, y) for x in a["seqs"] for y in b["seqs"])
     assert torch.equal(evaluation.make_per_chain_data(cfg, S)["T"], S.T)
     trained = runs.read_per_chain(cfg.out)
-    second = k2.saved_model_scores(cfg.out, None, 1)
+    second = memorization.saved_model_scores(cfg.out, None, 1)
     data = evaluation.make_per_chain_data(cfg, S, 1)
     for row, first in zip(second, trained):
         model = runs.load_run(cfg.out, row["step"])[2]
         assert row["delta"] == pytest.approx(evaluation.per_chain_scores(model, data).tolist(), abs=1e-6)
         redone = evaluation.per_chain_scores(model, evaluation.make_per_chain_data(cfg, S)).tolist()
         assert first["delta"] == pytest.approx(redone, abs=2e-6) and row["delta"] != first["delta"]
-    null, null_b = k2.saved_model_scores(cfg.out, 6, 0), k2.saved_model_scores(cfg.out, 6, 1)
+    null, null_b = memorization.saved_model_scores(cfg.out, 6, 0), memorization.saved_model_scores(cfg.out, 6, 1)
     assert all(x["delta"] != y["delta"] for x, y in zip(null, null_b))
     assert {f for f in os.listdir(cfg.out) if f.startswith("per_chain")} == {
         "per_chain.jsonl", "per_chain_b.jsonl", "per_chain_null.jsonl", "per_chain_null_b.jsonl"}
@@ -353,8 +354,8 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
                        per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8,
                        null_chains=5)
     monkeypatch.setitem(k2.K2_PRESETS, "quick", tiny_preset)
-    monkeypatch.setattr(k2, "read_metrics", _with_K(k2.read_metrics))
-    monkeypatch.setattr(k2, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
+    monkeypatch.setattr(memorization, "read_metrics", _with_K(memorization.read_metrics))
+    monkeypatch.setattr(memorization, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(replot=None, preset="quick", root=str(tmp_path / "runs"), jobs=1, seeds=None,
                               print_commands=False, device="cpu", figures=str(tmp_path / "figures"))
@@ -372,21 +373,23 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     k2.k2(args)  # everything finished: nothing is trained again
     assert os.path.getmtime(tmp_path / "runs" / "K2_s0" / "metrics.jsonl") == stamp
     # a run that memorized before it formed the induction head has no Delta tau: left out, not "longer than the run"
-    monkeypatch.setattr(k2, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
+    monkeypatch.setattr(memorization, "delta_tau", lambda rows: (None, "mem first") if rows[0]["K"] == 2
                         else (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
-    result = k2.analyze_k2(k2.k2_runs("quick", str(tmp_path / "runs"), [0]), null_chains=5)
+    result = memorization.analyze_k2(k2.k2_runs("quick", str(tmp_path / "runs"), [0]), null_chains=5)
     assert result["delta_tau"][2] == [] and result["delta_tau"][3] != [] and [r["status"] for r in result["runs"]][0] == "mem first"
     # Fig. 8a with a finite median whose interval is unbounded (a censored seed among finite ones): the log axis
     # must span the values (its limits once came from a linear autoscale whose bottom was below 0)
     result["median"][5] = (result["median"][5][0], result["median"][5][1], math.inf)
     figures = []
     monkeypatch.setattr(k2.plt, "close", figures.append)
-    old_json = {k: v for k, v in result.items() if k != "fit_offset"}  # as written before the offset fit existed
-    k2.plot_k2({**old_json, "preset": "quick", "N": 8, "iters": 8}, str(tmp_path / "unbounded.png"))
+    k2.plot_k2({**result, "preset": "quick", "N": 8, "mlp_width": 0, "iters": 8}, str(tmp_path / "unbounded.png"))
     low, high = figures[0].axes[0].get_ylim()
     shown = [v for vs in result["delta_tau"].values() for v in vs if v]
     assert 0 < low <= min(shown) and high >= max(shown)
-    assert len(figures[0].axes[1].lines) == 2  # the inset: medians against K2* - K and the fit, with no offset fit
+    assert len(figures[0].axes[1].lines) == 2  # the inset: medians against K2* - K and the fit
+    # scored with the fresh-chain null and on two sets: Fig. A10 draws the two-set rule, the bottom row the null
+    ax10, axeps = figures[0].axes[3], figures[0].axes[4]
+    assert ax10.get_ylabel().startswith("memorized: the two-set rule") and axeps.get_title().startswith("the null")
 
 
 def _with_K(read_metrics):
@@ -417,7 +420,7 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     never.mkdir()
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 60}))
     (never / "metrics.jsonl").write_text("".join(json.dumps({**r, "dense": True}) + "\n" for r in rows_of([2.3] * 7, [0.1] * 7)))
-    table = k2.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir()))
+    table = memorization.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir()))
     assert [(r["K"], r["seed"], r["delta_tau"], r["status"]) for r in table["runs"]] == [
         (4, 0, 10, "ok"), (8, 0, 10, "ok"), (8, 1, 20, "ok"), (16, 0, 30, "ok"), (16, 1, None, "censored"), (16, 2, None, "no 2-gen")]
     assert table["delta_tau"] == {4: [10], 8: [10, 20], 16: [30, None]}
@@ -435,7 +438,10 @@ def test_delta_tau_table_of_run_directories(tmp_path, capsys):
     assert saved["median_coverage"] == {"4": 0.0, "8": 0.5, "16": 0.5}  # 1 and 2 seeds: their range, 0 % and 50 %
     (never / "config.json").write_text(json.dumps({"K": 16, "seed": 2, "iters": 90}))  # another protocol: refused
     with pytest.raises(ValueError, match="differ in iters"):
-        k2.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
+        memorization.delta_tau_table(sorted(str(p) for p in tmp_path.iterdir() if p.is_dir()))
+    (tmp_path / "rows.json").write_text('{"runs": [{"K": 4}]}')  # not this command's rows: one line, no traceback
+    with pytest.raises(ValueError, match="rows.json does not hold k2.py dtau's per-run rows"):
+        k2.dtau(argparse.Namespace(root=str(tmp_path / "rows.json"), json=None))
 
 
 def test_the_line_through_the_medians_and_its_bootstrap_over_seeds():
@@ -481,7 +487,7 @@ def test_k2_figure_from_its_json_ticks_every_K_and_leaves_out_an_empty_inset(tmp
     monkeypatch.setattr(k2.plt, "close", figures.append)
     k2.plot_k2(k2_json(with_fit), str(tmp_path / "k2.png"))
     fig = figures[0]
-    assert len(fig.axes) == (5 if with_fit else 4)
+    assert len(fig.axes) == (6 if with_fit else 5)  # 8a, the inset, 8b, A10, epsilon and its legend's slot
     fig_8a, fig_8b = fig.axes[0], fig.axes[2 if with_fit else 1]
     for ax in (fig_8a, fig_8b):
         assert list(ax.get_xticks()) == [24, 28, 32, 36, 40, 48]
@@ -490,6 +496,10 @@ def test_k2_figure_from_its_json_ticks_every_K_and_leaves_out_an_empty_inset(tmp
     assert [t.get_text() for t in counts] == ["1/2", "2/2"] and all(t.get_rotation() == 0 for t in counts)
     assert "seeds still in 2-Gen at the end" in fig_8a.get_title()
     assert not any("no finite K2*" in t.get_text() for ax in fig.axes for t in ax.texts)
+    # no null in this JSON: one rule, uncorrected, and epsilon's calibration in the null's place
+    ax10, axeps = fig.axes[-3], fig.axes[-2]
+    assert ax10.get_ylabel().startswith("fraction of trained chains memorized") and "corrected" not in ax10.get_ylabel()
+    assert axeps.get_title().startswith("$\\epsilon$ from 2 models at K = inf")
     if with_fit:  # the inset: K2* - K at the finite medians (K = 24..36), spanning less than a decade
         inset = fig.axes[1]
         assert inset.get_title() == "Fig. 8a inset: the divergence"

@@ -25,9 +25,10 @@ import k1
 import k2
 import mem_minimal as mm
 import predictor_scaling
-import sa_scaling as sa
+import sa_dynamics as sd
 import train
 from analysis.estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
+from analysis.memorization import divergence_fits
 from sa_transformer import F1_exact, F_d, I_coefficient, predicted_rates
 from analysis.thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
 from bayes import PREDICTORS
@@ -159,12 +160,10 @@ def test_sa_dynamics_numbers_from_the_committed_trajectories():
     exponents of beta and delta over the three windows, the measured and predicted early rates, tau of the
     dynamics seeds and the final and early weights."""
     d = committed("sa_scaling.json")
-    runs = d["runs"]
-    dyn = {key: runs[name] for name, key in sa.SETTINGS.items()}
-    frozen = {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    N_dyn = sa.PRESETS[d["preset"]]["N_dyn"]
-    w_plateau, tau_control = sa.plateau_weights(dyn[(False, False)], N_dyn)
-    out = sa.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
+    dyn, frozen = sd.dynamics_runs(d)
+    N_dyn = sd.PRESETS[d["preset"]]["N_dyn"]
+    w_plateau, tau_control = sd.plateau_weights(dyn[(False, False)], N_dyn)
+    out = sd.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
     assert close(json.loads(json.dumps(out)), {k: d[k] for k in out}, rel=1e-5)
 
 
@@ -234,8 +233,8 @@ def test_k2_sweep_memorized_fractions_asymptotes_and_epsilon(name):
 def test_k2_quick_run_at_step_0_dense_readouts_and_fresh_chain_null():
     """k2.json's run K = 24, seed 0 at step 0, rebuilt from the quick preset (k2.k2_runs): the gap L_train -
     L^2-Gen on the dense readouts' own held-out set (evaluation.held_out_sets), and the fresh-chain null of the memorized
-    fraction (k2.saved_model_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6 decimals) - its 5 %
-    quantile, epsilon_null, and the rate at which it passes epsilon."""
+    fraction (memorization.saved_model_scores: the per-chain sequences of 256 fixed fresh chains, scored to 6
+    decimals) - its 5 % quantile, epsilon_null, and the rate at which it passes epsilon."""
     d = committed("k2.json")
     cfg = next(c for c in k2.k2_runs("quick", "runs/k2_quick", [0], device="cpu") if (c.K, c.seed) == (24, 0))
     run = next(r for r in d["runs"] if (r["K"], r["seed"]) == (24, 0))
@@ -262,7 +261,7 @@ def test_k2_quick_divergence_fit_and_medians(same_numbers):
     with its interval."""
     d = committed("k2.json")
     Ks = [K for K in d["K"] if d["delta_tau"][str(K)]]
-    fit, offset = k2.divergence_fits(Ks, [d["delta_tau"][str(K)] for K in Ks], [d["censored_after"][str(K)] for K in Ks])
+    fit, offset = divergence_fits(Ks, [d["delta_tau"][str(K)] for K in Ks], [d["censored_after"][str(K)] for K in Ks])
     for mine, theirs in ((fit, d["fit"]), (offset, d["fit_offset"])):
         assert same_numbers({k: v for k, v in as_json(mine).items() if k in theirs}, theirs, rel=1e-9)
     assert as_json({K: median_ci(d["delta_tau"][str(K)]) for K in Ks}) == {str(K): d["median"][str(K)] for K in Ks}

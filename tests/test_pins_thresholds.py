@@ -1,7 +1,7 @@
-"""analysis/thresholds.py's rules and its K2* analysis pinned by hand: tau_2gen, tau_2mem and Delta tau at their edges
-(the same step, rows out of order), and analyze_k2 on run directories written here (config.json, dense rows,
-per-chain scores) whose every number - Delta tau and its censoring, epsilon, the memorized fractions, their
-asymptotes and Fig. 8b's zero crossing - is worked out in the test."""
+"""analysis/thresholds.py's rules and the K2* analysis on them (analysis/memorization.py) pinned by hand: tau_2gen,
+tau_2mem and Delta tau at their edges (the same step, rows out of order), and analyze_k2 on run directories written
+here (config.json, dense rows, per-chain scores) whose every number - Delta tau and its censoring, epsilon, the
+memorized fractions, their asymptotes and Fig. 8b's zero crossing - is worked out in the test."""
 import json
 import math
 
@@ -12,7 +12,7 @@ from test_pins_estimators import SLOW_CURVE, SLOW_STEPS
 import k1
 import k2
 import train
-from analysis import thresholds
+from analysis import memorization, thresholds
 from analysis.estimators import fit_sigmoid
 from runners import probes
 
@@ -153,7 +153,7 @@ def hand_written_runs(tmp_path, second=lambda scores: None, null_second=None) ->
 
 
 def test_analyze_k2_on_hand_written_runs(tmp_path):
-    result = k2.analyze_k2(hand_written_runs(tmp_path), null_chains=len(NULL))  # the nulls written above, not recomputed
+    result = memorization.analyze_k2(hand_written_runs(tmp_path), null_chains=len(NULL))  # the nulls written above, not recomputed
 
     assert result["K"] == [8, 16, 32]
     assert result["delta_tau"] == {8: [10, 20], 16: [None], 32: [20, 30]}  # no Delta tau for a run never in 2-Gen
@@ -217,7 +217,7 @@ def test_the_two_set_rule_on_hand_written_runs(tmp_path):
     def second(scores):
         return [[v + (0.01 if i % 2 else -0.01) for i, v in enumerate(row)] for row in scores]
 
-    result = k2.analyze_k2(hand_written_runs(tmp_path, second, NULL[::-1]), null_chains=len(NULL))
+    result = memorization.analyze_k2(hand_written_runs(tmp_path, second, NULL[::-1]), null_chains=len(NULL))
     eps = result["epsilon"]["value"]
     f0 = thresholds.score_noise([{"step": s, "delta": NULL} for s in STEPS],
                                 [{"step": s, "delta": NULL[::-1]} for s in STEPS], eps)["fraction"]
@@ -254,8 +254,8 @@ def test_a_sigmoid_fit_that_does_not_converge_is_reported_and_the_analysis_goes_
         gives_up = any(fraction == pytest.approx(fractions[seed]) for seed in failing)
         return slow if gives_up else fit_sigmoid(steps, fraction)
 
-    monkeypatch.setattr(k2, "fit_sigmoid", fit)
-    result = k2.analyze_k2(hand_written_runs(tmp_path), null_chains=len(NULL))
+    monkeypatch.setattr(memorization, "fit_sigmoid", fit)
+    result = memorization.analyze_k2(hand_written_runs(tmp_path), null_chains=len(NULL))
     for r in result["runs"]:
         failed = (r["K"], r["seed"]) in {(16, s) for s in failing}
         assert (r["memorized_asymptote"] is None) == failed and r.get("memorized_asymptote_why") == (slow["why"] if failed else None)
@@ -270,7 +270,7 @@ def test_a_sigmoid_fit_that_does_not_converge_is_reported_and_the_analysis_goes_
         assert result[key] == pytest.approx(math.exp(-intercept / slope), rel=1e-6), key
     figures = []
     monkeypatch.setattr(k2.plt, "close", figures.append)
-    k2.plot_k2({"preset": "quick", "N": 8, "iters": 30, **result}, str(tmp_path / "k2.png"))
+    k2.plot_k2({"preset": "quick", "N": 8, "mlp_width": 0, "iters": 30, **result}, str(tmp_path / "k2.png"))
     ax = next(ax for ax in figures[0].axes if ax.get_title().startswith("Fig. 8b"))
     assert f"{len(failing)} seed(s) left out: the sigmoid fit did not converge" in ax.get_title()
     points = ax.get_lines()[0]  # the seeds' means that have an asymptote, at their K

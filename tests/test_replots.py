@@ -1,5 +1,6 @@
 """A redraw from a committed JSON leaves that JSON byte for byte as it was (a clone's `git status` stays clean after
-a pure redraw) and says what it wrote: sa_scaling.py, mem_minimal.py, task_vectors.py and circuits.py."""
+a pure redraw) and says what it wrote: sa_dynamics.py, sa_scaling.py, mem_minimal.py, task_vectors.py and
+circuits.py."""
 import json
 import os
 import shutil
@@ -8,6 +9,7 @@ import pytest
 
 import circuits
 import mem_minimal as mm
+import sa_dynamics as sd
 import sa_scaling as sa
 import task_vectors as tv
 from stand_ins import run  # noqa: F401 (a fixture)
@@ -37,12 +39,17 @@ def scaled(value, factor: float):
     return value * factor if isinstance(value, float) else value
 
 
-def test_sa_transformer_replot_leaves_its_json_as_it_was(tmp_path, capsys):
+def test_sa_transformer_replots_leave_their_json_as_it_was(tmp_path, capsys):
+    """sa_dynamics.py's four figures and sa_scaling.py's one, each redrawn from the record they share."""
     before = committed(tmp_path, **{"sa_scaling.json": "sa_scaling.json"})
+    sd.replot(str(tmp_path / "sa_scaling.json"))
     sa.replot(str(tmp_path / "sa_scaling.json"))
     assert_unchanged(tmp_path, before)
-    assert capsys.readouterr().out == (f"wrote {tmp_path}/sa_*.png from {tmp_path}/sa_scaling.json (tau refitted: the "
-                                       "same numbers, the JSON left as it was)\n")
+    assert capsys.readouterr().out == (
+        f"wrote {tmp_path}/sa_dynamics.png, sa_parameters.png, sa_theory.png, sa_trajectories.png from "
+        f"{tmp_path}/sa_scaling.json (each seed's exponents re-derived: the same numbers, the JSON left as it was)\n"
+        f"wrote {tmp_path}/sa_scaling.png from {tmp_path}/sa_scaling.json (tau refitted: the same numbers, the JSON "
+        "left as it was)\n")
     assert len(list(tmp_path.glob("sa_*.png"))) == 5
 
 
@@ -106,6 +113,8 @@ def test_trace_replot_leaves_its_json(tmp_path, capsys):
     ("train.py", ["--replot", "{tmp}/fig2a_K256.json"], ["fig2a_K256.json"], ["fig2a_K256.png"]),
     ("sweep.py", ["--replot", "{tmp}/fig2bc.json"], ["fig2bc.json"], ["fig2bc.png"]),
     ("k2.py", ["sweep", "--replot", "{tmp}/k2.json"], ["k2.json"], ["k2.png"]),
+    *[("k2.py", ["sweep", "--replot", f"{{tmp}}/{name}.json"], [f"{name}.json"], [f"{name}.png"])  # scored on one set
+      for name in ("k2_width32_3000", "k2_width32_5000", "k2_width256_4000")],
     ("k1.py", ["search", "--replot", "--figures", "{tmp}"], ["k1.json"], ["k1.png"]),
     ("k1.py", ["summary", os.path.join("bench", "results", "2026-11-26_h100_k1_grid_d.json"), "--figures", "{tmp}"],
      ["k1_grid_h100.json"], ["k1_grid_h100.png"]),
@@ -150,7 +159,8 @@ def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path,
 
 REDRAWS = [("train.py", [], "fig2a_K256.json"), ("sweep.py", [], "fig2bc.json"), ("k2.py", ["sweep"], "k2.json"),
            ("k1.py", ["search"], "k1.json"), ("circuits.py", [], "circuits.json"),
-           ("sa_scaling.py", [], "sa_scaling.json"), ("mem_minimal.py", [], "mem_minimal.json"),
+           ("sa_dynamics.py", [], "sa_scaling.json"), ("sa_scaling.py", [], "sa_scaling.json"),
+           ("mem_minimal.py", [], "mem_minimal.json"),
            ("task_vectors.py", [], "task_vectors.json"), ("tau_settings.py", [], "tau_settings.json"),
            ("tau_velocities.py", [], "tau_velocities.json"), ("predictor_scaling.py", [], "predictor_scaling.json")]
 

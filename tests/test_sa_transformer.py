@@ -1,5 +1,6 @@
-"""sa_transformer.py (the model, its theory, its training), analysis/sa_fits.py and sa_scaling.py (Figs. 5, 6, A4,
-A7): exact limits of the SA-transformer, its factorized attention, the theory, the fits and figures."""
+"""sa_transformer.py (the model, its theory, its training), analysis/sa_fits.py, analysis/sa_record.py, sa_dynamics.py
+and sa_scaling.py (Figs. 5, 6, A4, A7): exact limits of the SA-transformer, its factorized attention, the theory, the
+fits and figures."""
 import itertools
 import json
 import math
@@ -12,9 +13,11 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+import sa_dynamics as sd
 import sa_scaling as sa
 import sa_transformer as sat
 from analysis import sa_fits
+from analysis.sa_record import PRESETS, SETTINGS, dynamics_runs
 from analysis import transformer_tau as st
 from engine import fastdata
 from markov import sample_chains, sample_sequences
@@ -131,9 +134,11 @@ def test_power_fit_and_crossing():
     assert math.isnan(st.crossing([0, 10], [2.0, 1.9], 1.0))
 
 
-@pytest.mark.parametrize("args", [["--N", "1"], ["--preset", "tiny"], ["--jobs", "0"]])
-def test_bad_input(run, args):
-    r = run("sa_scaling.py", *args)
+@pytest.mark.parametrize("script, args", [("sa_dynamics.py", ["--N", "1"]), ("sa_dynamics.py", ["--preset", "tiny"]),
+                                          ("sa_dynamics.py", ["--jobs", "0"]), ("sa_scaling.py", ["--preset", "tiny"]),
+                                          ("sa_scaling.py", ["--jobs", "0"]), ("sa_scaling.py", ["--N", "64"])])
+def test_bad_input(run, script, args):
+    r = run(script, *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -375,7 +380,7 @@ def test_normalized_parameters_are_the_attention_the_blocks_imply():
     M2[10 + 2, 5] = 3.0  # a key holding state 2 also matches a query in state 5
     M2[:10, :10] = 7.0  # other blocks do not enter
     snap = {"P1": P1, "M1": torch.zeros(10, 10).tolist(), "M2": M2.tolist(), "P2": [0.0] * N}
-    view = sa.normalized_parameters(snap)
+    view = sd.normalized_parameters(snap)
     assert view["P1"] == pytest.approx([math.exp(x) / (5 + math.exp(2)) for x in P1])
     M2_hx = torch.tensor(view["M2_hx"])
     e3 = math.exp(3)
@@ -399,7 +404,7 @@ def test_trajectory_overlay_draws_the_seed_means_of_the_runs_it_is_given(tmp_pat
               "ablation": np.ones((3, 3)).tolist()}
     runs = {"control": {"full": [synthetic_run(1.0), synthetic_run(3.0, 20)], "reduced": [synthetic_run(0.5)]},
             "ablation": {"full": [synthetic_run(4.0)], "reduced": [synthetic_run(6.0), synthetic_run(8.0)]}}
-    fig = sa.plot_trajectories(origin, runs, str(tmp_path / "a7.png"))
+    fig = sd.plot_trajectories(origin, runs, str(tmp_path / "a7.png"))
     assert (tmp_path / "a7.png").stat().st_size > 0
     t = np.arange(0, 200, 10) / 100
     expected = {("control", "full"): (2.0 * t, 2.0 * t**2),  # mean of scales 1 and 3 over the 20 shared evaluations
@@ -480,9 +485,7 @@ def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
     result["transformer_tau"] = st.transformer_summary(result["transformer_runs"])
-    dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
-    frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    fig = sa.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
+    fig = sa.plot_scaling(*dynamics_runs(result), result, str(tmp_path / "s.png"))
     title = fig.axes[3].get_title()
     assert ("slope vs N / log N -0.44 (95 % bootstrap interval -0.48 to -0.38; paper: 1)\nslope vs N -0.34, 8 seeds per N"
             in title)  # the README's brackets, in words on the figure
@@ -501,7 +504,7 @@ def test_parameter_figure_leaves_out_t0_and_gives_every_heat_map_a_colour_bar():
     """Fig. 5c/A4: parameters start at zero, so t = 0 has no panel; the positional attention is not clamped to
     [0, 1] (its early values are ~1/N); every heat map has a colour bar."""
     run = {"run": {"N": 16, "seed": 0}, "snapshots": {str(t): snapshot(t / 100) for t in (0, 100, 200, 300, 400)}}
-    fig = sa.plot_parameters(run, os.devnull)
+    fig = sd.plot_parameters(run, os.devnull)
     titles = " ".join(ax.get_title() for ax in fig.axes)
     assert "t = 0" not in titles and all(f"t = {t}" in titles for t in (100, 400))  # the first and the last
     heat_maps = [ax for ax in fig.axes if ax.images]
@@ -516,7 +519,7 @@ def test_parameter_figure_leaves_out_t0_and_gives_every_heat_map_a_colour_bar():
 def test_theory_figure_has_integer_lags():
     result = {"F_d": [0.08 / 3**d for d in range(20)], "F1_exact": 0.08,
               "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]}}
-    ax = sa.plot_theory(result, os.devnull).axes[0]
+    ax = sd.plot_theory(result, os.devnull).axes[0]
     low, high = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if low <= t <= high]
     assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks)
@@ -524,13 +527,14 @@ def test_theory_figure_has_integer_lags():
 
 
 def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
-    """The JSON holds every number the SA figures draw: a --replot needs no run."""
+    """The JSON holds every number the SA figures draw: each script's --replot needs no run; a record without the
+    dynamics runs is one line from each, naming the script that writes them."""
     Ns = [32, 64]
     sa_run = lambda scale, snaps=False: {**synthetic_run(scale), "masked_loss": [2.3 - 0.001 * i for i in range(30)],
                                       "w": [[0.25] * 4] * 30, "tau": 150.0, "run": {"N": 64, "seed": 0},
                                       "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25, "masked_loss_2gen": 2.1},
                                       **({"snapshots": {"0": snapshot(0.0, 64), "50": snapshot(0.5, 64)}} if snaps else {})}
-    runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in sa.SETTINGS}
+    runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in SETTINGS}
     runs.update(frozen_control=[sa_run(1.0)], frozen_ablation=[sa_run(2.0)])
     near = [-1.0, 0.0, 1.0]
     taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
@@ -540,38 +544,38 @@ def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
               "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                    "ablation": np.ones((3, 3)).tolist()}}
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
-    r = run("sa_scaling.py", "--replot", "--figures", tmp_path)
-    assert r.returncode == 0, r.stderr
+    for script in ("sa_dynamics.py", "sa_scaling.py"):
+        r = run(script, "--replot", "--figures", tmp_path)
+        assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"sa_{name}.png" for name in
                                                                ("dynamics", "parameters", "scaling", "theory", "trajectories")]
     (tmp_path / "sa_scaling.json").write_text(json.dumps({k: v for k, v in result.items() if k != "runs"}))
-    r = run("sa_scaling.py", "--replot", "--figures", tmp_path)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: --replot: {tmp_path}/sa_scaling.json lacks runs "
-                                                                   "(not written by sa_scaling.py; rerun it)"]
+    for script in ("sa_dynamics.py", "sa_scaling.py"):
+        r = run(script, "--replot", "--figures", tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"error: --replot: {tmp_path}/sa_scaling.json lacks runs (not written by sa_dynamics.py; rerun it)"]
 
 
 def test_run_records_keep_what_the_figures_draw(tmp_path):
     """sa_scaling.json's "runs" from real (tiny) runs: rounded to 6 significant digits, the first control run
-    with its snapshots, and enough for write_figures to draw all five figures from the JSON."""
+    with its snapshots, and enough for sa_dynamics.write_figures to draw its four figures from the JSON."""
     def tiny(seed, reduced=False, ablate=False, **kw):
         return sat.train_sa(sat.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
                                   eval_batch=32, snapshots=() if reduced else (0, 10, 20), **kw))
     dyn = {(red, abl): [tiny(s, red, abl) for s in range(2)] for red in (False, True) for abl in (False, True)}
     frozen = {abl: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))] for abl in (False, True)}
-    records = json.loads(json.dumps(sa.run_records(dyn, frozen)))
-    assert sorted(records) == sorted([*sa.SETTINGS, "frozen_control", "frozen_ablation"])
+    records = json.loads(json.dumps(sd.run_records(dyn, frozen)))
+    assert sorted(records) == sorted([*SETTINGS, "frozen_control", "frozen_ablation"])
     first = records["full_control"][0]
     assert sorted(first["snapshots"]) == ["0", "10", "20"] and all("snapshots" not in r for r in records["full_control"][1:])
     np.testing.assert_allclose(first["beta"], dyn[(False, False)][0]["beta"], rtol=5e-6, atol=0)  # 6 significant digits
     np.testing.assert_allclose(records["reduced_ablation"][1]["w"], dyn[(True, True)][1]["w"], rtol=5e-6, atol=0)
     near = [-1.0, 0.0, 1.0]
-    taus = {key: {"8": [10.0], "16": [20.0]} for key in ("tau", "tau_ablation", "tau_transformer")}
-    sa.write_figures({"F_d": [0.1, 0.01], "F1_exact": 0.08, "runs": records, **taus,
-                      "tau_fits": {key: sa_fits.fit_tau(value) for key, value in taus.items()},
+    sd.write_figures({"F_d": [0.1, 0.01], "F1_exact": 0.08, "runs": records,
                       "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
                       "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
                                            "ablation": np.ones((3, 3)).tolist()}}, str(tmp_path))
-    assert len(list(tmp_path.glob("sa_*.png"))) == 5
+    assert sorted(p.name for p in tmp_path.glob("sa_*.png")) == sorted(sd.FIGURES)
 
 
 def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_N(monkeypatch):
@@ -589,7 +593,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     record = {"tau_transformer": {"24": [100.0, 120.0]}}
     st.merge_transformer_runs(record, {32: [st.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
     written = []
-    P = dict(sa.PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
+    P = dict(PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
     st.add_transformer_runs(record, P, jobs=1, device="cuda", write=lambda r: written.append(json.loads(json.dumps(r))))
     assert calls == [(32, (1,), 5000, "cuda"), (128, (0, 1), 5000, "cuda")]
     assert [list(w["transformer_runs"]) for w in written] == [["32"], ["32", "128"]]  # the first write: N = 32 alone
@@ -617,7 +621,7 @@ def test_transformer_runs_on_the_cpu_are_kept_as_each_finishes(monkeypatch):
             on_result(job, synthetic_transformer_run(job[0], job[1], drop=1000.0, cap=job[2]))
 
     monkeypatch.setattr(sa.cli, "parallel_map", fake)
-    P = dict(sa.PRESETS["paper"], N_transformer=[64, 32], seeds_transformer=2)
+    P = dict(PRESETS["paper"], N_transformer=[64, 32], seeds_transformer=2)
     record, written = {}, []
     with pytest.raises(KeyboardInterrupt):
         st.add_transformer_runs(record, P, jobs=2, write=lambda r: written.append(json.loads(json.dumps(r))))
@@ -631,22 +635,19 @@ def test_transformer_runs_on_the_cpu_are_kept_as_each_finishes(monkeypatch):
 
 
 def test_the_transformer_runs_of_a_record_are_kept_and_never_mixed_with_another_protocol(tmp_path, monkeypatch):
-    """A rerun of the SA experiments keeps the record's transformer runs (the paper protocol's, hours of training) and
-    their re-read; --transformer (the quick protocol) on a record of paper-protocol runs, and --transformer-only
-    with another preset, are refused before anything trains, since one fit would mix two step caps and eval sets.
-    The SA experiments are stubbed: only what main does with the record is under test."""
-    paper = sa.PRESETS["paper"]
+    """A rerun of the SA-transformer's tau_2Gen(N) keeps the record's transformer runs (the paper protocol's, hours of
+    training) and their re-read; --transformer (the quick protocol) on a record of paper-protocol runs, and
+    --transformer-only with another preset, are refused before anything trains, since one fit would mix two step caps
+    and eval sets. The runs and the figure are stubbed: only what main does with the record is under test."""
+    paper = PRESETS["paper"]
     runs = {"32": {"0": st.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=paper["transformer_iters"]))}}
-    (tmp_path / "sa_scaling.json").write_text(json.dumps({"transformer_runs": runs}))
-    trained, printed = [], ("tau", "tau_ablation", "tau_transformer", "tau_fits", "beta_exponent_control",
-                            "delta_exponent_control", "beta_exponent_ablation", "delta_exponent_ablation", "final_loss",
-                            "loss_2gen", "w_early", "w_final", "rates")  # what main prints at its end
-    for name, value in (("theory", lambda P: {"I": 0.0}),
-                        ("train_sa_series", lambda P, jobs: trained.append(P) or ({(False, False): []}, {})),
-                        ("train_frozen", lambda P, dyn, jobs: ({}, None, None)),
-                        ("dynamics_summary", lambda *a: dict.fromkeys(printed, None)),
-                        ("scaling_summary", lambda tau_runs: {}), ("landscapes", lambda P: {}),
-                        ("run_records", lambda dyn, frozen: {}), ("write_figures", lambda result, out: None),
+    (tmp_path / "sa_scaling.json").write_text(json.dumps({"runs": {}, "transformer_runs": runs}))
+    trained = []
+    printed = ("tau", "tau_ablation", "tau_fits", "final_loss", "loss_2gen")  # what main prints at its end
+    for name, value in (("train_tau_series", lambda P, jobs: trained.append(P) or {}),
+                        ("scaling_summary", lambda tau_runs: dict.fromkeys(printed)),
+                        ("dynamics_runs", lambda record: ({}, {})),
+                        ("plot_scaling", lambda dyn, frozen, result, path: None),
                         ("train_transformers", lambda P, jobs, device: trained.append("transformer") or {})):
         monkeypatch.setattr(sa, name, value)
     monkeypatch.setattr(sys, "argv", ["sa_scaling.py", "--preset", "quick", "--figures", str(tmp_path)])
@@ -658,7 +659,52 @@ def test_the_transformer_runs_of_a_record_are_kept_and_never_mixed_with_another_
         sa.main()
     assert len(trained) == 1  # the refused call trained nothing
     with pytest.raises(ValueError, match="another protocol"):
-        st.add_transformer_runs(written, sa.PRESETS["quick"], jobs=1)
+        st.add_transformer_runs(written, PRESETS["quick"], jobs=1)
+
+
+def test_each_script_writes_its_part_of_the_record_at_one_preset(tmp_path, monkeypatch, run):
+    """sa_dynamics.py and sa_scaling.py write one record: each replaces its part and keeps the other's (and the
+    transformer's runs); a call at another preset than the record's SA runs is refused before training (one line,
+    exit 2), and so is sa_scaling.py's before sa_dynamics.py has written the dynamics runs its figure draws. The
+    runs and figures are stubbed: only what the mains do with the record is under test."""
+    trained = []
+    for name, value in (("theory", lambda P: {"I": 0.1}),
+                        ("train_dynamics", lambda P, jobs: trained.append("dynamics") or {(False, False): []}),
+                        ("train_frozen", lambda P, control, jobs: ({}, None, None)),
+                        ("dynamics_summary", lambda *a: {"exponents": "new"} | dict.fromkeys(  # what main prints
+                            ("beta_exponent_control", "delta_exponent_control", "beta_exponent_ablation",
+                             "delta_exponent_ablation", "w_early", "w_final", "rates"))),
+                        ("landscapes", lambda P: {}),
+                        ("run_records", lambda dyn, frozen: {"full_control": "new"}),
+                        ("exponent_checks", lambda record: {}), ("write_figures", lambda record, out: None)):
+        monkeypatch.setattr(sd, name, value)
+    for name, value in (("train_tau_series", lambda P, jobs: trained.append("tau") or {}),
+                        ("scaling_summary", lambda tau_runs: dict.fromkeys(("tau", "tau_ablation", "tau_fits",
+                                                                            "final_loss", "loss_2gen"), "new")),
+                        ("dynamics_runs", lambda record: ({}, {})), ("plot_scaling", lambda *a: None)):
+        monkeypatch.setattr(sa, name, value)
+    path = tmp_path / "sa_scaling.json"
+    r = run("sa_scaling.py", "--preset", "quick", "--figures", tmp_path)
+    assert r.returncode == 2 and "sa_dynamics.py" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    path.write_text(json.dumps({"preset": "quick", "tau": "old", "runs": "old", "exponents": "old",
+                                "transformer_runs": {}, "w_third": "old"}))
+    assert run("sa_dynamics.py", "--preset", "quick", "--figures", tmp_path).returncode == 0
+    record = json.loads(path.read_text())
+    assert (record["runs"], record["exponents"], record["tau"], record["w_third"]) == ({"full_control": "new"}, "new",
+                                                                                       "old", "old")
+    r = run("sa_scaling.py", "--preset", "quick", "--figures", tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("preset quick: tau_2Gen at N = [32, 64, 128, 256], 2 processes; "
+                                                     "writing")  # before it trains
+    record = json.loads(path.read_text())
+    assert (record["runs"], record["tau"], record["w_third"], record["transformer_runs"]) == (
+        {"full_control": "new"}, "new", "old", {})
+    assert trained == ["dynamics", "tau"]
+    for script in ("sa_dynamics.py", "sa_scaling.py"):
+        r = run(script, "--preset", "paper", "--figures", tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"error: {path} holds the quick preset's SA-transformer runs: name --preset quick, or --figures DIR for a "
+            "record of the paper preset"]
+    assert trained == ["dynamics", "tau"]
 
 
 def synthetic_transformer_run(N, seed, drop=None, cap=4000, phi_head=0.8, every=50):
@@ -801,7 +847,8 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
                                        for N, ds in drops.items()})
     result["transformer_tau"]["N"]["32"]["status"] = ["tau"] * 3  # stale: the replot re-reads it
     (tmp_path / "sa_scaling.json").write_text(json.dumps(result))
-    monkeypatch.setattr(sa, "write_figures", lambda result, out: None)  # the panel is drawn below
+    draw = sa.plot_scaling
+    monkeypatch.setattr(sa, "plot_scaling", lambda dyn, frozen, result, path: None)  # the panel is drawn below
     sa.replot(str(tmp_path / "sa_scaling.json"))
     again = json.loads((tmp_path / "sa_scaling.json").read_text())
     assert again["transformer_tau"]["N"]["32"]["status"] == ["tau", "tau", "censored"]
@@ -809,12 +856,12 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     assert fit["N"]["32"]["no_tau"] == 1 and fit["vs_N_over_logN"]["seeds"] == [3, 3, 3]
     assert fit["N"]["64"]["median"] == pytest.approx(2100.0)
     assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
-    fig = sa.plot_scaling(*committed_dynamics(again), again, os.devnull)
+    fig = draw(*dynamics_runs(again), again, os.devnull)
     assert "3 seeds per N" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
     assert_panel_readable(fig.axes[3])
     legacy = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
     legacy["tau_fits"] = {key: sa_fits.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
-    title = sa.plot_scaling(*committed_dynamics(legacy), legacy, os.devnull).axes[3].get_title()
+    title = draw(*dynamics_runs(legacy), legacy, os.devnull).axes[3].get_title()
     assert "first halfway crossings (no trajectories stored, not re-read)" in title
 
 
@@ -834,7 +881,7 @@ def test_the_committed_transformer_panel_is_readable():
     committed = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
     if "transformer_tau" not in committed:
         pytest.skip("no transformer trajectories in the committed record")
-    assert_panel_readable(sa.plot_scaling(*committed_dynamics(committed), committed, os.devnull).axes[3])
+    assert_panel_readable(sa.plot_scaling(*dynamics_runs(committed), committed, os.devnull).axes[3])
 
 
 def test_the_transformer_legend_names_the_markers_drawn():
@@ -853,11 +900,6 @@ def test_the_transformer_legend_names_the_markers_drawn():
     assert "censored at the cap (bound)" in texts and "drop, no head (phi below PHI_FORMED)" in texts
     texts = legend({"32": {s: runs["32"][s] for s in ("0", "1")}})
     assert not any(t.startswith(("censored", "drop, no head")) for t in texts)
-
-
-def committed_dynamics(result):
-    dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
-    return dyn, {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
 
 
 def test_fit_tau_censored_counts_runs_without_tau_and_states_its_seeds():
@@ -889,7 +931,7 @@ def test_the_dynamics_legend_names_the_model_curves(tmp_path):
                 "run": {"N": 64, "seed": seed}, "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25,
                                                            "masked_loss_2gen": 2.1}}
     dyn = {(False, ablate): [run(0), run(1), run(2)] for ablate in (False, True)}
-    fig = sa.plot_dynamics(dyn, str(tmp_path / "d.png"))
+    fig = sd.plot_dynamics(dyn, str(tmp_path / "d.png"))
     for ax in fig.axes[:2]:
         texts = [t.get_text() for t in ax.get_legend().get_texts()]
         assert texts[:2] == ["SA-transformer, seed 0", "other seeds (2)"]
@@ -901,7 +943,7 @@ def test_the_trajectory_figure_has_readable_ticks_and_a_labelled_colour_bar(tmp_
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
     runs = {setting: {"full model": [synthetic_run(0.5)]} for setting in ("control", "ablation")}
-    fig = sa.plot_trajectories(result["landscape_origin"], runs, str(tmp_path / "a7.png"))
+    fig = sd.plot_trajectories(result["landscape_origin"], runs, str(tmp_path / "a7.png"))
     fig.canvas.draw()
     for ax in fig.axes[:2]:  # the two landscapes, then their colour bars
         for axis in (ax.xaxis, ax.yaxis):
@@ -937,7 +979,7 @@ def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monke
     mean tau of their N and setting, and are fitted on that tau's clock; the beta panel draws them and its title
     gives their exponent."""
     monkeypatch.setattr(sa, "W_THIRD", dict(sa.W_THIRD, N=(8,), seeds=1))
-    monkeypatch.setitem(sa.PRESETS["quick"], "eval_batch", 64)
+    monkeypatch.setitem(PRESETS["quick"], "eval_batch", 64)
     out = sa.train_w_third({"tau": {"8": [60.0, 80.0]}, "tau_ablation": {"8": [100.0]}}, 1)
     for setting, steps in (("control", 52), ("ablation", 75)):
         (run,) = out["runs"]["8"][setting]
@@ -946,9 +988,7 @@ def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monke
         assert out["exponents"]["8"][setting]["tau_mean"] == (70.0 if setting == "control" else 100.0)
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = json.load(f)
-    dyn = {key: result["runs"][name] for name, key in sa.SETTINGS.items()}
-    frozen = {ablate: result["runs"][f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
-    fig = sa.plot_scaling(dyn, frozen, result, str(tmp_path / "s.png"))
+    fig = sa.plot_scaling(*dynamics_runs(result), result, str(tmp_path / "s.png"))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "full, w held at 1/3, control" in labels and "full, w held at 1/3, ablation" in labels
     held = result["w_third"]["exponents"]["64"]["control"]["beta"]["0.05-0.5"]

@@ -14,10 +14,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
-SCRIPTS = ("predictor_scaling", "sweep", "circuits", "task_vectors", "sa_scaling", "tau_settings", "tau_velocities",
-           "mem_minimal", "k1", "k2")
-MODELS = ("sa_transformer",)  # the paper's second model, its theory and training: the file of Figs. 5-6's script and of
-# the two studies of why the transformer's tau(N) is flat, which a figure script may not hold since none imports another
+SCRIPTS = ("predictor_scaling", "sweep", "circuits", "task_vectors", "sa_dynamics", "sa_scaling", "tau_settings",
+           "tau_velocities", "mem_minimal", "k1", "k2")
+MODELS = ("sa_transformer",)  # the paper's second model, its theory and training: the file of Figs. 5-6's two scripts
+# and of the two studies of why the transformer's tau(N) is flat, which a figure script may not hold since none imports
+# another
 # each top-level module or package, by level: a module may import its own level and those below, never one above
 LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plumbing",), ("engine",), ("train",),
           ("analysis",), ("runners",), MODELS, SCRIPTS, ("campaigns",)]
@@ -30,11 +31,6 @@ TRAIN_ENGINE = {"train": {"engine.ensemble"}}
 # the files past ~500 lines, and why a reader would accept it
 LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training, the K2_hat searches with their run-time "
                           "estimate, and the three figures drawn from one JSON",
-        "k2.py": "Figs. 8a-b, A10 end to end: the sweep's runs, Delta tau and the memorized fractions with their "
-                 "noise, and the figure drawn from one JSON with its redraw",
-        "sa_scaling.py": "Figs. 5, 6, A4, A7 end to end: the SA-transformer's series, their summaries against the "
-                         "theory, the transformer's runs of Fig. 6c bottom merged into one record, Fig. 6b's test with w "
-                         "held, and the five figures with their redraw",
         "kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
                                 "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500
