@@ -30,9 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from analysis.transformer_tau import C, crossing, fresh_batch, model_for, predictor_levels
+from analysis.transformer_tau import C, crossing, fresh_batch, predictor_levels
 from markov import sample_chains, stationary
-from transformer import layer_norm
 
 # ----------------------------------------------------------------------------- the model
 
@@ -76,67 +75,14 @@ def expert_paths(X: torch.Tensor, h: torch.Tensor, A2: torch.Tensor) -> torch.Te
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
 
-class TransformerAttention(nn.Module):
-    """The attention of Fig. 6c bottom's transformer (analysis/transformer_tau.last_position) as the SA-transformer's
-    two layers, for a hybrid of tau_settings.py's ladder: the SA-transformer's readout (the mixture of its four
-    experts) on the transformer's learned embeddings W_E read through layer norm, factorised W_Q, W_K, W_V and
-    relative-position biases, started at the transformer's draw for `seed`. It returns what `layers` returns:
-    layer 1's attention of every position, as one-hot states averaged (h), and layer 2's at the last position.
-
-    Layer 1's score depends only on the two states, so it is the SA's layer 1 with
-        M1[a, b] = k(a) . q(b) / sqrt(d),   q(b) = W_Q1 LN(W_E[b]),  k(a) = W_K1 LN(W_E[a]),  P1 = the bias table;
-    layer 2 reads the transformer's residual stream x0 + A1 v = W_E[s_i] + W_V1 LN(W_E)^T h_i through layer norm:
-        A2_iN = softmax_i( W_K2 LN(r_i) . W_Q2 LN(r_N) / sqrt(d) + P2[N - 1 - i] ).
-    Nothing of the transformer's readout (W_V2, MLP2, W_U) takes part."""
-
-    def __init__(self, N: int, seed: int):
-        super().__init__()
-        transformer = dict(model_for(N, seed).named_parameters())
-        self.W_E = nn.Parameter(transformer["W_E.weight"].detach().clone())  # (C, d)
-        for name in ("W_Q", "W_K", "W_V"):
-            setattr(self, f"{name}1", nn.Parameter(transformer[f"att1.{name}.weight"].detach().clone()))
-        for name in ("W_Q", "W_K"):
-            setattr(self, f"{name}2", nn.Parameter(transformer[f"att2.{name}.weight"].detach().clone()))
-        self.P1 = nn.Parameter(transformer["att1.P"].detach()[0, :N].clone())  # P1[i - j]
-        self.P2 = nn.Parameter(transformer["att2.P"].detach()[0, :N].clone())
-
-    def forward(self, seqs: torch.Tensor):
-        """(X, h, A2) as `layers`."""
-        d = self.W_E.shape[1]
-        e = layer_norm(self.W_E)  # (C, d): what layer 1 reads of each state
-        M1 = (e @ self.W_K1.T) @ (e @ self.W_Q1.T).T / math.sqrt(d)  # (C, C): key state, query state
-        X = F.one_hot(seqs, C).to(e.dtype)
-        h = layer1(seqs, X, M1, self.P1)  # (B, N, C)
-        r = layer_norm(F.embedding(seqs, self.W_E) + h @ (e @ self.W_V1.T))  # (B, N, d): LN of the residual stream
-        scores = (r @ self.W_K2.T) @ (self.W_Q2 @ r[:, -1].unsqueeze(-1)) / math.sqrt(d)  # (B, N, 1)
-        return X, h, torch.softmax(scores.squeeze(-1) + self.P2.flip(0), -1)
-
-
-READOUTS = ("mixture", "softmax", "softmax_scalar", "softmax_matched")
-
-
 class SATransformer(nn.Module):
     """Eq. (base_model). reduced=True: eq. (minimal_simple), parameters beta, delta and the weights.
-    readout="softmax": a hybrid with the transformer's kind of readout in place of the mixture, pi = softmax(W_R e)
-    of the four experts' outputs e (4C) through a learned map W_R (C x 4C, at zero: the uniform prediction), for
-    tau_settings.py's ladder; the mixture weights then take no part.
-    readout="softmax_scalar": that hybrid split once more, the softmax without the map between states:
-    pi = softmax(sum_k a_k e_k), one learned scalar a_k per expert (at zero: the uniform prediction), i.e. W_R held
-    at [a_1 I, a_2 I, a_3 I, a_4 I].
-    readout="softmax_matched": softmax_scalar started at a_k = C / 4, where it equals the mixture at its start (all
-    w = 1/4) to first order in the experts' departures from uniform: softmax(z) = (1 + z - mean z) / C + O(z^2), so
-    a = C / 4 gives 1/C + (sum_k e_k - 4 / C) / 4 = sum_k e_k / 4. It tells the readout's zero start (no gradient
-    reaches the layers until a grows) from the softmax itself.
-    attention=TransformerAttention(N, seed): the hybrid with the transformer's attention under this readout."""
+    attention: a module returning what `layers` returns, (X, h, A2), in place of M1, P1, M2, P2 (sa_hybrids.py's
+    hybrid on the transformer's attention); sa_hybrids.py's readouts replace the mixture by subclassing `forward`."""
 
-    def __init__(self, N: int, reduced: bool = False, readout: str = "mixture", attention: nn.Module | None = None):
+    def __init__(self, N: int, reduced: bool = False, attention: nn.Module | None = None):
         super().__init__()
-        if readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
-        self.N, self.reduced, self.readout = N, reduced, readout
-        self.W_R = nn.Parameter(torch.zeros(C, 4 * C)) if readout == "softmax" else None
-        self.a = (nn.Parameter(torch.full((4,), C / 4 if readout == "softmax_matched" else 0.0))
-                  if readout in ("softmax_scalar", "softmax_matched") else None)
+        self.N, self.reduced = N, reduced
         self.logits = nn.Parameter(torch.zeros(3))  # w_B, w_C, w_D relative to w_A (fixed logit 0)
         self.fixed_weights = None  # set to a (4,) tensor to hold w_A..w_D fixed
         self.attention = attention  # a module returning (X, h, A2) in place of M1, P1, M2, P2 (TransformerAttention)
@@ -178,12 +124,7 @@ class SATransformer(nn.Module):
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         """pi (B, C): the predictive distribution of s_{N+1} given seqs (B, N)."""
-        e = expert_paths(*self.layers(seqs))  # (B, 4, C)
-        if self.readout == "softmax":
-            return torch.softmax(e.flatten(1) @ self.W_R.T, -1)
-        if self.a is not None:
-            return torch.softmax(torch.einsum("k,bkc->bc", self.a, e), -1)
-        return torch.einsum("e,bec->bc", self.weights(), e)
+        return torch.einsum("e,bec->bc", self.weights(), expert_paths(*self.layers(seqs)))
 
 
 def target_loss(pi: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -298,24 +239,20 @@ class Run:
     freeze_weights: tuple | None = None  # hold (w_A..w_D) fixed (reduced model during the plateau)
     snapshots: tuple = ()  # iterations at which to store P1, P2, M2
     stop_after: float = 0.0  # if > 0, stop at stop_after x tau once the loss has crossed (saves time)
-    readout: str = "mixture"  # "softmax", "softmax_scalar": the hybrids of tau_settings.py's ladder (SATransformer)
-    attention: str = "sa"  # "transformer": the hybrid on the transformer's attention for this seed (TransformerAttention)
 
 
-def train_sa(run: Run, measure=None) -> dict:
+def train_sa(run: Run, measure=None, model: nn.Module | None = None) -> dict:
     """SGD (lr 1, batch 256) on fresh chains; the trajectory of losses and parameters. measure(t, model), if given,
-    is called at every evaluation, before that step's update.
+    is called at every evaluation, before that step's update. model: one to train in place of
+    SATransformer(run.N, run.reduced) (sa_hybrids.py's, for tau_settings.py's ladder).
 
     tau_2Gen: the first time the masked eval loss falls halfway from the model's 1-Gen plateau
     (the raw frequencies its experts compute at beta = delta = 0) to the Bayes 2-Gen loss."""
-    if run.attention not in ("sa", "transformer"):
-        raise ValueError(f"attention must be 'sa' or 'transformer', got {run.attention!r}")
     g = torch.Generator().manual_seed(run.seed)
     eval_context, eval_target = fresh_batch(run.eval_batch, run.N, torch.Generator().manual_seed(10**6 + run.N), run.ablate)
     levels = predictor_levels(eval_context, eval_target)
     threshold = 0.5 * (levels["masked_loss_frequencies"] + levels["masked_loss_2gen"])
-    model = SATransformer(run.N, run.reduced, run.readout,
-                          TransformerAttention(run.N, run.seed) if run.attention == "transformer" else None)
+    model = SATransformer(run.N, run.reduced) if model is None else model
     if run.freeze_weights is not None:
         model.fixed_weights = torch.tensor(run.freeze_weights, dtype=torch.float32)
         model.logits.requires_grad_(False)

@@ -57,6 +57,7 @@ from analysis.transformer_tau import (TRAINING, fresh_batch, induction, read_rec
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
+from sa_hybrids import hybrid
 from sa_transformer import Run, harmonic, train_sa
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
@@ -129,7 +130,7 @@ def hybrid_run(job: tuple) -> dict:
             phi.append(round(float(induction(model.layers(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
-                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRIDS[name][0]), measure)
+                       eval_batch=SCREEN["eval_batch"], stop_after=1.2), measure, hybrid(N, seed, **HYBRIDS[name][0]))
     run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], "levels": out["levels"],
            "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
            "tau": None if math.isnan(out["tau"]) else out["tau"]}

@@ -16,9 +16,9 @@ PACKAGES = ("kernels", "plumbing", "engine", "analysis", "runners", "campaigns")
 READERS_PATH = ("markov", "bayes", "transformer", "evaluation", "train")
 SCRIPTS = ("predictor_scaling", "sweep", "circuits", "task_vectors", "sa_dynamics", "sa_scaling", "tau_settings",
            "tau_velocities", "mem_minimal", "k1", "k2")
-MODELS = ("sa_transformer",)  # the paper's second model, its theory and training: the file of Figs. 5-6's two scripts
-# and of the two studies of why the transformer's tau(N) is flat, which a figure script may not hold since none imports
-# another
+MODELS = ("sa_transformer", "sa_hybrids")  # the paper's second model, its theory and training: the file of Figs.
+# 5-6's two scripts and of the two studies of why the transformer's tau(N) is flat, which a figure script may not hold
+# since none imports another; and its hybrids with the transformer's parts (tau_settings.py's ladder)
 # each top-level module or package, by level: a module may import its own level and those below, never one above
 LEVELS = [("kernels",), ("markov", "bayes", "transformer", "evaluation"), ("plumbing",), ("engine",), ("train",),
           ("analysis",), ("runners",), MODELS, SCRIPTS, ("campaigns",)]

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import sa_hybrids
 import sa_transformer as sat
 import tau_settings as ts
 import tau_velocities as tv
@@ -213,7 +214,7 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
     lays them out) at scale s, softmax(s x that expert) of the parent's experts; the mixture readout is the parent."""
     N = 12
     seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
-    hybrid = tv.SATransformer(N, readout="softmax")
+    hybrid = sa_hybrids.SoftmaxReadout(N, "softmax")
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, p in hybrid.named_parameters():
@@ -231,7 +232,7 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
     assert torch.allclose(parent(seqs), torch.einsum("e,bec->bc", parent.weights(), experts), atol=1e-6)
     assert not torch.allclose(hybrid(seqs), parent(seqs), atol=1e-3)
     with pytest.raises(ValueError, match="readout"):
-        tv.SATransformer(N, readout="mlp")
+        sa_hybrids.SoftmaxReadout(N, "mlp")
 
 
 def test_the_scalar_softmax_hybrid_is_the_softmax_hybrid_with_a_map_that_keeps_states_apart():
@@ -239,13 +240,13 @@ def test_the_scalar_softmax_hybrid_is_the_softmax_hybrid_with_a_map_that_keeps_s
     [a_1 I, a_2 I, a_3 I, a_4 I] (each expert's state c to the output's state c only), on the same layers."""
     N = 12
     seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
-    split = tv.SATransformer(N, readout="softmax_scalar")
+    split = sa_hybrids.SoftmaxReadout(N, "softmax_scalar")
     g = torch.Generator().manual_seed(8)
     with torch.no_grad():
         for name, p in split.named_parameters():
             p.copy_(0.0 if name == "a" else 0.5 * torch.randn(p.shape, generator=g))
     assert torch.allclose(split(seqs), torch.full((64, st.C), 1 / st.C))
-    full = tv.SATransformer(N, readout="softmax")
+    full = sa_hybrids.SoftmaxReadout(N, "softmax")
     full.load_state_dict({k: v for k, v in split.state_dict().items() if k != "a"}, strict=False)
     a = torch.tensor([0.7, -1.3, 4.0, 2.2])  # unequal: a swapped or shared scalar reads differently
     with torch.no_grad():
@@ -264,7 +265,7 @@ def test_the_matched_softmax_starts_as_the_mixture_to_first_order():
     g = torch.Generator().manual_seed(5)
     noise = torch.randn(256, 4, st.C, generator=g)
     noise = noise - noise.mean(-1, keepdim=True)  # departures that keep each expert a distribution
-    matched = tv.SATransformer(8, readout="softmax_matched")
+    matched = sa_hybrids.SoftmaxReadout(8, "softmax_matched")
     assert torch.equal(matched.a.detach(), torch.full((4,), st.C / 4))
 
     def gap(eps: float, a: torch.Tensor) -> float:
@@ -284,7 +285,7 @@ def test_the_attention_hybrid_is_the_transformers_attention_under_the_mixture():
     attention at the last position (last_position); under SATransformer the mixture of those four paths."""
     N, seed = 12, 5
     seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
-    attention = sat.TransformerAttention(N, seed)
+    attention = sa_hybrids.TransformerAttention(N, seed)
     model = st.model_for(N, seed)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -306,6 +307,20 @@ def test_the_attention_hybrid_is_the_transformers_attention_under_the_mixture():
     assert {name for name, _ in hybrid.named_parameters()} == {"logits", *(f"attention.{n}" for n in (
         "W_E", "W_Q1", "W_K1", "W_V1", "W_Q2", "W_K2", "P1", "P2"))}
     assert hybrid.beta_delta()[1] == pytest.approx(attention.P1[1].item())
+
+
+def test_each_rung_of_the_sa_side_builds_its_hybrid():
+    """hybrid() from a rung's HYBRIDS entry: the readouts over the SA-transformer's own layers from zero, the attention
+    hybrid at the transformer's draw for its seed (another seed, another draw); a softmax on the transformer's
+    attention is no rung and is refused."""
+    built = {name: sa_hybrids.hybrid(8, 3, **changes) for name, (changes, _) in ts.HYBRIDS.items()}
+    assert built["sa_softmax"].W_R is not None and built["sa_softmax_scalar"].a.tolist() == [0.0] * 4
+    assert built["sa_softmax_matched"].a.tolist() == [st.C / 4] * 4
+    assert all(torch.equal(m.M1, torch.zeros(st.C, st.C)) for name, m in built.items() if name != "sa_attention")
+    drawn = built["sa_attention"].attention.W_E
+    assert torch.equal(drawn, st.model_for(8, 3).W_E.weight) and not torch.equal(drawn, st.model_for(8, 4).W_E.weight)
+    with pytest.raises(ValueError, match="attention"):
+        sa_hybrids.hybrid(8, 3, readout="softmax", attention="transformer")
 
 
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
