@@ -107,18 +107,22 @@ def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: flo
     return out
 
 
+LANDSCAPE_SEED = 123  # seeds the batch each loss landscape is taken on (near the origin: one draw, ablated or not)
+
+
 def landscapes(P: dict) -> dict:
     """The reduced model's loss over (beta, delta) with w optimized: at the largest N (Fig. 6a) and
     near the origin at N_dyn, for the original and the bias-ablated data (Fig. A7)."""
     N_land, N_dyn = max(P["N_tau"]), P["N_dyn"]
-    context, target = fresh_batch(P["landscape_batch"] // 2, N_land, torch.Generator().manual_seed(123))
+    context, target = fresh_batch(P["landscape_batch"] // 2, N_land, torch.Generator().manual_seed(LANDSCAPE_SEED))
     betas, deltas = np.linspace(0, 8, 17), np.linspace(0, 10, 11)
     out = {"landscape": {"N": N_land, "beta": betas.tolist(), "delta": deltas.tolist(),
                          "loss": landscape(context, target, betas, deltas).tolist()}}
     near = np.linspace(-1, 1, 9)
     out["landscape_origin"] = {"N": N_dyn, "beta": near.tolist(), "delta": near.tolist()}
     for setting, ablate in (("control", False), ("ablation", True)):
-        context, target = fresh_batch(P["landscape_batch"], N_dyn, torch.Generator().manual_seed(123), ablate=ablate)
+        context, target = fresh_batch(P["landscape_batch"], N_dyn, torch.Generator().manual_seed(LANDSCAPE_SEED),
+                                      ablate=ablate)
         out["landscape_origin"][setting] = landscape(context, target, near, near).tolist()
     return out
 
@@ -214,6 +218,86 @@ def plot_theory(result: dict, path: str):
     return fig
 
 
+LAGS = np.arange(8)  # the lags at which P1 and P2 are drawn
+
+
+def plot_positional_attention(ax, snaps: list, colors):
+    """Fig. 5c top: softmax(P1), the attention the last position pays by position alone, against the lag."""
+    for (t, p), c in zip(snaps, colors):
+        ax.plot(LAGS, normalized_parameters(p)["P1"][:len(LAGS)], "o-", color=c, label=f"t = {t}")
+    ax.set_yscale("log")
+    ax.set_xticks(LAGS)
+    ax.set_xlabel("lag i - j")
+    ax.set_ylabel("attention weight (softmax over all lags)")
+    ax.set_title(f"Fig. 5c top: layer-1 positional attention\nsoftmax(P1) at lags 0..{LAGS[-1]}")
+    ax.legend(fontsize=9)
+
+
+def plot_content_attention(fig, axes, snaps: list):
+    """Fig. 5c bottom: M2's h.x block as attention by content (softmax over nu) at the first, middle and last of
+    snaps, one per axis of `axes`, on one colour scale; the axes left over are switched off."""
+    shown = [snaps[i] for i in sorted({round(k * (len(snaps) - 1) / 2) for k in range(3)})]  # first, middle, last
+    views = [np.array(normalized_parameters(p)["M2_hx"]) for _, p in shown]
+    vmax = max(v.max() for v in views)
+    for ax, (t, _), view in zip(axes, shown, views):
+        im = ax.imshow(view, cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_xticks(range(0, C, 3))
+        ax.set_yticks(range(0, C, 3))
+        ax.set_xlabel("query state mu (x_N)")
+        ax.set_ylabel("key's layer-1 content nu (h_i)")
+        ax.set_title(f"Fig. 5c bottom, t = {t}: layer-2 attention\nby content, softmax over nu of M2's h.x")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="attention weight")
+    for ax in axes[len(views):]:
+        ax.axis("off")
+
+
+def plot_raw_biases(ax, snaps: list, colors):
+    """Fig. A4: the raw position biases P1 and P2 against the lag at each snapshot."""
+    for (t, p), c in zip(snaps, colors):
+        ax.plot(LAGS, np.array(p["P1"])[:len(LAGS)], "o-", color=c, label=f"P1, t = {t}")
+        ax.plot(LAGS, np.array(p["P2"])[:len(LAGS)], "x--", color=c, label=f"P2, t = {t}")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xticks(LAGS)
+    ax.set_xlabel("lag (P1: i - j; P2: N - i)")
+    ax.set_ylabel("raw bias")
+    ax.set_title("raw P1 (o, solid) and P2 (x, dashed)")
+    ax.legend(fontsize=7, ncol=2)
+
+
+def plot_raw_matrix(fig, ax, key: str, t: int, M: np.ndarray):
+    """Fig. A4: the raw M1 or M2 (rows: the key's components, columns: the query's) at step t, on a scale symmetric
+    about 0; M2's x and h blocks marked off."""
+    lim = max(1e-6, np.abs(M).max())
+    im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
+    fig.colorbar(im, ax=ax, fraction=0.046, label="raw value")
+    if key == "M1":
+        ax.set_xlabel("query state")
+        ax.set_ylabel("key state")
+    else:  # M2's rows are the key's [x; h], its columns the query's: a line between the x and the h blocks
+        ax.axhline(C - 0.5, color="k", lw=0.8)
+        ax.axvline(C - 0.5, color="k", lw=0.8)
+        ax.set_xticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x (state)", "h (layer 1)"])
+        ax.set_yticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x", "h"])
+        ax.set_xlabel("query component")
+        ax.set_ylabel("key component")
+    ax.set_title(f"raw {key} at t = {t} (key . query)")
+
+
+def plot_diagonals(ax, every: list):
+    """Fig. A4: the mean diagonal of M1 and of each C x C block of M2 against t, from 0."""
+    blocks = {"M1": ("M1", slice(None), slice(None)), "M2 x.x": ("M2", slice(None, C), slice(None, C)),
+              "M2 x.h": ("M2", slice(None, C), slice(C, None)), "M2 h.x (beta)": ("M2", slice(C, None), slice(None, C)),
+              "M2 h.h": ("M2", slice(C, None), slice(C, None))}  # label: (matrix, rows, columns)
+    for label, (key, rows, cols) in blocks.items():
+        ax.plot([t for t, _ in every], [np.diag(np.array(p[key])[rows, cols]).mean() for _, p in every], "o-",
+                label=label)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("iteration t")
+    ax.set_ylabel("mean diagonal entry")
+    ax.set_title("Fig. A4: the diagonals of M1 and M2's blocks")
+    ax.legend(fontsize=8)
+
+
 def plot_parameters(run: dict, path: str):
     """Fig. 5c and Fig. A4 over training, at the run's snapshots after t = 0 (all parameters start at
     zero). Top (Fig. 5c): the paper's normalized views (`normalized_parameters`): P1 as positional
@@ -223,70 +307,14 @@ def plot_parameters(run: dict, path: str):
     every = sorted((int(t), p) for t, p in run["snapshots"].items())
     snaps = [(t, p) for t, p in every if t > 0]
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(snaps)))
-    lags = np.arange(8)
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
-    top, bottom = axes
-
-    for (t, p), c in zip(snaps, colors):
-        top[0].plot(lags, normalized_parameters(p)["P1"][:8], "o-", color=c, label=f"t = {t}")
-    top[0].set_yscale("log")
-    top[0].set_xticks(lags)
-    top[0].set_xlabel("lag i - j")
-    top[0].set_ylabel("attention weight (softmax over all lags)")
-    top[0].set_title("Fig. 5c top: layer-1 positional attention\nsoftmax(P1) at lags 0..7")
-    top[0].legend(fontsize=9)
-    shown = [snaps[i] for i in sorted({round(k * (len(snaps) - 1) / 2) for k in range(3)})]  # first, middle, last
-    views = [np.array(normalized_parameters(p)["M2_hx"]) for _, p in shown]
-    vmax = max(v.max() for v in views)
-    for ax, (t, _), view in zip(top[1:], shown, views):
-        im = ax.imshow(view, cmap="viridis", vmin=0, vmax=vmax)
-        ax.set_xticks(range(0, C, 3))
-        ax.set_yticks(range(0, C, 3))
-        ax.set_xlabel("query state mu (x_N)")
-        ax.set_ylabel("key's layer-1 content nu (h_i)")
-        ax.set_title(f"Fig. 5c bottom, t = {t}: layer-2 attention\nby content, softmax over nu of M2's h.x")
-        fig.colorbar(im, ax=ax, fraction=0.046, label="attention weight")
-    for ax in top[1 + len(views):]:
-        ax.axis("off")
-
-    for (t, p), c in zip(snaps, colors):
-        bottom[0].plot(lags, np.array(p["P1"])[:8], "o-", color=c, label=f"P1, t = {t}")
-        bottom[0].plot(lags, np.array(p["P2"])[:8], "x--", color=c, label=f"P2, t = {t}")
-    bottom[0].axhline(0, color="k", lw=0.5)
-    bottom[0].set_xticks(lags)
-    bottom[0].set_xlabel("lag (P1: i - j; P2: N - i)")
-    bottom[0].set_ylabel("raw bias")
-    bottom[0].set_title("raw P1 (o, solid) and P2 (x, dashed)")
-    bottom[0].legend(fontsize=7, ncol=2)
+    fig, (top, bottom) = plt.subplots(2, 4, figsize=(17, 8.5))
+    plot_positional_attention(top[0], snaps, colors)
+    plot_content_attention(fig, top[1:], snaps)
+    plot_raw_biases(bottom[0], snaps, colors)
     t_last, last = snaps[-1]
     for ax, key in ((bottom[1], "M1"), (bottom[2], "M2")):
-        M = np.array(last[key])
-        lim = max(1e-6, np.abs(M).max())
-        im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
-        fig.colorbar(im, ax=ax, fraction=0.046, label="raw value")
-        if key == "M1":
-            ax.set_xlabel("query state")
-            ax.set_ylabel("key state")
-        else:  # rows: the key's [x; h], columns: the query's
-            for edge in (C - 0.5,):
-                ax.axhline(edge, color="k", lw=0.8)
-                ax.axvline(edge, color="k", lw=0.8)
-            ax.set_xticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x (state)", "h (layer 1)"])
-            ax.set_yticks([C / 2 - 0.5, 1.5 * C - 0.5], ["x", "h"])
-            ax.set_xlabel("query component")
-            ax.set_ylabel("key component")
-        ax.set_title(f"raw {key} at t = {t_last} (key . query)")
-    blocks = {"M1": ("M1", slice(None), slice(None)), "M2 x.x": ("M2", slice(None, C), slice(None, C)),
-              "M2 x.h": ("M2", slice(None, C), slice(C, None)), "M2 h.x (beta)": ("M2", slice(C, None), slice(None, C)),
-              "M2 h.h": ("M2", slice(C, None), slice(C, None))}
-    for label, (key, rows, cols) in blocks.items():
-        bottom[3].plot([t for t, _ in every], [np.diag(np.array(p[key])[rows, cols]).mean() for _, p in every], "o-",
-                       label=label)
-    bottom[3].axhline(0, color="k", lw=0.5)
-    bottom[3].set_xlabel("iteration t")
-    bottom[3].set_ylabel("mean diagonal entry")
-    bottom[3].set_title("Fig. A4: the diagonals of M1 and M2's blocks")
-    bottom[3].legend(fontsize=8)
+        plot_raw_matrix(fig, ax, key, t_last, np.array(last[key]))
+    plot_diagonals(bottom[3], every)
     fig.suptitle(f"SA-transformer parameters over training (N = {run['run']['N']}, control, seed {run['run']['seed']})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -345,8 +373,8 @@ REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "runs")  # what
 
 def replot(path: str):
     """--replot [JSON]: the four figures from the JSON at path, beside it, each seed's exponents and the w-driven
-    theory's re-derived from the stored runs (exponent_checks; a record without exponents has none); the JSON rewritten
-    only when a number in it changed beyond float noise (sa_record.keep)."""
+    theory's re-derived from the stored runs (exponent_checks; a record without exponents has none).
+    A consistency check: the JSON is rewritten only when one of those numbers changed beyond float noise (keep)."""
     record = cli.read_json(path, REPLOTTED, "sa_dynamics.py")
     before = json.loads(json.dumps(record))
     with cli.drawing(path, "sa_dynamics.py"):

@@ -16,14 +16,14 @@ figures/sa_scaling.json (analysis/sa_record.py): it runs first.
     python sa_scaling.py --transformer-only --preset paper   # only the transformer's (N, seed) missing from
                                              # figures/sa_scaling.json (CPU: N = 32-128 in 80 min on 2 cores)
     python sa_scaling.py --transformer-only --preset paper --device cuda   # 8 seeds of an N as one batched model
-    python sa_scaling.py --w-third           # only Fig. 6b's test, the full model with w held (CPU: ~20 min)
+    python sa_scaling.py --w-third           # only Fig. 6b's test, the full model with w held, at the record's preset
+                                             # (CPU: ~20 min)
     python sa_scaling.py --preset paper      # the paper's sizes and seeds
     python sa_scaling.py --replot            # only redraw sa_scaling.png from figures/sa_scaling.json
 
 Its part of figures/sa_scaling.json: the taus and their fits ("tau", "tau_ablation", "tau_fits"), the transformer's
 trajectories ("transformer_runs": t, loss, phi; "transformer_tau" re-reads them) and the runs with w held ("w_third").
 """
-import contextlib
 import json
 import math
 import os
@@ -80,15 +80,16 @@ def scaling_summary(tau_runs: dict) -> dict:
 W_THIRD = dict(N=(64, 128), seeds=5, w=(0.0, 1 / 3, 1 / 3, 1 / 3))  # the theory's 1-Gen weights, held fixed
 
 
-def train_w_third(result: dict, jobs: int) -> dict:
+def train_w_third(result: dict, P: dict, jobs: int) -> dict:
     """Fig. 6b's exponents with w's drift removed: the full model (eq. base_model) with w_A..w_D held at the
     theory's (0, 1/3, 1/3, 1/3), control and ablation, W_THIRD's N and seeds, each run to 0.75 x the full model's
-    mean tau at its N and setting (the record's), its exponents fitted on that tau's clock over EXPONENT_WINDOWS.
+    mean tau at its N and setting (the record's, of preset P), evaluated on P's eval_batch, its exponents fitted on
+    that tau's clock over EXPONENT_WINDOWS.
     {"runs": {N: {setting: [trajectories]}}, "exponents": {N: {setting: summarize_exponents}}}."""
     taus = {(N, ablate): float(np.mean(result["tau_ablation" if ablate else "tau"][str(N)]))
             for N in W_THIRD["N"] for ablate in (False, True)}
     runs = [Run(N=N, seed=s, ablate=ablate, iters=int(0.75 * taus[N, ablate]), freeze_weights=W_THIRD["w"],
-                eval_batch=PRESETS["quick"]["eval_batch"])
+                eval_batch=P["eval_batch"])
             for N in W_THIRD["N"] for ablate in (False, True) for s in range(W_THIRD["seeds"])]
     done = cli.parallel_map(train_sa, runs, jobs, progress="runs with w held at (0, 1/3, 1/3, 1/3)",
                             cost=[r.iters for r in runs])
@@ -123,7 +124,7 @@ def exponent_title(key: str, result: dict) -> str:
         lines.append(f"{setting} t$^{{{value:.2f}}}$" + (f" ({'; '.join(ranges)})" if ranges else "")
                      if value is not None and np.isfinite(value) else f"{setting}: not fitted")
     paper, held = PAPER_EXPONENTS[key], next(iter(result.get("w_third", {}).get("exponents", {}).values()), {})
-    held = ", ".join(f"{setting} t$^{{{e[key]['0.05-0.5']:.2f}}}$" for setting, e in held.items())
+    held = ", ".join(f"{setting} t$^{{{e[key][windows[0]]:.2f}}}$" for setting, e in held.items())
     return (f"$\\{key}(t)$ of the full model: the seeds' mean fitted as a power of t over t = {windows[0]} x tau\n"
             + "\n".join(lines) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
             + f"\n(fit windows: t = {', '.join(windows)} x the mean tau); paper: {paper[0]} (control), {paper[1]} (ablation)")
@@ -138,8 +139,8 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
     def positive(runs: list, key: str) -> tuple[np.ndarray, np.ndarray]:  # the seeds' mean where a log axis shows it
         t, mean = seed_mean(runs, key)
-        keep = (t > 0) & (mean > 0)
-        return t[keep], mean[keep]
+        shown = (t > 0) & (mean > 0)
+        return t[shown], mean[shown]
 
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
@@ -164,9 +165,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
         ax.set_title(exponent_title(key, result), fontsize=9)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
-    # the transformer's panel draws the power law in N / log N its runs give (the slope the README quotes), with the
-    # paper's law as a labelled reference: in the quick preset its tau falls with N (N = 24..64), and the law's fit
-    # alone would draw a rising line
+    # free: the panel fits a power of N / log N with its own slope, the paper's law beside it as a reference
     panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False),
               (axes[3], (("tau_transformer", "control"),),
                "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)", True))
@@ -282,27 +281,44 @@ def plot_transformer_tau(ax, summary: dict):
 REPLOTTED = (*TAU_SERIES, "tau_fits")  # what plot_scaling reads of this script's part
 
 
-def replot(path: str, train: tuple | None = None, w_third: int | None = None):
+def read_drawn(path: str) -> dict:
+    """The record at path, which must hold what replot draws: this script's part and sa_dynamics.py's runs (the beta
+    and delta panels')."""
+    result = cli.read_json(path, REPLOTTED, "sa_scaling.py")
+    cli.read_json(path, ("runs",), "sa_dynamics.py")
+    return result
+
+
+def replot(path: str):
     """--replot [JSON]: Fig. 6b-c from the JSON at path, sa_scaling.png beside it, tau_2Gen refitted and the
     transformer's criterion re-read from its stored trajectories (cheap; a record without them keeps its first
-    crossings); train: (preset, jobs, device) for --transformer-only, whose missing (N, seed) transformer runs are
-    trained and merged in first, the JSON written as they finish; w_third: the number of processes for
-    train_w_third's runs. The JSON is rewritten only when a number in it changed beyond float noise, and then with the
-    others' last digits as they were (settle, sa_record.keep)."""
-    result = cli.read_json(path, REPLOTTED, "sa_scaling.py")
-    cli.read_json(path, ("runs",), "sa_dynamics.py")  # and the dynamics runs of the beta and delta panels
+    crossings). A consistency check: the JSON is rewritten only when a number in it changed beyond float noise, and
+    then with the others' last digits as they were (settle, sa_record.keep)."""
+    result = read_drawn(path)
     before = json.loads(json.dumps(result))
-    with cli.drawing(path, "sa_scaling.py") if train is None and w_third is None else contextlib.nullcontext():
-        if train is not None:
-            add_transformer_runs(result, *train, write=lambda r: write_json(path, r, indent=1))
+    with cli.drawing(path, "sa_scaling.py"):
         if "transformer_runs" in result:
             result["transformer_tau"] = transformer_summary(result["transformer_runs"])
         result["tau_fits"] = {key: fit_tau(result[key]) for key in TAU_SERIES}
-        if w_third is not None:
-            result["w_third"] = train_w_third(result, w_third)
         result = settle(result, before)
         plot_scaling(*dynamics_runs(result), result, os.path.join(os.path.dirname(path), "sa_scaling.png"))
     keep(path, result, before, "sa_scaling.png", "tau refitted")
+
+
+def run_transformer_only(path: str, P: dict, jobs: int, device: str):
+    """--transformer-only: the transformer's (N, seed) of preset P that the record at path holds no trajectory of,
+    trained and merged into it, the JSON written as each N finishes (add_transformer_runs)."""
+    result = read_drawn(path)
+    add_transformer_runs(result, P, jobs, device, write=lambda r: write_json(path, r, indent=1))
+
+
+def run_w_third(path: str, preset: str, jobs: int):
+    """--w-third: train_w_third's runs, clocked by the taus of the record at path, which must be of `preset`
+    (check_preset), written into it as "w_third"."""
+    result = read_drawn(path)
+    check_preset(result, preset, path)
+    result["w_third"] = train_w_third(result, PRESETS[preset], jobs)
+    write_json(path, result, indent=1)
 
 
 def main():
@@ -325,15 +341,20 @@ def main():
                              "On CUDA the seeds of an N train as one batched model")
     parser.add_argument("--w-third", action="store_true",
                         help="only the full model with w held at (0, 1/3, 1/3, 1/3) (W_THIRD: N = 64, 128, 5 seeds, "
-                             "control and ablation; CPU ~20 min on one core), into FIGURES/sa_scaling.json; then --replot")
+                             "control and ablation; CPU ~20 min on one core), into FIGURES/sa_scaling.json, whose preset "
+                             "--preset must name (its taus clock the runs, its eval batch theirs); then --replot")
     args = parser.parse_args()
     device = cli.device(args.device)
     cli.writable_dir(args.figures, "--figures")
-    if args.replot is not None or args.transformer_only or args.w_third:
-        train = (PRESETS[cli.preset(args.preset)], args.jobs, device) if args.transformer_only else None
-        replot(cli.replot_path(args, NAME), train, args.jobs if args.w_third else None)
-        return
     preset = cli.preset(args.preset)
+    if args.replot is not None or args.transformer_only or args.w_third:  # the training modes end in a redraw
+        path = cli.replot_path(args, NAME)
+        if args.transformer_only:
+            run_transformer_only(path, PRESETS[preset], args.jobs, device)
+        if args.w_third:
+            run_w_third(path, preset, args.jobs)
+        replot(path)
+        return
     cli.set_threads(args.threads)
     P = dict(PRESETS[preset], transformer=PRESETS[preset]["transformer"] or args.transformer)
     path = os.path.join(args.figures, NAME)

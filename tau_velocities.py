@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from analysis.estimators import median_ci
-from analysis.transformer_tau import (fresh_batch, induction, last_position, model_for, read_record, rounded_run,
-                                      train_one, transformer_summary)
+from analysis.transformer_tau import (TRAINING, fresh_batch, induction, last_position, model_for, read_record,
+                                      rounded_run, train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
@@ -37,6 +37,8 @@ from transformer import layer_norm
 MEASURE = dict(N=(32, 64, 128, 256), seeds=(0, 1), fractions=(0.0, 0.1, 0.25, 0.5), batch=16384, chunk=1024,
                eval_batch=2048)  # the stages: fractions of the record's head time (tau); eval_batch: the record's
 THEORY_POWER = {"beta": 1, "delta": None, "phi_beta2": 2, "phi_delta1": None}  # velocity ~ (H_N / N)^power; None: 1 / N
+EVAL_EVERY = {"transformer": TRAINING["eval_every"], "sa": 25}  # a run is measured where it evaluates: the stages' grid
+SA_STEP_COST = 0.3  # an SA-transformer step's time as a fraction of the transformer's at the same N (for the ETA only)
 
 
 def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
@@ -77,9 +79,8 @@ def transformer_coordinates(template, params: dict, context: torch.Tensor) -> di
 def sa_coordinates(model: SATransformer, context: torch.Tensor) -> dict:
     """The same for the SA-transformer: beta (mean diagonal of M2's h.x block), delta (P1[1]), phi_beta2 (its layer-2
     attention at the last position through `induction`)."""
-    beta_delta = model.attention_parameters()
-    M2, P1 = beta_delta[2], beta_delta[1]
-    A2 = layers(context, *beta_delta)[2]
+    M1, P1, M2, P2 = model.attention_parameters()
+    A2 = layers(context, M1, P1, M2, P2)[2]
     return {"beta": M2[C:, :C].diagonal().mean(), "delta": P1[1], "phi_beta2": induction(A2, context)}
 
 
@@ -91,17 +92,29 @@ def measurement_batches(N: int) -> list:
 
 
 def stage_times(figures: str) -> dict:
-    """{model: {N: the steps at MEASURE's fractions}}: of the transformer's head (the record's median at N, on its
-    50-step grid) and of the SA-transformer's tau (its control seeds' mean, on a 25-step grid)."""
+    """{model: {N: the steps at MEASURE's fractions}}: of the transformer's head (the record's median at N) and of the
+    SA-transformer's tau (its control seeds' mean), each rounded down to the model's EVAL_EVERY."""
     record = read_record(figures)
     heads = transformer_summary(record["transformer_runs"])["N"]
     out = {"transformer": {}, "sa": {}}
     for N in MEASURE["N"]:
-        scale = {"transformer": (median_ci(heads[str(N)]["head"])[0], 50),
-                 "sa": (float(np.mean(record["tau"][str(N)])), 25)}
-        for model, (tau, grid) in scale.items():
+        scale = {"transformer": median_ci(heads[str(N)]["head"])[0], "sa": float(np.mean(record["tau"][str(N)]))}
+        for model, tau in scale.items():
+            grid = EVAL_EVERY[model]
             out[model][N] = sorted({int(f * tau // grid * grid) for f in MEASURE["fractions"]})
     return out
+
+
+def run_path(root: str, model_name: str, N: int, seed: int) -> str:
+    """Where a measurement run's JSON is kept."""
+    return os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
+
+
+def job_cost(job: tuple) -> float:
+    """A measurement run's time relative to the others' (parallel_map's ETA): its steps times a step's, N (1 + N / 128)
+    as for the transformer's runs (transformer_tau.train_transformers), SA_STEP_COST of that for the SA-transformer."""
+    _, model_name, N, _, times = job
+    return times[-1] * N * (1 + N / 128) * (SA_STEP_COST if model_name == "sa" else 1)
 
 
 def _measure_job(job: tuple) -> dict:
@@ -131,11 +144,10 @@ def _measure_job(job: tuple) -> dict:
             with torch.no_grad():
                 phi.append(float(sa_coordinates(model, context)["phi_beta2"]))
 
-        run = train_sa(Run(N=N, seed=seed, iters=max(times), eval_every=25, eval_batch=1024), measure)
+        run = train_sa(Run(N=N, seed=seed, iters=max(times), eval_every=EVAL_EVERY["sa"], eval_batch=1024), measure)
         out = {"t": run["t"], "phi": phi, "loss": run["masked_loss"]}
     result = {"model": model_name, "N": N, "seed": seed, "times": {str(t): rows[t] for t in times}, **out}
-    path = os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
-    write_json(path, result)
+    write_json(run_path(root, model_name, N, seed), result)
     return result
 
 
@@ -297,11 +309,10 @@ def main():
     times = stage_times(args.figures)
     jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") for N in MEASURE["N"]
             for seed in MEASURE["seeds"]
-            if not os.path.exists(os.path.join(args.root, f"measure_{model}_N{N}_s{seed}.json"))]
+            if not os.path.exists(run_path(args.root, model, N, seed))]
     print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
           f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
-    cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs",
-                     cost=[j[4][-1] * j[2] * (1 + j[2] / 128) * (0.3 if j[1] == "sa" else 1) for j in jobs])
+    cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs", cost=[job_cost(j) for j in jobs])
     measured = collect_measurements(args.root, args.figures)
     print(f"wrote {path[:-4]}png and .json")
     print("\n".join(velocity_table(measured)))

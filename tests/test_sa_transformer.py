@@ -175,7 +175,7 @@ class LinearLossModel(torch.nn.Module):
     steps. It gives probability exp(-loss) to states 0..4 and 0 to states 5..9, so samples whose
     target is 5..9 are 'absent' and the raw loss (clamped at 1e-12) differs from the masked one."""
 
-    def __init__(self, N, reduced, readout="mixture", attention=None):
+    def __init__(self, N, reduced):
         super().__init__()
         self.steps = 0
         self.w = torch.nn.Parameter(torch.zeros(()))
@@ -979,11 +979,12 @@ def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monke
     mean tau of their N and setting, and are fitted on that tau's clock; the beta panel draws them and its title
     gives their exponent."""
     monkeypatch.setattr(sa, "W_THIRD", dict(sa.W_THIRD, N=(8,), seeds=1))
-    monkeypatch.setitem(PRESETS["quick"], "eval_batch", 64)
-    out = sa.train_w_third({"tau": {"8": [60.0, 80.0]}, "tau_ablation": {"8": [100.0]}}, 1)
+    out = sa.train_w_third({"tau": {"8": [60.0, 80.0]}, "tau_ablation": {"8": [100.0]}}, dict(PRESETS["quick"],
+                                                                                               eval_batch=64), 1)
     for setting, steps in (("control", 52), ("ablation", 75)):
         (run,) = out["runs"]["8"][setting]
         assert run["t"][-1] == steps and all(w == pytest.approx([0, 1 / 3, 1 / 3, 1 / 3]) for w in run["w"])
+        assert run["run"]["eval_batch"] == 64  # the preset's
         assert run["beta"][-1] != 0 and run["delta"][-1] != 0
         assert out["exponents"]["8"][setting]["tau_mean"] == (70.0 if setting == "control" else 100.0)
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
@@ -993,3 +994,25 @@ def test_w_third_runs_the_full_model_with_w_held_and_the_figure_draws_them(monke
     assert "full, w held at 1/3, control" in labels and "full, w held at 1/3, ablation" in labels
     held = result["w_third"]["exponents"]["64"]["control"]["beta"]["0.05-0.5"]
     assert f"w held at 1/3: control t$^{{{held:.2f}}}$" in fig.axes[0].get_title()
+
+
+def test_w_third_trains_at_the_records_preset_then_redraws(monkeypatch, tmp_path):
+    """--w-third: the runs get the preset the record's taus are of (its eval batch), go into the record as "w_third",
+    and the figure is redrawn from it; --preset naming another preset is refused before anything trains. The runs and
+    the figure are stubbed: only what main does with the record is under test."""
+    record = json.load(open(os.path.join(ROOT, "figures", "sa_scaling.json")))
+    path = tmp_path / "sa_scaling.json"
+    path.write_text(json.dumps(record))
+    trained, drawn = [], []
+    monkeypatch.setattr(sa, "train_w_third", lambda result, P, jobs: trained.append(P) or {"runs": {}, "exponents": {}})
+    monkeypatch.setattr(sa, "plot_scaling", lambda dyn, frozen, result, png: drawn.append(result["w_third"]))
+    monkeypatch.setattr(sys, "argv", ["sa_scaling.py", "--w-third", "--preset", record["preset"], "--figures",
+                                      str(tmp_path)])
+    sa.main()
+    assert trained == [PRESETS[record["preset"]]] and drawn == [{"runs": {}, "exponents": {}}]
+    assert json.loads(path.read_text())["w_third"] == {"runs": {}, "exponents": {}}
+    other = next(name for name in PRESETS if name != record["preset"])
+    monkeypatch.setattr(sys, "argv", ["sa_scaling.py", "--w-third", "--preset", other, "--figures", str(tmp_path)])
+    with pytest.raises(ValueError, match=f"holds the {record['preset']} preset's"):
+        sa.main()
+    assert len(trained) == 1
