@@ -234,6 +234,7 @@ class Run:
     iters: int = 4000
     batch: int = 256
     lr: float = 1.0
+    momentum: float = 0.0  # SGD's; the SA-transformer's runs use none (tau_settings.py's attention hybrid: 0.9)
     eval_every: int = 25
     eval_batch: int = 2048
     freeze_weights: tuple | None = None  # hold (w_A..w_D) fixed (reduced model during the plateau)
@@ -256,7 +257,7 @@ def train_sa(run: Run, measure=None, model: nn.Module | None = None) -> dict:
     if run.freeze_weights is not None:
         model.fixed_weights = torch.tensor(run.freeze_weights, dtype=torch.float32)
         model.logits.requires_grad_(False)
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=run.lr)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=run.lr, momentum=run.momentum)
     traj = {k: [] for k in ("t", "loss", "masked_loss", "beta", "delta", "w")}
     traj["snapshots"] = {}
     for t in range(run.iters + 1):

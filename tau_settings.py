@@ -87,6 +87,9 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes
     "sa_attention": ({"attention": "transformer"}, "the SA-transformer's readout on the transformer's attention "
                      "(embeddings, layer norm, factorised W_Q, W_K, W_V, the seed's start)"),
 }
+HYBRID_SGD = {"sa_attention": {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}}
+# a hybrid's SGD where it is not the SA-transformer's (lr 1, batch 256, no momentum): the transformer's attention
+# trains at the transformer's (at lr 1 its factorised W_Q, W_K blow up within 50 steps)
 HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
             "sa": "the SA-transformer itself (the record's control tau)"}
@@ -116,8 +119,8 @@ def setting_run(job: tuple) -> dict:
 
 
 def hybrid_run(job: tuple) -> dict:
-    """One SA-transformer run of the ladder (sa_transformer.train_sa: its own SGD, lr 1, batch 256, and its own tau,
-    the masked loss's halfway crossing from the 1-Gen frequencies to 2-Gen, run to 1.2 x tau or the cap), with
+    """One SA-transformer run of the ladder (sa_transformer.train_sa: its own SGD, lr 1, batch 256, or HYBRID_SGD's,
+    and its own tau, the masked loss's halfway crossing from the 1-Gen frequencies to 2-Gen, run to 1.2 x tau or the cap), with
     phi_beta(2) on its evaluation set beside the loss. The SA-transformer's phi stays below PHI_FORMED (its beta
     stays of order one: no attention picks the matching positions alone), so the SA side is compared by its tau, the
     parent's from the committed record."""
@@ -130,9 +133,10 @@ def hybrid_run(job: tuple) -> dict:
             phi.append(round(float(induction(model.layers(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
-                       eval_batch=SCREEN["eval_batch"], stop_after=1.2), measure, hybrid(N, seed, **HYBRIDS[name][0]))
-    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], "levels": out["levels"],
-           "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
+                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRID_SGD.get(name, {})), measure,
+                   hybrid(N, seed, **HYBRIDS[name][0]))
+    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], **HYBRID_SGD.get(name, {}),
+           "levels": out["levels"], "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
            "tau": None if math.isnan(out["tau"]) else out["tau"]}
     write_json(run_path(root, name, N, seed), run)
     return run

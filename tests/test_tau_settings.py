@@ -323,6 +323,18 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
         sa_hybrids.hybrid(8, 3, readout="softmax", attention="transformer")
 
 
+def test_the_attention_hybrid_trains_at_the_transformers_sgd_and_stays_finite(monkeypatch, tmp_path):
+    """sa_attention's run: the transformer's lr, momentum and batch (recorded in the run), and its masked loss finite
+    where the SA-transformer's lr 1 sends the factorised weights to NaN within a few dozen steps (N = 64, seed 0)."""
+    torch.set_num_threads(1)
+    monkeypatch.setitem(ts.SCREEN, "eval_batch", 256)
+    monkeypatch.setitem(ts.SCREEN, "eval_every", 20)
+    monkeypatch.setattr(ts, "HYBRID_CAP", 60)
+    run = ts.hybrid_run((str(tmp_path), "sa_attention", 64, 0))
+    assert (run["lr"], run["momentum"], run["batch"], run["attention"]) == (0.05, 0.9, 128, "transformer")
+    assert all(math.isfinite(y) for y in run["masked_loss"]) and len(run["t"]) == 4
+
+
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
     """A hybrid run is train_sa's with the hybrid's readout (its tau, the masked loss's halfway crossing, and phi on
     the run's evaluation set), written whole; hybrid_summary fits its taus and the record's SA taus alike."""
