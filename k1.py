@@ -83,30 +83,58 @@ def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None 
     return [tau_2gen(rows) for rows in run_probes(cfgs, jobs)]
 
 
+def draw_phi_beta_and_loss(axes, curves: list[tuple], phi_star: float, loss_label: str):
+    """Figs. 7a and A9 on axes[0] and axes[1]: one line per seed, curves [(x, its max_t phi_beta(2), its L_gen, the
+    line's style)], and the rule's threshold phi_beta* dashed across Fig. 7a."""
+    for x, phi_beta, gen_loss, style in curves:
+        axes[0].plot(x, phi_beta, **style)
+        axes[1].plot(x, gen_loss, **style)
+    axes[0].axhline(phi_star, color="gray", ls="--", lw=1, label=f"phi_beta* = {phi_star}")
+    axes[0].set_ylabel("max_t phi_beta(2)")
+    axes[1].set_ylabel(loss_label)
+
+
+def tau_bins(iters: int) -> np.ndarray:
+    """Fig. 7b's bins of tau_2gen: ten over the run."""
+    return np.linspace(0, iters, 11)
+
+
+def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
+    """Fig. 7b on ax: the seeds' tau_2gen in tau_bins(iters), and those that never entered 2-Gen (None) as one bar
+    past the end of the run."""
+    reached = [t for t in taus if t is not None]
+    edges = tau_bins(iters)
+    ax.hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
+    width = edges[1] - edges[0]
+    ax.bar(edges[-1] + width, len(taus) - len(reached), width=width * 0.9, color="tab:orange", label="never (within the run)")
+    ax.set_xlabel(f"tau_2gen (step at which phi_beta(2) first exceeds {PHI_STAR})")
+    ax.set_ylabel("seeds")
+    ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
+    ax.legend(fontsize=8)
+
+
 def plot_k1(result: dict, path: str):
     """Fig. 7a (max phi_beta against K - K1*, per seed), Fig. A9 (min L_gen against K - K1*), Fig. 7b (tau_2gen
     near K1*) and Fig. 7c (K1* per condition and seed)."""
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
     colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
-    drawn = []  # the conditions with a seed whose K1* is known (the others have no K - K1* to draw against)
+    curves, drawn = [], []  # drawn: the conditions with a seed whose K1* is known (the others have no K - K1*)
     for cond in result["K1_star"]:
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
             if K1[cond, seed] is None:
                 continue
             drawn += [cond] * (cond not in drawn)
             rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
-            x = [r["K"] - K1[cond, seed] for r in rs]
-            style = dict(color=colors[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)
-            axes[0].plot(x, [r["max_phi_beta"] for r in rs], **style)
-            axes[1].plot(x, [r["min_gen_loss"] for r in rs], **style)
-    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
-    for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
+            curves.append(([r["K"] - K1[cond, seed] for r in rs], [r["max_phi_beta"] for r in rs],
+                           [r["min_gen_loss"] for r in rs],
+                           dict(color=colors[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)))
+    draw_phi_beta_and_loss(axes, curves, result["phi_star"], "min_t L_gen")
+    for ax in axes[:2]:
         ax.axvline(0.5, color="gray", ls=":", lw=1)
         ax.set_xscale("symlog", linthresh=8)
         ax.set_xticks([-100, -10, 0, 10, 100], ["-100", "-10", "0", "10", "100"])
         ax.set_xlabel("K - K1* (each seed shifted by its own K1*)")
-        ax.set_ylabel(label)
     axes[0].set_title("Fig. 7a: the induction head appears above K1*")
     axes[1].set_title("Fig. A9: generalization loss drops above K1*")
     for cond in drawn:
@@ -141,25 +169,6 @@ def plot_k1(result: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def tau_bins(iters: int) -> np.ndarray:
-    """Fig. 7b's bins of tau_2gen: ten over the run."""
-    return np.linspace(0, iters, 11)
-
-
-def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
-    """Fig. 7b on ax: the seeds' tau_2gen in tau_bins(iters), and those that never entered 2-Gen (None) as one bar
-    past the end of the run."""
-    reached = [t for t in taus if t is not None]
-    edges = tau_bins(iters)
-    ax.hist(reached, bins=edges, color="tab:blue", label="entered 2-Gen")
-    width = edges[1] - edges[0]
-    ax.bar(edges[-1] + width, len(taus) - len(reached), width=width * 0.9, color="tab:orange", label="never (within the run)")
-    ax.set_xlabel(f"tau_2gen (step at which phi_beta(2) first exceeds {PHI_STAR})")
-    ax.set_ylabel("seeds")
-    ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
-    ax.legend(fontsize=8)
 
 
 def k1(args):
@@ -221,40 +230,15 @@ def bench_members(grid: dict) -> list[dict]:
              "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
 
 
-def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end",
-              brackets: dict[str, dict] | None = None):
-    """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
-    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
-    each seed drawn at the K it has (a grid still being trained lacks some); with brackets ({condition: {seed:
-    grid_brackets' [lo, hi]}}) a third panel, Fig. 7c per seed: the interval of K that holds each seed's K1*."""
-    Ks = sorted({K for table in tables.values() for K in table})
-    fig, axes = plt.subplots(1, 3 if brackets else 2, figsize=(15 if brackets else 10, 3.8))
-    markers = ".osd^v"
-    for c, (condition, table) in enumerate(tables.items()):
-        for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
-            at = [(K, table[K]["seed"].index(seed)) for K in sorted(table) if seed in table[K]["seed"]]
-            color, marker = (f"C{i}", ".") if len(tables) == 1 else (f"C{c}", markers[i % len(markers)])
-            label = f"seed {seed}" if len(tables) == 1 else f"{condition}, seed {seed}"
-            for ax, key in zip(axes, ("max_phi_beta", "gen_loss")):
-                ax.plot([K for K, _ in at], [table[K][key][j] for K, j in at], marker=marker, ls="-", color=color,
-                        label=label)
-    axes[0].axhline(PHI_STAR, color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
-    level = {K: table[K]["gen_loss_2gen"] for table in tables.values() for K in table}
-    axes[1].plot(Ks, [level[K] for K in Ks], "k:", label="2-Gen")
-    for ax, label in zip(axes, ("max_t phi_beta(2)", loss_label)):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(Ks, [str(K) for K in Ks])
-        ax.set_xlabel("K")
-        ax.set_ylabel(label)
-        ax.legend(fontsize=7)
-    axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
-    axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
-    if brackets:
-        draw_brackets(axes[2], brackets, Ks)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def grid_brackets(table: dict) -> dict[int, list]:
+    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
+    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
+    brackets = {}
+    for seed in sorted({s for row in table.values() for s in row["seed"]}):
+        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
+        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
+        brackets[seed] = [max(below) if below else None, min(above) if above else None]
+    return brackets
 
 
 def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
@@ -275,31 +259,55 @@ def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
     ax.set_title("Fig. 7c: where each seed's K1* lies\n(largest K without the head, smallest K with it)", fontsize=10)
 
 
-def grid_brackets(table: dict) -> dict[int, list]:
-    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
-    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
-    brackets = {}
-    for seed in sorted({s for row in table.values() for s in row["seed"]}):
-        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
-        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
-        brackets[seed] = [max(below) if below else None, min(above) if above else None]
-    return brackets
+def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end",
+              brackets: dict[str, dict] | None = None):
+    """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
+    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
+    each seed drawn at the K it has (a grid still being trained lacks some); with brackets ({condition: {seed:
+    grid_brackets' [lo, hi]}}) a third panel, Fig. 7c per seed: the interval of K that holds each seed's K1*."""
+    Ks = sorted({K for table in tables.values() for K in table})
+    fig, axes = plt.subplots(1, 3 if brackets else 2, figsize=(15 if brackets else 10, 3.8))
+    markers, curves = ".osd^v", []
+    for c, (condition, table) in enumerate(tables.items()):
+        for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
+            at = [(K, table[K]["seed"].index(seed)) for K in sorted(table) if seed in table[K]["seed"]]
+            color, marker = (f"C{i}", ".") if len(tables) == 1 else (f"C{c}", markers[i % len(markers)])
+            label = f"seed {seed}" if len(tables) == 1 else f"{condition}, seed {seed}"
+            curves.append(([K for K, _ in at], [table[K]["max_phi_beta"][j] for K, j in at],
+                           [table[K]["gen_loss"][j] for K, j in at],
+                           dict(marker=marker, ls="-", color=color, label=label)))
+    draw_phi_beta_and_loss(axes, curves, PHI_STAR, loss_label)
+    level = {K: table[K]["gen_loss_2gen"] for table in tables.values() for K in table}
+    axes[1].plot(Ks, [level[K] for K in Ks], "k:", label="2-Gen")
+    for ax in axes[:2]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(Ks, [str(K) for K in Ks])
+        ax.set_xlabel("K")
+        ax.legend(fontsize=7)
+    axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
+    axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
+    if brackets:
+        draw_brackets(axes[2], brackets, Ks)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def summary(args):
     """Figs. 7a / A9 of a fixed (K, seed) grid from its bench summary JSON: what it reads and writes first, then
     each K's max phi_beta(2)."""
     with open(args.json) as f:
-        summary = json.load(f)
+        grid = json.load(f)
     cli.writable_dir(args.figures, "--figures")
     name = args.name
-    print(f"{args.json}: a fixed (K, seed) grid on {summary['device']}, Figs. 7a / A9; writing "
+    print(f"{args.json}: a fixed (K, seed) grid on {grid['device']}, Figs. 7a / A9; writing "
           f"{args.figures}/{name}.png and .json", flush=True)
-    table = grid_table(bench_members(summary))
-    title = textwrap.fill(f"{summary['device']}: {summary['command']}", 120)
+    table = grid_table(bench_members(grid))
+    title = textwrap.fill(f"{grid['device']}: {grid['command']}", 120)
     plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
     write_json(os.path.join(args.figures, f"{name}.json"),
-               {"source": args.json, "device": summary["device"], "command": summary["command"], "K": table}, indent=1)
+               {"source": args.json, "device": grid["device"], "command": grid["command"], "K": table}, indent=1)
     for K, row in table.items():
         print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
     print(f"wrote {args.figures}/{name}.png and .json")
@@ -350,11 +358,11 @@ def k1_grid(args):
     print(f"wrote {args.figures}/{args.name}.png and .json in {result['minutes_this_call']} min")
 
 
-def main():
-    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
-        "Default run: k1.py search, 31 min 39 s from a fresh clone on the 2-core development VM (2026-11-26); writes "
-        "figures/k1.png and figures/k1.json and its probes' runs under runs/k1_quick/ (grid, summary: their --help)."))
-    sub = parser.add_subparsers(dest="command", required=True)
+# ----------------------------------------------------------------------------- the command line
+
+
+def add_search(sub):
+    """k1.py search (k1): its flags."""
     p = sub.add_parser("search", help="K1* per seed for control, gradient reweighting and task injection (Fig. 7, A9)",
                        runs="Default run: 31 min 39 s from a fresh clone on the 2-core development VM, its cores "
                             "otherwise idle (2026-11-26) (quick preset: K1* searched in K = 16..256 for 4 control seeds "
@@ -374,6 +382,10 @@ def main():
     p.add_argument("--print-commands", action="store_true",
                    help="print the train.py commands of the next round of probes (for a scheduler) and exit")
     cli.add_replot(p, "FIGURES/k1.json", "Figs. 7a-c, A9 (k1.png)")
+
+
+def add_grid(sub):
+    """k1.py grid (k1_grid): its flags."""
     p = sub.add_parser("grid", help="K1* probes on a fixed (condition, K, seed) grid, no search (Fig. 7a, 7c per seed)",
                        runs="Default run: none, --K is required; about 8 min per K on the 2-core development VM (an "
                             "estimate from search's 31 min 39 s for 34 probes, ~1.4 min of one core per 1200 steps: a K "
@@ -387,6 +399,10 @@ def main():
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
     p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
     add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
+
+
+def add_summary(sub):
+    """k1.py summary (summary): its flags."""
     p = sub.add_parser("summary", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)",
                        runs="Default run: none, the JSON is required; about 5 s on the 2-core development VM (an "
                             "estimate: a process's imports, ~4 s there by tests/stand_ins.py, and one figure), trains "
@@ -394,6 +410,16 @@ def main():
     p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")
     p.add_argument("--name", default="k1_grid_h100", help="the figure's name: FIGURES/NAME.png and .json")
     cli.add_figures(p)
+
+
+def main():
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
+        "Default run: k1.py search, 31 min 39 s from a fresh clone on the 2-core development VM (2026-11-26); writes "
+        "figures/k1.png and figures/k1.json and its probes' runs under runs/k1_quick/ (grid, summary: their --help)."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_search(sub)
+    add_grid(sub)
+    add_summary(sub)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
     {"search": k1, "grid": k1_grid, "summary": summary}[args.command](args)

@@ -1,46 +1,42 @@
-"""Why the transformer's tau_2Gen(N) does not grow with N (Fig. 6c bottom; Sec. "The transition from G1 to G2",
-Appendix "Testing predictions"): the runs of Fig. 6c bottom again at other settings, each a rung that can restore the
-theory's tau ~ N / log N (the theory's coordinates measured in both models: tau_velocities.py).
+"""Why the transformer's tau_2Gen(N) does not grow as N / log N (Fig. 6c bottom; Sec. "The transition from G1 to
+G2", Appendix "Testing predictions", eq. parameter_dynamics_simplest): the runs of Fig. 6c bottom again with one
+thing changed, each a rung that can restore the theory's tau ~ N / log N (the theory's coordinates measured in both
+models: tau_velocities.py).
 
-At the settings of the committed record (sa_scaling.py --transformer-only: SGD, lr 0.05, momentum 0.9, batch
-128, ours; the paper says only "SGD with momentum") the transformer's induction head forms at an N-independent time
-(RESULTS.md), where the theory's rate H_N / N predicts tau ~ N / log N. Which difference from the theory's regime takes
-the runs out of it? The SGD settings first:
+The theory's rates (beta's w_C I H_N / N, delta's w_B F_1 / N) assume a zero start (uniform attention), one-hot
+states without layer norm, a direct attention matrix and a mixture readout; the transformer of the record (the
+committed runs of sa_scaling.py --transformer-only, figures/sa_scaling.json, 8 seeds per N) has none of them, and
+is trained by SGD with momentum at settings of ours (the paper says only "SGD with momentum"). Each difference is a
+rung, asked from both sides:
 
-    gradient noise   one target per sequence: batch 512 quarters the gradient's variance at the same lr.
-    the optimizer    momentum 0 at lr 0.5, the same step in the small-lr limit (lr / (1 - momentum)); and lr 0.0125
-                     and 0.003125 at momentum 0.9, a quarter and a sixteenth of the step (towards gradient flow,
-                     slower in steps: in that limit 4x and 16x the steps).
-    position bias    layer 2's held at zero: the theory's layer 2 attends uniformly over the N positions at the start
-                     (the SA-transformer's P2 starts at zero); a learned recency window would cut the 1 / N dilution.
-then the model's differences from the SA-transformer (knock-outs):
-    the start        the theory starts at uniform attention and the 1-Gen readout: W_Q, W_K of both layers x 0.05
-                     (attention near uniform) and W_U at zero.
-    layer 1          a recency window: layer 1's position bias learns at lags 0 and 1 only.
-and the readout: phi_beta(2)'s early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it),
-from every run here and from the committed record's. A rung restores the law when the head's slope against
-N / log N is >= 0.6; <= 0.3 it does not. A slope reads a large N-independent part of tau as flatness, so each rung
-is also fitted as tau = T0 + c N / log N (offset_fit): c > 0 is the law's part under any offset.
+    SETTINGS   the transformer, one change: the SGD (the batch: the gradient's noise; the step: towards gradient
+               flow; momentum), a position bias held or masked, the theory's start, layer 1's position bias pushed
+               as the theory pushes delta (its gradient x 32 / N); "record" runs the record's settings at an N it
+               does not hold.
+    HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
+               attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start) under the mixture.
 
-    python tau_settings.py                  # every setting at N = 32, 64, 128, seeds 0-1 (CPU, ~5 h on 2 cores), then
-                                            # figures/tau_settings.png and .json
-    python tau_settings.py --settings window1   # only those settings' runs, added to the committed JSON's
+A rung restores the law when the head's (the transformer) or tau's (the SA side) slope against N / log N is >= 0.6;
+<= 0.3 it does not. A slope reads a large N-independent part of tau as flatness, so each rung is also fitted as
+tau = T0 + c N / log N (analysis/sa_fits.offset_fit): c > 0 is the law's part under any offset. And phi_beta(2)'s
+early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it). The screen: N = 32, 64, 128
+with seeds 0 and 1 (nominal intervals); a rung's confirmation: more seeds.
+
+    python tau_settings.py                  # every rung at N = 32, 64, 128, seeds 0-1, then figures/tau_settings.png
+                                            # and .json (the --help gives the time)
+    python tau_settings.py --settings window1   # only those rungs' runs, added to the committed JSON's
     python tau_settings.py --settings sa_softmax_matched --seeds 2-7   # a rung's confirmation at more seeds
-    python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (seeds 0-1; ~2 h a run on
-                                            # one thread, resumable: each run checkpoints at its evaluations)
+    python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (hours a run on one
+                                            # thread, resumable: each run checkpoints at its evaluations)
     python tau_settings.py --replot         # only redraw from figures/tau_settings.json
 
-Words used here: the record, the committed runs of the transformer at the record's settings (figures/sa_scaling.json,
-8 seeds per N); a rung, one setting or hybrid, a change that could restore the law; the ladder, the rungs side by
-side; the screen, the rungs at N = 32, 64, 128 with 2 seeds each, a rung's confirmation then at more seeds.
-
-Each run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches and
-evaluation set, so a setting's run is paired with the committed record's run of the same (N, seed). Each finished run
-is kept as ROOT/<setting>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
+Each transformer run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches
+and evaluation set, so it is paired with the record's run of the same (N, seed). Each finished run is kept as
+ROOT/<rung>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
 """
+import glob
 import json
 import math
-import glob
 import os
 import re
 import textwrap
@@ -73,9 +69,9 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
                "gradient x 32 / N"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
-CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: in gradient flow a
-        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "drive1": 20000, "record": 20000}  # step of 1/4 (1/16) needs 4x
-# (16x) the record's ~2500 to the head; the knock-outs and the record get the record's paper-protocol cap
+CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: the record's cap
+        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "drive1": 20000, "record": 20000}  # (20000), or
+# twice the steps a smaller step needs in gradient flow (4x, 16x the record's head) where that is more
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes, what it tests); "sa", the parent, is
     # the committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ({"readout": "softmax"}, "the SA-transformer with a learned readout and a softmax (the "
@@ -90,7 +86,7 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes
 HYBRID_SGD = {"sa_attention": {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}}
 # a hybrid's SGD where it is not the SA-transformer's (lr 1, batch 256, no momentum): the transformer's attention
 # trains at the transformer's (at lr 1 its factorised W_Q, W_K blow up within 50 steps)
-HYBRID_CAP = 12000  # steps: the SA-transformer's tau at N = 128 is ~2800; a run stops at 1.2 x its tau
+HYBRID_CAP = 12000  # steps; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
             "sa": "the SA-transformer itself (the record's control tau)"}
 SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048, eval_every=50)  # eval_batch: the record's eval sets;

@@ -61,7 +61,7 @@ def plot_k1_campaign(result: dict, path: str):
             axes[0].plot([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], **style)
             axes[1].plot([r["K"] for r in rs], [r["min_gen_loss"] for r in rs], **style)
         axes[0].plot([], [], color=colors[cond], label=cond)
-    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label="phi_beta* = 0.45")
+    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label=f"phi_beta* = {result['phi_star']}")
     for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("K")

@@ -353,7 +353,7 @@ def test_k2_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     tiny_preset = dict(N=8, batch=4, lr=1e-3, iters=8, eval_every=4, eval_dense=4, evals=2, eval_train=4, eval_gen=4,
                        per_chain=2, per_chain_tasks=6, Ks=[2, 3, 4, 5, 6, 7], seeds=1, inf_seeds=2, inf_iters=8,
                        null_chains=5)
-    monkeypatch.setitem(k2.K2_PRESETS, "quick", tiny_preset)
+    monkeypatch.setitem(k2.PRESETS, "quick", tiny_preset)
     monkeypatch.setattr(memorization, "read_metrics", _with_K(memorization.read_metrics))
     monkeypatch.setattr(memorization, "delta_tau", lambda rows: (float(divergence(rows[0]["K"], 5.0, 8.0, 1.5)), "ok"))
     monkeypatch.chdir(tmp_path)
