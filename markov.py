@@ -16,42 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-# ----------------------------------------------------------------------------- validation
-
-
-def check_int(name: str, value, minimum: int) -> int:
-    """One-line ValueError naming the argument unless `value` is an int >= minimum.
-    The argument check of markov's and bayes' functions and of train.Config; scripts check flags with cli.at_least."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def check_chains(T: torch.Tensor, name: str = "T") -> torch.Tensor:
-    """T must be (..., C, C), C >= 2, non-negative, with columns summing to one."""
-    if not isinstance(T, torch.Tensor) or T.dim() < 2 or T.shape[-1] != T.shape[-2]:
-        shape = tuple(T.shape) if isinstance(T, torch.Tensor) else type(T).__name__
-        raise ValueError(f"{name} must have shape (..., C, C), got {shape}")
-    if T.shape[-1] < 2:
-        raise ValueError(f"{name} must have C >= 2 states, got C = {T.shape[-1]}")
-    if not T.is_floating_point() or (T < 0).any() or not torch.allclose(
-        T.sum(-2), torch.ones((), dtype=T.dtype, device=T.device), atol=1e-4
-    ):
-        raise ValueError(f"{name} must be column-stochastic (T[tau, mu] = P(mu -> tau), columns sum to 1)")
-    return T
-
-
-def check_seqs(seqs: torch.Tensor, C: int, name: str = "seqs") -> torch.Tensor:
-    """seqs must be a (B, L) integer tensor with states in [0, C)."""
-    if not isinstance(seqs, torch.Tensor) or seqs.dim() != 2 or seqs.shape[1] < 1:
-        raise ValueError(f"{name} must be a (B, L) tensor with L >= 1")
-    if seqs.is_floating_point() or seqs.is_complex():
-        raise ValueError(f"{name} must hold integer states, got dtype {seqs.dtype}")
-    if seqs.numel() and (seqs.min() < 0 or seqs.max() >= C):
-        raise ValueError(f"{name} has states outside [0, {C})")
-    return seqs.long()
-
-
 # ----------------------------------------------------------------------------- chains
 
 
@@ -196,7 +160,7 @@ CHAIN_BLOCK = 64  # chains are drawn in blocks from one stream, so S(K) is a pre
 
 @dataclass
 class TaskSet:
-    """The K training chains S with their stationary distributions (Appendix "Phase Identification").
+    """The K training chains S with their stationary distributions (Appendix "Data generation"; their stationary distributions enter the 1-Mem predictor, Appendix "Phase Identification").
 
     Nested: for a fixed seed, the chains at K are the first K chains at every K' > K."""
 
@@ -267,3 +231,39 @@ def task_source(K: int | float, C: int = 10, alpha: float = 1.0, seed: int = 0, 
     if K == math.inf:
         return FreshChains(C, alpha, device)
     return TaskSet.create(K, C, alpha, seed, device)
+
+
+# ----------------------------------------------------------------------------- validation of the arguments above
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """One-line ValueError naming the argument unless `value` is an int >= minimum.
+    The argument check of markov's and bayes' functions and of train.Config; scripts check flags with cli.at_least."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_chains(T: torch.Tensor, name: str = "T") -> torch.Tensor:
+    """T must be (..., C, C), C >= 2, non-negative, with columns summing to one."""
+    if not isinstance(T, torch.Tensor) or T.dim() < 2 or T.shape[-1] != T.shape[-2]:
+        shape = tuple(T.shape) if isinstance(T, torch.Tensor) else type(T).__name__
+        raise ValueError(f"{name} must have shape (..., C, C), got {shape}")
+    if T.shape[-1] < 2:
+        raise ValueError(f"{name} must have C >= 2 states, got C = {T.shape[-1]}")
+    if not T.is_floating_point() or (T < 0).any() or not torch.allclose(
+        T.sum(-2), torch.ones((), dtype=T.dtype, device=T.device), atol=1e-4
+    ):
+        raise ValueError(f"{name} must be column-stochastic (T[tau, mu] = P(mu -> tau), columns sum to 1)")
+    return T
+
+
+def check_seqs(seqs: torch.Tensor, C: int, name: str = "seqs") -> torch.Tensor:
+    """seqs must be a (B, L) integer tensor with states in [0, C)."""
+    if not isinstance(seqs, torch.Tensor) or seqs.dim() != 2 or seqs.shape[1] < 1:
+        raise ValueError(f"{name} must be a (B, L) tensor with L >= 1")
+    if seqs.is_floating_point() or seqs.is_complex():
+        raise ValueError(f"{name} must hold integer states, got dtype {seqs.dtype}")
+    if seqs.numel() and (seqs.min() < 0 or seqs.max() >= C):
+        raise ValueError(f"{name} has states outside [0, {C})")
+    return seqs.long()
