@@ -160,7 +160,8 @@ CHAIN_BLOCK = 64  # chains are drawn in blocks from one stream, so S(K) is a pre
 
 @dataclass
 class TaskSet:
-    """The K training chains S with their stationary distributions (Appendix "Data generation"; their stationary distributions enter the 1-Mem predictor, Appendix "Phase Identification").
+    """The K training chains S with their stationary distributions (Appendix "Data generation"; the distributions
+    enter the memorizing predictors, Appendix "Phase Identification").
 
     Nested: for a fixed seed, the chains at K are the first K chains at every K' > K."""
 
