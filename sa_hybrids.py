@@ -14,7 +14,8 @@ swapped, and equals its parent where the swapped part is the parent's (tests/tes
                                          readout's zero start (no gradient reaches the layers until a grows) from the
                                          softmax itself.
     TransformerAttention   the transformer's attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its
-                      start) under the mixture: SATransformer(N, attention=TransformerAttention(N, seed)).
+                      start) in place of the SA-transformer's layers: SATransformer(N, attention=...) under the
+                      mixture, or SoftmaxReadout(N, readout, attention=...).
 
 `hybrid(N, seed, readout=..., attention=...)` builds the one a rung names.
 """
@@ -35,8 +36,8 @@ class SoftmaxReadout(SATransformer):
     """The SA-transformer's two layers read out by a softmax (the module docstring's three kinds); the mixture
     weights take no part."""
 
-    def __init__(self, N: int, readout: str):
-        super().__init__(N)
+    def __init__(self, N: int, readout: str, attention: nn.Module | None = None):
+        super().__init__(N, attention=attention)
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         self.readout = readout
@@ -95,8 +96,7 @@ class TransformerAttention(nn.Module):
 def hybrid(N: int, seed: int, readout: str = "mixture", attention: str = "sa") -> SATransformer:
     """The hybrid a rung names: readout "mixture" or one of READOUTS; attention "sa" (the SA-transformer's, from
     zero) or "transformer" (TransformerAttention at the transformer's draw for the seed)."""
-    if attention not in ("sa", "transformer") or (attention == "transformer" and readout != "mixture"):
-        raise ValueError(f"attention must be 'sa', or 'transformer' under the mixture; got {attention!r}, {readout!r}")
-    if attention == "transformer":
-        return SATransformer(N, attention=TransformerAttention(N, seed))
-    return SATransformer(N) if readout == "mixture" else SoftmaxReadout(N, readout)
+    if attention not in ("sa", "transformer"):
+        raise ValueError(f"attention must be 'sa' or 'transformer', got {attention!r}")
+    layers = TransformerAttention(N, seed) if attention == "transformer" else None
+    return SATransformer(N, attention=layers) if readout == "mixture" else SoftmaxReadout(N, readout, layers)

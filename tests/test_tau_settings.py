@@ -316,11 +316,16 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
     built = {name: sa_hybrids.hybrid(8, 3, **changes) for name, (changes, _) in ts.HYBRIDS.items()}
     assert built["sa_softmax"].W_R is not None and built["sa_softmax_scalar"].a.tolist() == [0.0] * 4
     assert built["sa_softmax_matched"].a.tolist() == [st.C / 4] * 4
-    assert all(torch.equal(m.M1, torch.zeros(st.C, st.C)) for name, m in built.items() if name != "sa_attention")
+    assert all(torch.equal(m.M1, torch.zeros(st.C, st.C)) for name, m in built.items() if m.attention is None)
     drawn = built["sa_attention"].attention.W_E
     assert torch.equal(drawn, st.model_for(8, 3).W_E.weight) and not torch.equal(drawn, st.model_for(8, 4).W_E.weight)
+    matched = built["sa_attention_matched"]
+    assert torch.equal(matched.attention.W_E, drawn) and matched.a.tolist() == [st.C / 4] * 4
+    seqs = ts.fresh_batch(16, 8, torch.Generator().manual_seed(2))[0]
+    e = sat.expert_paths(*matched.layers(seqs))
+    assert torch.allclose(matched(seqs), torch.softmax(st.C / 4 * e.sum(1), -1))  # the softmax on the new layers
     with pytest.raises(ValueError, match="attention"):
-        sa_hybrids.hybrid(8, 3, readout="softmax", attention="transformer")
+        sa_hybrids.hybrid(8, 3, attention="mlp")
 
 
 def test_the_attention_hybrid_trains_at_the_transformers_sgd_and_stays_finite(monkeypatch, tmp_path):
@@ -332,6 +337,7 @@ def test_the_attention_hybrid_trains_at_the_transformers_sgd_and_stays_finite(mo
     monkeypatch.setattr(ts, "HYBRID_CAP", 60)
     run = ts.hybrid_run((str(tmp_path), "sa_attention", 64, 0))
     assert (run["lr"], run["momentum"], run["batch"], run["attention"]) == (0.05, 0.9, 128, "transformer")
+    assert ts.HYBRID_SGD["sa_attention_matched"] == ts.HYBRID_SGD["sa_attention"]
     assert all(math.isfinite(y) for y in run["masked_loss"]) and len(run["t"]) == 4
 
 
