@@ -28,7 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.sa_fits import EXPONENT_WINDOWS, fit_rate, seed_exponents, seed_mean, summarize_exponents
 from analysis.sa_record import NAME, PRESETS, SETTINGS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
-from analysis.transformer_tau import fresh_batch
+from analysis.fresh_chains import fresh_batch
 from plumbing import cli
 from plumbing.records import settle, significant
 from plumbing.rundir import write_json

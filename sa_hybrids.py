@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from analysis.transformer_tau import C, model_for
+from analysis.fresh_chains import C
+from analysis.transformer_tau import model_for
 from sa_transformer import SATransformer, expert_paths
 from transformer import layer_norm
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from analysis.transformer_tau import C, crossing, fresh_batch, predictor_levels
+from analysis.fresh_chains import C, crossing, fresh_batch, predictor_levels
 from markov import sample_chains, stationary
 
 # ----------------------------------------------------------------------------- the model

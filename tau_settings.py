@@ -47,9 +47,10 @@ import numpy as np
 import torch
 
 from analysis.estimators import median_ci
+from analysis.fresh_chains import fresh_batch
 from analysis.sa_fits import fit_tau_censored, offset_fit, rate_slope
-from analysis.transformer_tau import (TRAINING, fresh_batch, induction, read_record, rounded_run, tau_2gen_drop,
-                                      train_one, transformer_summary)
+from analysis.transformer_tau import (TRAINING, induction, read_record, rounded_run, tau_2gen_drop, train_one,
+                                      transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num

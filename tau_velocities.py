@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from analysis.estimators import median_ci
-from analysis.transformer_tau import (TRAINING, fresh_batch, induction, last_position, model_for, read_record,
-                                      rounded_run, train_one, transformer_summary)
+from analysis.fresh_chains import fresh_batch
+from analysis.transformer_tau import (TRAINING, induction, last_position, model_for, read_record, rounded_run,
+                                      train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num

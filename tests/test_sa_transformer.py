@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 import sa_dynamics as sd
 import sa_scaling as sa
 import sa_transformer as sat
+from analysis import fresh_chains as fc
 from analysis import sa_fits
 from analysis.sa_record import PRESETS, SETTINGS, dynamics_runs
 from analysis import transformer_tau as st
@@ -105,7 +106,7 @@ def test_reduced_model_is_the_full_model_with_constrained_parameters():
 
 def test_gradients_are_finite_and_masked_samples_carry_none():
     g = torch.Generator().manual_seed(4)
-    context, target = st.fresh_batch(64, 12, g)
+    context, target = fc.fresh_batch(64, 12, g)
     model = sat.SATransformer(12)
     with torch.no_grad():
         for p in model.parameters():
@@ -130,8 +131,8 @@ def test_F1_monte_carlo_matches_the_closed_form():
 def test_power_fit_and_crossing():
     t = [1, 2, 4, 8, 16]
     assert sa_fits.fit_power(t, [3 * x**2 for x in t], 1, 16) == pytest.approx(2.0)
-    assert st.crossing([0, 10, 20], [2.0, 1.5, 1.0], 1.25) == pytest.approx(15.0)
-    assert math.isnan(st.crossing([0, 10], [2.0, 1.9], 1.0))
+    assert fc.crossing([0, 10, 20], [2.0, 1.5, 1.0], 1.25) == pytest.approx(15.0)
+    assert math.isnan(fc.crossing([0, 10], [2.0, 1.9], 1.0))
 
 
 @pytest.mark.parametrize("script, args", [("sa_dynamics.py", ["--N", "1"]), ("sa_dynamics.py", ["--preset", "tiny"]),
@@ -148,8 +149,8 @@ def test_bad_input(run, script, args):
 def test_predictor_levels_by_hand():
     """The last-position losses of 1-Gen, 2-Gen, raw frequencies and the best smoothed 1-point
     predictor, counted sample by sample from the context, and the masked means over present targets."""
-    context, target = st.fresh_batch(60, 8, torch.Generator().manual_seed(5))
-    levels = st.predictor_levels(context, target)
+    context, target = fc.fresh_batch(60, 8, torch.Generator().manual_seed(5))
+    levels = fc.predictor_levels(context, target)
     C, N = 10, 8
     rows = []
     for s, y in zip(context.tolist(), target.tolist()):
@@ -166,7 +167,7 @@ def test_predictor_levels_by_hand():
     assert levels["masked_loss_1gen"] == pytest.approx(mean([r[1] for r in present]), rel=1e-5)
     assert levels["masked_loss_2gen"] == pytest.approx(mean([r[2] for r in present]), rel=1e-5)
     assert levels["masked_loss_frequencies"] == pytest.approx(mean([-math.log(r[0] / N) for r in present]), rel=1e-5)
-    best = min(mean([-math.log((r[0] + a) / (N + C * a)) for r in rows]) for a in st.ALPHAS)
+    best = min(mean([-math.log((r[0] + a) / (N + C * a)) for r in rows]) for a in fc.ALPHAS)
     assert levels["loss_best_1gen"] == pytest.approx(best, rel=1e-5)
 
 
@@ -201,7 +202,7 @@ def test_tau_is_the_halfway_crossing_of_the_masked_loss(monkeypatch):
     """tau_2Gen on a loss curve with a known crossing: halfway between the raw-frequency plateau and
     2-Gen (both on the masked samples), interpolated between evaluations every 30 steps."""
     monkeypatch.setattr(sat, "SATransformer", LinearLossModel)
-    draw = st.fresh_batch
+    draw = fc.fresh_batch
     one_batch = draw(4, 16, torch.Generator().manual_seed(0))
     monkeypatch.setattr(sat, "fresh_batch", lambda B, N, g, ablate=False: one_batch if B == 4 else draw(B, N, g, ablate))
     r = sat.train_sa(sat.Run(N=16, iters=400, batch=4, eval_every=30, eval_batch=256))  # the stub ignores its batches
@@ -235,7 +236,7 @@ def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
 def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
     """At each (delta, beta): the masked loss of the reduced model, minimized over w_A..w_D by L-BFGS on
     softmax logits (an independent optimizer), within 1e-4."""
-    context, target = st.fresh_batch(300, 16, torch.Generator().manual_seed(6))
+    context, target = fc.fresh_batch(300, 16, torch.Generator().manual_seed(6))
     betas, deltas = [0.0, 3.0], [0.5, 2.0]
     got = sat.landscape(context, target, betas, deltas)
     present = (context == target[:, None]).any(1)
@@ -735,7 +736,7 @@ def test_a_dip_that_comes_back_is_no_tau_and_a_sustained_drop_is():
     dip = curve(lambda s: s == 1000 or s >= 2100)
     tau, end = st.sustained_drop(t, dip, level)
     assert tau == pytest.approx(2050.0) and end == 2600  # (1 + 0.25) 2050 = 2562.5: the evaluation at 2600
-    assert st.crossing(t, dip, level) == pytest.approx(950.0)  # the old criterion fires on the dip
+    assert fc.crossing(t, dip, level) == pytest.approx(950.0)  # the old criterion fires on the dip
     assert math.isnan(st.sustained_drop(t, curve(lambda s: s == 1000), level)[0])
     # the window of the crossing at 2050 runs through 2600: back above at 2600 fails it, at 2700 does not
     assert math.isnan(st.sustained_drop(t, curve(lambda s: 2100 <= s < 2600), level)[0])
@@ -784,9 +785,9 @@ def test_batched_seeds_equal_each_seed_trained_alone():
     """train_seeds (vmap over stacked parameters, the seeds' batches drawn from their own generators and walked
     together) gives every seed the trajectory train_one gives it alone, to float rounding; a seed whose drop held
     stops its record there, as train_one stops. The batched draw is fresh_batch's for each generator, exactly."""
-    seqs = fastdata.fresh_batches(6, 13, [torch.Generator().manual_seed(s) for s in (3, 4)], st.C)
+    seqs = fastdata.fresh_batches(6, 13, [torch.Generator().manual_seed(s) for s in (3, 4)], fc.C)
     for i, s in enumerate((3, 4)):
-        c, y = st.fresh_batch(6, 12, torch.Generator().manual_seed(s))
+        c, y = fc.fresh_batch(6, 12, torch.Generator().manual_seed(s))
         assert torch.equal(c, seqs[i, :, :12]) and torch.equal(y, seqs[i, :, 12])
     together = st.train_seeds(8, [2, 0], 60, eval_batch=64)
     for run in together:
@@ -961,13 +962,13 @@ def test_the_w_driven_theory_integrates_the_rates_along_the_runs_own_weights():
     t = np.arange(0, 2001, 25.0)
     rates = sat.predicted_rates(N, I, 1 / 3, 1 / 3)
     flat = sat.w_driven({"t": t.tolist(), "w": [[0.0, 1 / 3, 1 / 3, 1 / 3]] * len(t), "run": {"N": N}}, I)
-    assert flat["beta"] == pytest.approx((rates["dbeta_dt"] / st.C * t).tolist(), rel=1e-9, abs=1e-15)
+    assert flat["beta"] == pytest.approx((rates["dbeta_dt"] / fc.C * t).tolist(), rel=1e-9, abs=1e-15)
     assert flat["delta"] == pytest.approx((rates["ddelta_dt"] * t).tolist(), rel=1e-9, abs=1e-15)
     w_C = 0.2 + 0.4 * t / t[-1]
     w = np.stack([np.zeros_like(t), 0.5 - w_C / 2, w_C, 0.5 - w_C / 2], 1)
     rising = sat.w_driven({"t": t.tolist(), "w": w.tolist(), "run": {"N": N}}, I)
     per_w = sat.predicted_rates(N, I, 1.0, 1.0)  # the rates per unit weight
-    exact = per_w["dbeta_dt"] / st.C * (0.2 * t + 0.2 * t ** 2 / t[-1])
+    exact = per_w["dbeta_dt"] / fc.C * (0.2 * t + 0.2 * t ** 2 / t[-1])
     assert rising["beta"] == pytest.approx(exact.tolist(), rel=1e-9, abs=1e-15)  # a quadratic: the trapezoid is exact
     assert rising["delta"] == pytest.approx((per_w["ddelta_dt"] * (0.4 * t - 0.1 * t ** 2 / t[-1])).tolist(), rel=1e-9,
                                             abs=1e-15)

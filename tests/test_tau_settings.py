@@ -18,6 +18,7 @@ import sa_hybrids
 import sa_transformer as sat
 import tau_settings as ts
 import tau_velocities as tv
+from analysis import fresh_chains as fc
 from analysis import sa_fits
 from analysis import transformer_tau as st
 from transformer import attention_scores, layer_norm
@@ -61,7 +62,7 @@ def test_every_setting_changes_the_run_of_the_same_seed(name):
     base = st.train_one(8, 0, 12, eval_batch=64, training={**st.TRAINING, "eval_every": 4})
     other = st.train_one(8, 0, 12, eval_batch=64, training={**ts.SETTINGS[name][0], "eval_every": 4})
     if "init" in ts.SETTINGS[name][0]:  # a knock-out of the start: W_U at zero predicts uniformly, loss log C
-        assert other["loss"][0] == pytest.approx(math.log(st.C), abs=1e-6) != base["loss"][0]
+        assert other["loss"][0] == pytest.approx(math.log(fc.C), abs=1e-6) != base["loss"][0]
     else:
         assert base["t"][0] == other["t"][0] == 0 and base["loss"][0] == other["loss"][0]  # the same model and eval set
     assert len(other["loss"]) < len(base["loss"]) or not np.allclose(base["loss"][1:], other["loss"][1:], rtol=1e-6)
@@ -213,13 +214,13 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
     """readout="softmax": uniform at W_R = 0; with W_R selecting one expert (expert-major columns, as e.flatten(1)
     lays them out) at scale s, softmax(s x that expert) of the parent's experts; the mixture readout is the parent."""
     N = 12
-    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    seqs = fc.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
     hybrid = sa_hybrids.SoftmaxReadout(N, "softmax")
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, p in hybrid.named_parameters():
             p.copy_(0.0 if name == "W_R" else 0.5 * torch.randn(p.shape, generator=g))
-    assert torch.allclose(hybrid(seqs), torch.full((64, st.C), 1 / st.C))
+    assert torch.allclose(hybrid(seqs), torch.full((64, fc.C), 1 / fc.C))
     parent = tv.SATransformer(N)
     parent.load_state_dict({k: v for k, v in hybrid.state_dict().items() if k != "W_R"})
     e = tv.layers(seqs, *parent.attention_parameters())
@@ -227,7 +228,7 @@ def test_the_softmax_hybrid_reads_the_parents_experts_through_its_map():
                            (e[2].unsqueeze(1) @ e[1]).squeeze(1)], 1)  # (B, 4, C), from the layers alone
     with torch.no_grad():
         hybrid.W_R.zero_()
-        hybrid.W_R[:, 2 * st.C:3 * st.C] = 5.0 * torch.eye(st.C)  # the third expert, sum_i A2_iN x_i
+        hybrid.W_R[:, 2 * fc.C:3 * fc.C] = 5.0 * torch.eye(fc.C)  # the third expert, sum_i A2_iN x_i
     assert torch.allclose(hybrid(seqs), torch.softmax(5.0 * experts[:, 2], -1), atol=1e-6)
     assert torch.allclose(parent(seqs), torch.einsum("e,bec->bc", parent.weights(), experts), atol=1e-6)
     assert not torch.allclose(hybrid(seqs), parent(seqs), atol=1e-3)
@@ -239,21 +240,21 @@ def test_the_scalar_softmax_hybrid_is_the_softmax_hybrid_with_a_map_that_keeps_s
     """readout="softmax_scalar": uniform at a = 0; with asymmetric scalars a_k, the "softmax" hybrid whose W_R is
     [a_1 I, a_2 I, a_3 I, a_4 I] (each expert's state c to the output's state c only), on the same layers."""
     N = 12
-    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    seqs = fc.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
     split = sa_hybrids.SoftmaxReadout(N, "softmax_scalar")
     g = torch.Generator().manual_seed(8)
     with torch.no_grad():
         for name, p in split.named_parameters():
             p.copy_(0.0 if name == "a" else 0.5 * torch.randn(p.shape, generator=g))
-    assert torch.allclose(split(seqs), torch.full((64, st.C), 1 / st.C))
+    assert torch.allclose(split(seqs), torch.full((64, fc.C), 1 / fc.C))
     full = sa_hybrids.SoftmaxReadout(N, "softmax")
     full.load_state_dict({k: v for k, v in split.state_dict().items() if k != "a"}, strict=False)
     a = torch.tensor([0.7, -1.3, 4.0, 2.2])  # unequal: a swapped or shared scalar reads differently
     with torch.no_grad():
         split.a.copy_(a)
-        full.W_R.copy_(torch.cat([a_k * torch.eye(st.C) for a_k in a], 1))
+        full.W_R.copy_(torch.cat([a_k * torch.eye(fc.C) for a_k in a], 1))
     assert torch.allclose(split(seqs), full(seqs), atol=1e-6)
-    assert not torch.allclose(split(seqs), torch.full((64, st.C), 1 / st.C), atol=1e-3)
+    assert not torch.allclose(split(seqs), torch.full((64, fc.C), 1 / fc.C), atol=1e-3)
     assert {name for name, _ in split.named_parameters()} >= {"a", "M1", "P1", "M2", "P2"}
     assert "W_R" not in dict(split.named_parameters())
 
@@ -263,19 +264,19 @@ def test_the_matched_softmax_starts_as_the_mixture_to_first_order():
     eps away from uniform: the gap shrinks as eps^2 (a quarter per halving), where a = 0 (softmax_scalar's start)
     or a = C / 2 leaves a gap of order eps."""
     g = torch.Generator().manual_seed(5)
-    noise = torch.randn(256, 4, st.C, generator=g)
+    noise = torch.randn(256, 4, fc.C, generator=g)
     noise = noise - noise.mean(-1, keepdim=True)  # departures that keep each expert a distribution
     matched = sa_hybrids.SoftmaxReadout(8, "softmax_matched")
-    assert torch.equal(matched.a.detach(), torch.full((4,), st.C / 4))
+    assert torch.equal(matched.a.detach(), torch.full((4,), fc.C / 4))
 
     def gap(eps: float, a: torch.Tensor) -> float:
-        e = 1 / st.C + eps * noise
+        e = 1 / fc.C + eps * noise
         soft = torch.softmax(torch.einsum("k,bkc->bc", a, e), -1)
         return float((soft - e.mean(1)).abs().max())  # the mixture at w = 1/4: the experts' mean
 
     a = matched.a.detach()
     assert 3.6 < gap(0.01, a) / gap(0.005, a) < 4.4
-    for wrong in (torch.zeros(4), torch.full((4,), st.C / 2)):
+    for wrong in (torch.zeros(4), torch.full((4,), fc.C / 2)):
         assert 1.6 < gap(0.01, wrong) / gap(0.005, wrong) < 2.4
 
 
@@ -284,7 +285,7 @@ def test_the_attention_hybrid_is_the_transformers_attention_under_the_mixture():
     attention (computed directly, over all positions) on the one-hot states and its A2 the transformer's layer-2
     attention at the last position (last_position); under SATransformer the mixture of those four paths."""
     N, seed = 12, 5
-    seqs = ts.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
+    seqs = fc.fresh_batch(64, N, torch.Generator().manual_seed(3))[0]
     attention = sa_hybrids.TransformerAttention(N, seed)
     model = st.model_for(N, seed)
     g = torch.Generator().manual_seed(1)
@@ -297,7 +298,7 @@ def test_the_attention_hybrid_is_the_transformers_attention_under_the_mixture():
     q, k = (F.linear(x, params[f"att1.{W}.weight"]) for W in ("W_Q", "W_K"))
     A1 = torch.softmax(attention_scores(q[:, None], k[:, None], params["att1.P"][:, :N]), -1)[:, 0]
     X, h, A2 = attention(seqs)
-    assert torch.allclose(h, A1 @ F.one_hot(seqs, st.C).float(), atol=1e-6)
+    assert torch.allclose(h, A1 @ F.one_hot(seqs, fc.C).float(), atol=1e-6)
     assert torch.allclose(A2, st.last_position(params, seqs)[1], atol=1e-6)
     hybrid = sat.SATransformer(N, attention=attention)
     with torch.no_grad():
@@ -315,15 +316,15 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
     attention is no rung and is refused."""
     built = {name: sa_hybrids.hybrid(8, 3, **changes) for name, (changes, _) in ts.HYBRIDS.items()}
     assert built["sa_softmax"].W_R is not None and built["sa_softmax_scalar"].a.tolist() == [0.0] * 4
-    assert built["sa_softmax_matched"].a.tolist() == [st.C / 4] * 4
-    assert all(torch.equal(m.M1, torch.zeros(st.C, st.C)) for name, m in built.items() if m.attention is None)
+    assert built["sa_softmax_matched"].a.tolist() == [fc.C / 4] * 4
+    assert all(torch.equal(m.M1, torch.zeros(fc.C, fc.C)) for name, m in built.items() if m.attention is None)
     drawn = built["sa_attention"].attention.W_E
     assert torch.equal(drawn, st.model_for(8, 3).W_E.weight) and not torch.equal(drawn, st.model_for(8, 4).W_E.weight)
     matched = built["sa_attention_matched"]
-    assert torch.equal(matched.attention.W_E, drawn) and matched.a.tolist() == [st.C / 4] * 4
-    seqs = ts.fresh_batch(16, 8, torch.Generator().manual_seed(2))[0]
+    assert torch.equal(matched.attention.W_E, drawn) and matched.a.tolist() == [fc.C / 4] * 4
+    seqs = fc.fresh_batch(16, 8, torch.Generator().manual_seed(2))[0]
     e = sat.expert_paths(*matched.layers(seqs))
-    assert torch.allclose(matched(seqs), torch.softmax(st.C / 4 * e.sum(1), -1))  # the softmax on the new layers
+    assert torch.allclose(matched(seqs), torch.softmax(fc.C / 4 * e.sum(1), -1))  # the softmax on the new layers
     with pytest.raises(ValueError, match="attention"):
         sa_hybrids.hybrid(8, 3, attention="mlp")
 
@@ -351,10 +352,10 @@ def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_
     run = ts.hybrid_run((str(tmp_path), "sa_softmax", 16, 0))
     assert run["t"] == list(range(0, 61, 20)) and run["readout"] == "softmax" and len(run["phi"]) == len(run["t"])
     with torch.no_grad():
-        start = tv.sa_coordinates(tv.SATransformer(16), ts.fresh_batch(
+        start = tv.sa_coordinates(tv.SATransformer(16), fc.fresh_batch(
             256, 16, torch.Generator().manual_seed(10**6 + 16))[0])["phi_beta2"]
     assert run["phi"][0] == pytest.approx(float(start), abs=1e-4)
-    assert run["masked_loss"][0] == pytest.approx(math.log(st.C), abs=1e-4)  # W_R at zero: uniform
+    assert run["masked_loss"][0] == pytest.approx(math.log(fc.C), abs=1e-4)  # W_R at zero: uniform
     with open(tmp_path / "sa_softmax_N16_s0.json") as fh:
         assert json.load(fh) == run
     hybrid = {"sa_softmax": {str(N): {"0": {"tau": 100.0 * N / math.log(N)}, "1": {"tau": None}}

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tau_velocities as tv
+from analysis import fresh_chains as fc
 from analysis import transformer_tau as st
 
 
@@ -32,7 +33,7 @@ def random_sa(N, seed, dtype=torch.float32):
 def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
     """dq/dt = -<grad q, grad L> against a central difference of q along -grad L (L the mean over both batches), for
     every coordinate of both models; the velocity of the loss itself is -|grad L|^2 < 0."""
-    batches = [tv.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (1, 2)]
+    batches = [fc.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (1, 2)]
     context = batches[0][0]
     cases = []
     model, params = random_transformer(10, 0)
@@ -69,17 +70,17 @@ def test_the_coordinates_are_what_they_say():
     phi_beta(2) the induction readout of last_position's attention, phi_delta(1) the full model's layer-1 attention of
     the last position on the one before. The SA-transformer's: M2's h.x diagonal, P1[1], and its layer-2 attention."""
     model, params = random_transformer(9, 4)
-    context = tv.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
+    context = fc.fresh_batch(32, 9, torch.Generator().manual_seed(5))[0]
     got = {k: float(v.detach()) for k, v in tv.transformer_coordinates(model, params, context).items()}
     model.requires_grad_(False)  # the checks below read the parameters as numbers
     E = tv.layer_norm(params["W_E.weight"])
     D = E.shape[1]
     with torch.no_grad():
         score = [[float(params["att2.W_Q.weight"] @ E[a] @ (params["att2.W_K.weight"]
-                        @ tv.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(st.C)]
-                 for a in range(st.C)]
-    diag = np.mean([score[a][a] for a in range(st.C)])
-    off = np.mean([score[a][b] for a in range(st.C) for b in range(st.C) if a != b])
+                        @ tv.layer_norm(params["att1.W_V.weight"] @ E[b]))) / math.sqrt(D) for b in range(fc.C)]
+                 for a in range(fc.C)]
+    diag = np.mean([score[a][a] for a in range(fc.C)])
+    off = np.mean([score[a][b] for a in range(fc.C) for b in range(fc.C) if a != b])
     assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
     assert got["delta"] == float(params["att1.P"][0, 1]) != float(params["att1.P"][0, 0])
     assert got["phi_beta2"] == pytest.approx(float(st.induction(st.last_position(params, context)[1], context)), rel=1e-6)
@@ -89,7 +90,7 @@ def test_the_coordinates_are_what_they_say():
     sa, sa_params = random_sa(9, 6)
     out = {k: float(v.detach()) for k, v in tv.sa_coordinates(sa, context).items()}
     sa.requires_grad_(False)
-    assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[st.C + i, i]) for i in range(st.C)])), rel=1e-6)
+    assert out["beta"] == pytest.approx(float(np.mean([float(sa.M2[fc.C + i, i]) for i in range(fc.C)])), rel=1e-6)
     assert out["delta"] == float(sa.P1[1])
     A2 = tv.layers(context, *sa.attention_parameters())[2]
     match = np.array([[float(s[i - 1] == s[-1]) for i in range(1, 9)] for s in context.tolist()])
@@ -99,7 +100,7 @@ def test_the_coordinates_are_what_they_say():
 def test_the_measure_hooks_read_the_run_without_changing_it():
     """A measured run (velocities at t = 0 and 4) is the unmeasured run, step for step, in both models."""
     torch.set_num_threads(1)
-    batches = [tv.fresh_batch(8, 8, torch.Generator().manual_seed(9))]
+    batches = [fc.fresh_batch(8, 8, torch.Generator().manual_seed(9))]
     template, seen = st.model_for(8, 0), []
 
     def hook(t, params):
