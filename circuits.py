@@ -1,5 +1,5 @@
 """Circuit tracing of the four algorithmic phases by edge mean-ablation (Sec. "Tracing circuits",
-Fig. 3; Appendix "Transformer Circuits": Table I, eqs. res1-res3 and expandedatt2, Figs. A2, A3).
+Fig. 3; Appendix "Transformer Circuits": Table I, eqs. res3, hatpi and expandedatt2, Figs. A2, A3).
 
 The explicit forward over Table I's 23 edges, with an edge mean-ablated for its target alone, is
 analysis/edges.py's run_edges (its docstring defines the sources, the targets and the ablation). The importance
@@ -18,10 +18,11 @@ the phase's predictor relative to the next-closest of the four, i.e. the largest
 D(next predictor) / D(phase's predictor) (phase_checkpoint), provided it reaches the floor IN_PHASE = 1.2: the
 phase's predictor the closest of the four, the next 20 % farther. A phase no checkpoint reaches is reported as
 such (no_checkpoint: the closest checkpoint, its ratio and the predictor closest there) and not traced. The paper
-takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs; the
-lowest divergence can sit where another predictor is about as close, and a circuit traced there would mix two
-phases, so the ratio (stated with each phase, with the margin in nats) picks checkpoints unambiguously in their
-phase, from any of the runs.
+takes the checkpoint with the lowest divergence in its K = 1024 (generalizing) and K = 128 (memorizing) runs (Fig.
+A3's caption); the lowest divergence can sit where another predictor is about as close, and a circuit traced there
+would mix two phases, so the ratio (stated with each phase, with the margin in nats) picks checkpoints unambiguously
+in their phase, from any of the runs. task_vectors.py keeps the paper's rule (lowest_divergence_checkpoint): its
+patching needs a checkpoint in its one run and compares it with every memorizing predictor.
 """
 import os
 import time
@@ -34,7 +35,7 @@ from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from analysis.edges import EDGES, SOURCES, TARGETS, parse_edge, run_edges
-from analysis.runs import TRAIN_TIME, find_run, load_run, train_run
+from analysis.runs import TRAIN_TIME, closest_predictor, find_run, load_run, train_run
 from bayes import PREDICTORS, kl_div
 from plumbing import cli
 from plumbing.rundir import write_json
@@ -100,7 +101,7 @@ def no_checkpoint(rows: dict[str, list[dict]], phase: str, floor: float = IN_PHA
     ratio and margin, the predictor closest to it there) and why, in words. step None: nothing traced."""
     run, row = closest_checkpoint(rows, phase)
     ratio, margin = closeness(row, phase)
-    nearest = min(PREDICTORS, key=lambda q: row[f"kl_{q}"])
+    nearest = closest_predictor(row)
     name, n = os.path.basename(os.path.normpath(run)), sum(len(rs) for rs in rows.values())
     return {"run": run, "step": None, "in_phase": False, "floor": floor,
             "closest": {"step": row["step"], "ratio": ratio, "margin": margin, "predictor": nearest},
@@ -393,7 +394,8 @@ def main():
                         "are picked from (default: the preset's runs/K<K>_s0: quick K = 4, 64, 1024; paper K = 128, 1024)")
     parser.add_argument("--n-seqs", type=cli.at_least(2), default=512,  # a mean over one sequence ablates nothing
                         help="held-out sequences from S to trace on (the paper: 512)")
-    parser.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences")
+    parser.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences "
+                        "(the models keep their runs' seeds)")
     cli.add_threads(parser)
     args = parser.parse_args()
     cli.set_threads(args.threads)

@@ -49,8 +49,8 @@ from sklearn.neighbors import KNeighborsClassifier
 from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 
 from analysis.edges import run_edges
-from analysis.runs import TRAIN_TIME, find_run, load_run, train_run
-from bayes import mixed_mem
+from analysis.runs import TRAIN_TIME, closest_predictor, find_run, load_run, train_run
+from bayes import PREDICTORS, kl_div, mixed_mem
 from markov import TaskSet, sample_sequences
 from plumbing import cli
 from plumbing.rundir import write_atomic
@@ -108,11 +108,9 @@ def similarity(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """Per sequence exp(-D_KL^{S_N}(p || q) / D_KL^{S_N}(uniform || q)): 1 when the predictor p and the
     model q agree, e^-1 when p is as far from q as the uniform distribution is. logp, logq (B, N, C);
     returns (B,)."""
-    C = logq.shape[-1]
-    terms = torch.where(logp == -math.inf, 0.0, logp.exp() * (logp - logq))  # 0 log 0 = 0, as in bayes.kl_div
-    kl = terms.sum(-1).mean(1)  # (B,): mean over positions
-    kl_uniform = (-math.log(C) - logq).mean(-1).mean(1)  # sum_c (1/C) (log(1/C) - log q_c)
-    return torch.exp(-kl / kl_uniform)
+    kl = torch.func.vmap(kl_div)  # D_KL^{S_N} of each sequence, (B, N, C) pairs -> (B,)
+    uniform = torch.full_like(logq, -math.log(logq.shape[-1]))
+    return torch.exp(-kl(logp, logq) / kl(uniform, logq))
 
 
 def patch_pair(tasks: TaskSet, n: int, length: int, generator: torch.Generator):
@@ -232,21 +230,20 @@ def information_curve(run_dir: str, seed: int = 0) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------- checkpoints, figure, command line
+# ----------------------------------------------------------------------------- checkpoints, figure
 
 
-def phase(row: dict) -> str:
-    """The predictor closest to the model at an evaluation step."""
-    return min(("1gen", "2gen", "1mem", "2mem"), key=lambda name: row[f"kl_{name}"])
-
-
-def memorizing_step(rows: list[dict], name: str) -> dict:
-    """The step closest to predictor `name` among those where it is the closest of the four (any step if
-    it never is, flagged by in_phase)."""
-    in_phase = [r for r in rows if phase(r) == name]
+def lowest_divergence_checkpoint(rows: list[dict], name: str) -> dict:
+    """The evaluation of one run (rows) with the lowest divergence to predictor `name` among those where it is the
+    closest of the four, else among all (in_phase False): Fig. A3's rule, "the training checkpoint with lowest
+    divergence to the corresponding predictor", kept inside the phase; the paper names none for Figs. 4, A8.
+    Not circuits.phase_checkpoint's ratio floor: patching compares the model with every memorizing predictor
+    (PAIRS), so it needs a checkpoint in its one run even where a phase leads by little (task_vectors.json: 2-Mem
+    by 2e-6 nats)."""
+    in_phase = [r for r in rows if closest_predictor(r) == name]
     best = min(in_phase or rows, key=lambda r: r[f"kl_{name}"])
-    return {"step": best["step"], "in_phase": bool(in_phase), "phase": phase(best),
-            "kl": {p: best[f"kl_{p}"] for p in ("1gen", "2gen", "1mem", "2mem")}}
+    return {"step": best["step"], "in_phase": bool(in_phase), "phase": closest_predictor(best),
+            "kl": {p: best[f"kl_{p}"] for p in PREDICTORS}}
 
 
 def geometry(run_dir: str, steps: list[int], tsne_steps: list[int], per_chain: int, seed: int = 0):
@@ -348,6 +345,70 @@ def plot(result: dict, path: str):
     return fig
 
 
+def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):
+    """The three experiments on the memorizing run `run` and the information runs; writes the figure and JSON
+    and returns the JSON's contents."""
+    t0 = time.time()
+
+    cfg, rows, _, tasks = load_run(run)
+    if cfg.K < 2:
+        raise ValueError(f"{run} has K = 1: there is no chain to recognize")
+    checkpoints = {name: lowest_divergence_checkpoint(rows, name) for name in ("1mem", "2mem")}
+    steps = [r["step"] for r in rows]
+    tsne_steps = tsne_choice(rows, checkpoints["1mem"]["step"], checkpoints["2mem"]["step"])
+    scores, embedded = geometry(run, steps, tsne_steps, per_chain, seed)
+    print(f"geometry: {len(steps)} checkpoints, t-SNE at {tsne_steps}, {time.time() - t0:.0f} s", flush=True)
+
+    g = torch.Generator().manual_seed(seed + 1)
+    seqs_A, seqs_B = patch_pair(tasks, n_patch, cfg.N + 1, g)
+    patching = {}
+    for name, block in (("2mem", "A2"), ("1mem", "A1")):
+        _, _, model, _ = load_run(run, checkpoints[name]["step"])
+        patching[name] = patching_matrix(model, tasks, seqs_A, seqs_B, block, two_point=name == "2mem")
+    print(f"patching done, {time.time() - t0:.0f} s", flush=True)
+
+    curves, info_runs_by_K = {}, {}
+    for d in info_runs:
+        K = load_run(d)[0].K
+        curves[K], info_runs_by_K[K] = information_curve(d, seed), d
+    information = {K: c["fraction"] for K, c in curves.items()}
+    print(f"information done, {time.time() - t0:.0f} s", flush=True)
+
+    result = {
+        "separability": {s: scores[s]["knn"] for s in steps},
+        "silhouette": {s: scores[s]["silhouette"] for s in steps},
+        "patching_2mem": patching["2mem"],
+        "patching_1mem": patching["1mem"],
+        "information": information,
+        "information_stderr": {K: c["stderr"] for K, c in curves.items()},
+        "information_unpaired": {K: c["fraction_unpaired"] for K, c in curves.items()},
+        "information_unpaired_stderr": {K: c["stderr_unpaired"] for K, c in curves.items()},
+        "information_pc_dims": {K: c["dims"] for K, c in curves.items()},
+        "checkpoints": {**checkpoints, "tsne": tsne_steps},
+        "phase": {r["step"]: closest_predictor(r) for r in rows},
+        "tsne": {step: np.round(xy.astype(float), 2).tolist() for step, (xy, _) in embedded.items()},  # (n, 2) each
+        "tsne_chain": next(iter(embedded.values()))[1].tolist(),  # the same sequences at every step
+        "runs": {"geometry_and_patching": run, "information": info_runs_by_K},
+        "config": {"K_geometry": cfg.K, "per_chain": per_chain, "patch_seqs": n_patch, "seed": seed,
+                   "N_info": N_INFO, "var_kept": VAR_KEPT, "mc_samples": MC_SAMPLES},
+        "seconds": round(time.time() - t0, 1),
+    }
+    text = json.dumps(result, indent=1)
+    write_atomic(os.path.join(out, "task_vectors.json"), text)
+    plot(json.loads(text), os.path.join(out, "task_vectors.png"))  # from the JSON, as --replot draws it
+    for name in ("2mem", "1mem"):
+        print(f"patching {name} at step {checkpoints[name]['step']} (rows: condition, columns: {' '.join(PAIRS)})")
+        for c in CONDITIONS:
+            print(f"  {c:12s} " + " ".join(f"{patching[name][c][p]:.3f}" for p in PAIRS))
+    for K in sorted(information):
+        last = max(information[K])
+        print(f"information K = {K}: I / log2 K = {information[K][last]:.3f} at step {last}")
+    print(f"wrote {out}/task_vectors.png and .json in {result['seconds']} s")
+    return json.loads(text)
+
+
+# ----------------------------------------------------------------------------- command line
+
 PRESET_RUNS = {"quick": {"run": 16, "Ks": "4,16,64"},  # the paper: patching at K = 128, t-SNE "up to K = 128"
                "paper": {"run": 128, "Ks": "32,64,128"}}
 PLOTTED = ("separability", "silhouette", "phase", "tsne", "tsne_chain", "patching_2mem", "patching_1mem", "information",
@@ -400,71 +461,9 @@ def main(argv: list[str] | None = None):
                  f"{args.figures}/task_vectors.png and .json{committed}")
     for K in pending.values():
         train_run(K, preset)
-    torch.set_num_threads(args.threads)
+    cli.set_threads(args.threads)
     with threadpool_limits(args.threads):
         experiments(found[0], [run for _, (run, _) in info], args.per_chain, args.patch_seqs, args.seed, args.figures)
-
-
-def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, seed: int, out: str):
-    """The three experiments on the memorizing run `run` and the information runs; writes the figure and JSON
-    and returns the JSON's contents."""
-    t0 = time.time()
-
-    cfg, rows, _, tasks = load_run(run)
-    if cfg.K < 2:
-        raise ValueError(f"{run} has K = 1: there is no chain to recognize")
-    checkpoints = {name: memorizing_step(rows, name) for name in ("1mem", "2mem")}
-    steps = [r["step"] for r in rows]
-    tsne_steps = tsne_choice(rows, checkpoints["1mem"]["step"], checkpoints["2mem"]["step"])
-    scores, embedded = geometry(run, steps, tsne_steps, per_chain, seed)
-    print(f"geometry: {len(steps)} checkpoints, t-SNE at {tsne_steps}, {time.time() - t0:.0f} s", flush=True)
-
-    g = torch.Generator().manual_seed(seed + 1)
-    seqs_A, seqs_B = patch_pair(tasks, n_patch, cfg.N + 1, g)
-    patching = {}
-    for name, block in (("2mem", "A2"), ("1mem", "A1")):
-        _, _, model, _ = load_run(run, checkpoints[name]["step"])
-        patching[name] = patching_matrix(model, tasks, seqs_A, seqs_B, block, two_point=name == "2mem")
-    print(f"patching done, {time.time() - t0:.0f} s", flush=True)
-
-    curves, info_runs_by_K = {}, {}
-    for d in info_runs:
-        K = load_run(d)[0].K
-        curves[K], info_runs_by_K[K] = information_curve(d, seed), d
-    information = {K: c["fraction"] for K, c in curves.items()}
-    print(f"information done, {time.time() - t0:.0f} s", flush=True)
-
-    result = {
-        "separability": {s: scores[s]["knn"] for s in steps},
-        "silhouette": {s: scores[s]["silhouette"] for s in steps},
-        "patching_2mem": patching["2mem"],
-        "patching_1mem": patching["1mem"],
-        "information": information,
-        "information_stderr": {K: c["stderr"] for K, c in curves.items()},
-        "information_unpaired": {K: c["fraction_unpaired"] for K, c in curves.items()},
-        "information_unpaired_stderr": {K: c["stderr_unpaired"] for K, c in curves.items()},
-        "information_pc_dims": {K: c["dims"] for K, c in curves.items()},
-        "checkpoints": {**checkpoints, "tsne": tsne_steps},
-        "phase": {r["step"]: phase(r) for r in rows},
-        "tsne": {step: np.round(xy.astype(float), 2).tolist() for step, (xy, _) in embedded.items()},  # (n, 2) each
-        "tsne_chain": next(iter(embedded.values()))[1].tolist(),  # the same sequences at every step
-        "runs": {"geometry_and_patching": run, "information": info_runs_by_K},
-        "config": {"K_geometry": cfg.K, "per_chain": per_chain, "patch_seqs": n_patch, "seed": seed,
-                   "N_info": N_INFO, "var_kept": VAR_KEPT, "mc_samples": MC_SAMPLES},
-        "seconds": round(time.time() - t0, 1),
-    }
-    text = json.dumps(result, indent=1)
-    write_atomic(os.path.join(out, "task_vectors.json"), text)
-    plot(json.loads(text), os.path.join(out, "task_vectors.png"))  # from the JSON, as --replot draws it
-    for name in ("2mem", "1mem"):
-        print(f"patching {name} at step {checkpoints[name]['step']} (rows: condition, columns: {' '.join(PAIRS)})")
-        for c in CONDITIONS:
-            print(f"  {c:12s} " + " ".join(f"{patching[name][c][p]:.3f}" for p in PAIRS))
-    for K in sorted(information):
-        last = max(information[K])
-        print(f"information K = {K}: I / log2 K = {information[K][last]:.3f} at step {last}")
-    print(f"wrote {out}/task_vectors.png and .json in {result['seconds']} s")
-    return json.loads(text)
 
 
 if __name__ == "__main__":

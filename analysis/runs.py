@@ -1,6 +1,6 @@
 """Runs read back as data, for the analysis scripts (circuits.py, task_vectors.py, k1.py, k2.py, ...): a run
-directory's metrics and memorization scores, a model at an evaluation step, and the preset's runs the scripts
-default to (runs/K<K>_s0), found or trained where missing.
+directory's metrics and memorization scores, the predictor closest to the model at an evaluation, a model at an
+evaluation step, and the preset's runs the scripts default to (runs/K<K>_s0), found or trained where missing.
 """
 import argparse
 import json
@@ -10,6 +10,7 @@ from dataclasses import fields
 import torch
 
 import train
+from bayes import PREDICTORS
 from markov import FreshChains, TaskSet, task_source
 from plumbing.rundir import load_data
 from transformer import Transformer
@@ -30,6 +31,13 @@ def read_per_chain(run_dir: str) -> list[dict]:
         raise ValueError(f"{run_dir!r} has no per_chain.jsonl (train it with --per-chain)")
     with open(path) as f:
         return list(map(json.loads, f))
+
+
+def closest_predictor(row: dict) -> str:
+    """The one of the four Bayes predictors (bayes.PREDICTORS) whose divergence kl_<name> to the model is the lowest at
+    an evaluation row: the phase the model is nearest there (Sec. "Identifying in-context memorization and
+    generalization regimes"; Fig. 2b)."""
+    return min(PREDICTORS, key=lambda name: row[f"kl_{name}"])
 
 
 def load_run(run_dir: str, step: int | None = None,

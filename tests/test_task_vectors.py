@@ -12,9 +12,11 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from threadpoolctl import threadpool_limits
 
+import bayes
 import task_vectors as tv
 import train
 from analysis.edges import run_edges
+from analysis.runs import closest_predictor
 from markov import TaskSet, sample_chains, sample_sequences
 from plumbing import cli
 from transformer import Transformer
@@ -99,6 +101,39 @@ def test_similarity_is_one_for_agreement_and_e_inverse_for_uniform():
     torch.testing.assert_close(tv.similarity(uniform, logq), torch.full((4,), math.exp(-1)))
     kl = lambda a, b: (a.exp() * (a - b)).sum(-1).mean(1)  # per sequence, mean over positions
     torch.testing.assert_close(tv.similarity(logp, logq), torch.exp(-kl(logp, logq) / kl(uniform, logq)))
+
+
+def test_similarity_counts_a_state_the_predictor_rules_out_as_zero():
+    """0 log 0 = 0, as in bayes.kl_div: a predictor with a state at probability 0 (a memorizing predictor whose
+    chains never move there) is compared on the other states, not turned into NaN, and each sequence alone."""
+    logq = torch.log_softmax(torch.randn(3, 6, C, generator=gen(9)), -1)
+    probs = torch.softmax(torch.randn(3, 6, C, generator=gen(10)), -1)
+    probs[0, :, 2] = 0.0
+    logp = (probs / probs.sum(-1, keepdim=True)).log()  # sequence 0: state 2 ruled out at every position
+    got = tv.similarity(logp, logq)
+    uniform = torch.full_like(logq, -math.log(C))
+    for b in range(3):
+        want = math.exp(-bayes.kl_div(logp[b:b + 1], logq[b:b + 1]) / bayes.kl_div(uniform[b:b + 1], logq[b:b + 1]))
+        assert torch.isfinite(got[b]) and got[b].item() == pytest.approx(want, rel=1e-6), b
+
+
+def test_the_patching_checkpoint_is_the_lowest_divergence_inside_the_phase():
+    """circuits.py's rows: 2-Mem is closest only at b's step 15 (x1.11, under circuits' floor, so circuits traces
+    no 2-Mem), and patching takes it, not step 25, the lowest 2-Mem divergence but 1-Mem's. Without step 25 no row is
+    1-Mem's: the lowest 1-Mem divergence overall (step 15, 2-Mem's), flagged in_phase False. Each row's nearest
+    predictor is closest_predictor's."""
+    def row(step, g1, g2, m1, m2):
+        return {"step": step, "kl_1gen": g1, "kl_2gen": g2, "kl_1mem": m1, "kl_2mem": m2}
+
+    rows = [row(0, 0.5, 0.9, 0.6, 0.9), row(10, 0.10, 0.3, 0.11, 0.5), row(20, 0.2, 0.05, 0.3, 0.4),
+            row(5, 0.15, 0.3, 0.4, 0.5), row(15, 0.3, 0.2, 0.1, 0.09), row(25, 0.3, 0.2, 0.07, 0.08)]
+    assert [closest_predictor(r) for r in rows] == ["1gen", "1gen", "2gen", "1gen", "2mem", "1mem"]
+    assert tv.lowest_divergence_checkpoint(rows, "2mem") == {
+        "step": 15, "in_phase": True, "phase": "2mem", "kl": {"1gen": 0.3, "2gen": 0.2, "1mem": 0.1, "2mem": 0.09}}
+    assert tv.lowest_divergence_checkpoint(rows, "1mem")["step"] == 25  # in 1-Mem there
+    del rows[5]
+    assert tv.lowest_divergence_checkpoint(rows, "1mem") == {
+        "step": 15, "in_phase": False, "phase": "2mem", "kl": {"1gen": 0.3, "2gen": 0.2, "1mem": 0.1, "2mem": 0.09}}
 
 
 # ----------------------------------------------------------------------------- information content
