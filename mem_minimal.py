@@ -22,9 +22,8 @@ training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found 
     python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
     python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
 
-A call first says what it trains and how long that should take: the step time measured on one thread at its
-smallest and largest D_phi, times the steps of every training, spread over the processes; then progress lines
-with an ETA from the work done.
+A call first says what it trains and how long that should take (cli.estimate: the step time measured here, times
+the steps of every training, spread over the processes), then progress lines with an ETA from the work done.
 """
 import json
 import math
@@ -180,40 +179,17 @@ def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
     return 2 ** (lo + v_lo / (v_lo - v_hi)), history
 
 
-# ----------------------------------------------------------------------------- how long a call takes
+def search_trainings(K_lo: int, K_hi: int) -> int:
+    """The most trainings bisect_K makes over [K_lo, K_hi]: both ends, then a halving of the octaves between them
+    (fewer when the criterion fails at K_lo or holds at K_hi)."""
+    octaves = int(math.log2(K_hi)) - int(math.log2(K_lo))
+    return 2 + math.ceil(math.log2(octaves)) if octaves > 1 else 2
 
 
 def step_seconds(run: MemRun) -> float:
-    """Seconds a training step of `run` takes on one thread, here and now (cli.step_seconds: set-up and evaluation
-    left out)."""
+    """Seconds a training step of `run` takes on one thread, here and now (cli.step_seconds); cli.estimate measures
+    it at a call's smallest and largest D_phi, the one size that moves it much (x1.5-2 from 2 to 128)."""
     return cli.step_seconds(lambda n: train_mem(replace(run, iters=n, tail=1, eval_seqs=8)))
-
-
-def training_seconds(runs: list[MemRun]) -> tuple[list[float], tuple[float, float]]:
-    """Each run's time on one thread: its steps at the step time measured at the smallest and the largest D_phi
-    among them, linear in D_phi between (the one size that moves a step's cost much: x1.5-2 from 2 to 128).
-    Returns (seconds per run, (step time at the smallest, at the largest D_phi))."""
-    lo, hi = min(r.D_phi for r in runs), max(r.D_phi for r in runs)
-    s_lo = step_seconds(replace(runs[0], D_phi=lo))
-    s_hi = step_seconds(replace(runs[0], D_phi=hi)) if hi > lo else s_lo
-    per_step = [s_lo + (s_hi - s_lo) * (r.D_phi - lo) / max(hi - lo, 1) for r in runs]
-    return [s * r.iters for s, r in zip(per_step, runs)], (s_lo, s_hi)
-
-
-def estimate(stages: list[list[tuple[MemRun, int]]], jobs: int) -> str:
-    """The line a call prints before it trains: how long its stages take one after the other, each a pool of jobs
-    (run, trainings of that run), `jobs` at a time."""
-    runs = [run for stage in stages for run, _ in stage]
-    seconds, (s_lo, s_hi) = training_seconds(runs)
-    each = iter(seconds)
-    wall = sum(cli.makespan([n * next(each) for _, n in stage], jobs) for stage in stages)
-    trainings = sum(n for stage in stages for _, n in stage)
-    steps = ", ".join(map(str, sorted({run.iters for run in runs})))
-    ms = sorted({round(s_lo * 1e3), round(s_hi * 1e3)})
-    searches = any(n > 1 for stage in stages for _, n in stage)
-    return (f"estimate: {trainings} trainings of {steps} steps at {'-'.join(map(str, ms))} ms a step (measured here on "
-            f"one thread): ~{wall / 60:.1f} min with {jobs} process{'es' if jobs > 1 else ''}"
-            + (", at most: a search ends early when K2_hat is outside its range" if searches else ""))
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -229,25 +205,6 @@ PRESETS = {
                   Ks=[2**i for i in range(2, 15)], search_D_phis=[4, 8, 16, 32, 64, 128], search_D_phi=32, search_seeds=3,
                   K_range=(2, 2**15), corner=(2**14, 128), trend_iters=[25_000, 100_000, 400_000]),
 }
-DEPTHS = ["1,1", "1,2", "2,1", "2,2"]
-
-
-def _criterion(run: MemRun) -> float:
-    return train_mem(run)["criterion"]
-
-
-def _search(args) -> dict:
-    run, K_lo, K_hi = args
-    K2, history = bisect_K(run, K_lo, K_hi, _criterion)
-    return {"run": asdict(run), "K2_hat": K2, "history": history}
-
-
-def _depth_pair(text: str) -> tuple[int, int]:
-    """'l1,l2' -> (l1, l2): hidden layers of MLP1 and MLP2, each >= 1."""
-    parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
-        raise ValueError(f"--depths: expected pairs like 1,2 (hidden layers of MLP1 and MLP2, each >= 1), got {text!r}")
-    return int(parts[0]), int(parts[1])
 
 
 def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
@@ -256,6 +213,18 @@ def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
     shape = (len(D_phis), len(Ks))
     return {"D_phi": D_phis, "K": Ks, **{key: np.array([r[key] for r in runs]).reshape(shape).tolist()
                                         for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
+
+
+def criterion(run: MemRun) -> float:
+    """The K2_hat criterion of one training: < L_train - L^{2-Gen} > over its last `tail` batches (< 0: beats 2-Gen)."""
+    return train_mem(run)["criterion"]
+
+
+def k2_search(job: tuple) -> dict:
+    """One K2_hat search, a parallel_map job (run, K_lo, K_hi)."""
+    run, K_lo, K_hi = job
+    K2, history = bisect_K(run, K_lo, K_hi, criterion)
+    return {"run": asdict(run), "K2_hat": K2, "history": history}
 
 
 def _search_key(run: dict) -> str:  # a search is known by its whole run configuration
@@ -272,20 +241,13 @@ def pending_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int],
     return sorted(todo, key=lambda a: -(a[0].depth1 + a[0].depth2))  # deeper first: the longest searches start early
 
 
-def search_trainings(K_lo: int, K_hi: int) -> int:
-    """The most trainings bisect_K makes over [K_lo, K_hi]: both ends, then a halving of the octaves between them
-    (fewer when the criterion fails at K_lo or holds at K_hi)."""
-    octaves = int(math.log2(K_hi)) - int(math.log2(K_lo))
-    return 2 + math.ceil(math.log2(octaves)) if octaves > 1 else 2
-
-
 def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_range: tuple, jobs: int,
                 done: list[dict] = ()) -> dict:
     """Fig. 8f: K2_hat for every (l1, l2), D_phi and seed. Returns {"K2_hat": {"l1,l2": {"D_phi": [per seed]}},
     "searches": [...]}. `done`: searches found earlier (their "run" configurations and K2_hat), reused
     instead of retrained, and kept in the result with the new ones (each search is deterministic)."""
     known = {_search_key(f["run"]): f for f in done}
-    for f in cli.parallel_map(_search, pending_searches(base, depths, D_phis, seeds, K_range, done), jobs, "K2_hat searches"):
+    for f in cli.parallel_map(k2_search, pending_searches(base, depths, D_phis, seeds, K_range, done), jobs, "K2_hat searches"):
         known[_search_key(f["run"])] = f
     found = sorted(known.values(), key=lambda f: tuple(f["run"][k] for k in ("depth1", "depth2", "D_phi", "seed")))
     K2 = {}
@@ -293,19 +255,6 @@ def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_ra
         r = f["run"]
         K2.setdefault(f"{r['depth1']},{r['depth2']}", {}).setdefault(str(r["D_phi"]), []).append(f["K2_hat"])
     return {"K2_hat": K2, "searches": found}
-
-
-def earlier_searches(path: str, base: MemRun) -> list[dict]:
-    """The searches of an earlier --depths-only call in `path` with the same budget and model (all but depth,
-    D_phi and seed equal), to reuse; none if the file is absent or was written for another configuration."""
-    try:
-        with open(path) as f:
-            earlier = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return []
-    if not isinstance(earlier, dict) or earlier.get("config") != asdict(base):
-        return []
-    return earlier.get("searches", [])
 
 
 def trend_runs(base: MemRun, K: int, D_phi: int, iters: list) -> list[MemRun]:
@@ -412,26 +361,92 @@ def plot_trend(trend: dict, path: str):
     plt.close(fig)
 
 
-HEATMAP_KEYS = ("preset", "iters", "heatmap", "K2_hat")  # what plot_heatmaps reads
-TREND_KEYS = ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen")  # plot_trend
-DEPTHS_KEYS = ("preset", "config", "K2_hat")  # plot_depths
+# ----------------------------------------------------------------------------- the command line
 
 
 def replot(figures: str, mode: str = "heatmaps", iters: int | None = None, path: str | None = None):
-    """--replot [JSON]: a figure again from its JSON (default in FIGURES), the PNG beside it (it writes no JSON), or one
-    line on what is missing or broken. mode: "heatmaps" (mem_heatmaps.png from mem_minimal.json), "trend"
-    (mem_trend.png from mem_trend.json) or "depths" (mem_depths_<iters>.png from mem_depths_<iters>.json)."""
-    name, keys, draw, writer = {
-        "heatmaps": ("mem_minimal", HEATMAP_KEYS, plot_heatmaps, "mem_minimal.py"),
-        "trend": ("mem_trend", TREND_KEYS, plot_trend, "mem_minimal.py --trend"),
-        "depths": (f"mem_depths_{iters}", DEPTHS_KEYS, plot_depths, f"mem_minimal.py --depths-only --iters {iters}")}[mode]
+    """--replot [JSON]: a mode's figure again from its JSON (default in FIGURES), the PNG beside it (it writes no JSON),
+    or one line on what is missing or broken."""
+    name, keys, draw, writer = {  # keys: what the plot reads; writer: the call that writes the JSON
+        "heatmaps": ("mem_minimal", ("preset", "iters", "heatmap", "K2_hat"), plot_heatmaps, "mem_minimal.py"),
+        "trend": ("mem_trend", ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen"), plot_trend, "mem_minimal.py --trend"),
+        "depths": (f"mem_depths_{iters}", ("preset", "config", "K2_hat"), plot_depths,
+                   f"mem_minimal.py --depths-only --iters {iters}")}[mode]
     path = path or os.path.join(figures, f"{name}.json")
     png = os.path.join(os.path.dirname(path), "mem_heatmaps.png" if mode == "heatmaps" else f"{name}.png")
     cli.redraw(path, keys, writer, lambda result: draw(result, png))
     print(f"wrote {png} from {path}")
 
 
-def main():
+SEARCH_NOTE = ", at most: a search ends early when K2_hat is outside its range"  # the estimate's, when it searches
+
+
+def run_trend(preset: str, base: MemRun, P: dict, jobs: int, figures: str):
+    """--trend: the heat map's corner retrained at the preset's budgets (mem_trend.json and .png)."""
+    cli.announce(preset, f"the corner K = {P['corner'][0]}, D_phi = {P['corner'][1]} at {P['trend_iters']} steps, "
+                 f"{cli.processes(jobs)}", f"{figures}/mem_trend.json and .png")
+    trend_jobs = [(run, 1) for run in trend_runs(base, *P["corner"], P["trend_iters"])]
+    print(cli.estimate([trend_jobs], jobs, step_seconds, "D_phi"), flush=True)
+    t0 = time.time()
+    trend = budget_trend(base, *P["corner"], P["trend_iters"], jobs)
+    trend["seconds"] = round(time.time() - t0, 1)
+    write_json(os.path.join(figures, "mem_trend.json"), trend, indent=1)
+    plot_trend(trend, os.path.join(figures, "mem_trend.png"))
+    print(json.dumps(trend))
+
+
+def run_depths(preset: str, base: MemRun, grid: dict, jobs: int, figures: str):
+    """--depths-only: the K2_hat searches of `grid` alone (Fig. 8f at a budget: mem_depths_<iters>.json and .png),
+    reusing those an earlier call with the same budget and model (all but depth, D_phi and seed) left in the file."""
+    path = os.path.join(figures, f"mem_depths_{base.iters}.json")
+    cli.announce(preset, f"{base.iters} steps per run, seeds {grid['seeds']}, {cli.processes(jobs)}", path)
+    if done := cli.earlier_results(path, asdict(base), "searches"):
+        print(f"reusing the {len(done)} searches already in {path}", flush=True)
+    if searches := [(run, search_trainings(*grid["K_range"])) for run, *_ in pending_searches(base, **grid, done=done)]:
+        print(cli.estimate([searches], jobs, step_seconds, "D_phi", SEARCH_NOTE), flush=True)
+    t0 = time.time()
+    found = k2_searches(base, **grid, jobs=jobs, done=done)
+    print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
+    result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1),
+              "reused": len(done)}  # seconds: this call's, which trained only the searches it did not reuse
+    write_json(path, result, indent=1)
+    plot_depths(result, path.replace(".json", ".png"))
+    print(f"K2_hat at D_phi = {grid['D_phis']}, {base.iters} iterations; wrote {path} and .png in "
+          f"{(time.time() - t0) / 60:.1f} min")
+
+
+def run_heatmaps(preset: str, base: MemRun, P: dict, grid: dict, jobs: int, figures: str):
+    """The default call: the K2_hat searches of `grid`, then the D_phi x K heat map (Fig. 8d-f, mem_heatmaps.png)."""
+    cli.announce(preset, f"{base.iters} steps per run, seeds {grid['seeds']}, {cli.processes(jobs)}",
+                 f"{figures}/mem_heatmaps.png and mem_minimal.json")
+    searches = [(run, search_trainings(*grid["K_range"])) for run, *_ in pending_searches(base, **grid)]
+    heat = [(replace(base, K=K, D_phi=d), 1) for d in P["D_phis"] for K in P["Ks"]]
+    print(cli.estimate([stage for stage in (searches, heat) if stage], jobs, step_seconds, "D_phi",
+                       SEARCH_NOTE if searches else ""), flush=True)
+    t0 = time.time()
+    found = k2_searches(base, **grid, jobs=jobs)
+    print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
+    result = {"preset": preset, "iters": base.iters, "config": asdict(base),
+              "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}
+    result["seconds"] = round(time.time() - t0, 1)
+    write_json(os.path.join(figures, "mem_minimal.json"), result, indent=1)
+    plot_heatmaps(result, os.path.join(figures, "mem_heatmaps.png"))
+    H = result["heatmap"]
+    for i, d in enumerate(H["D_phi"]):
+        print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
+              + "   gen-2gen " + " ".join(f"{v:+.3f}" for v in H["gen_minus_2gen"][i]))
+    print(f"wrote {figures}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
+
+
+def depth_pair(text: str) -> tuple[int, int]:
+    """'l1,l2' -> (l1, l2): hidden layers of MLP1 and MLP2, each >= 1."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--depths: expected pairs like 1,2 (hidden layers of MLP1 and MLP2, each >= 1), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_args():
     parser = cli.ArgumentParser(description="Minimal model of the task-recognition head: heat maps and K2_hat (Fig. 8d-f); "
                                             "runs on the CPU, as one-thread processes.", runs=(
         "Default run: 31 min 54 s from a fresh clone on the 2-core development VM, its cores otherwise idle "
@@ -453,69 +468,32 @@ def main():
                         help="D_phi values of the K2_hat searches (default: quick 2 8 32 128, paper 4..128)")
     parser.add_argument("--trend", action="store_true", help="only the heat map's large-K, large-D_phi corner at the "
                                                              "preset's budgets; writes FIGURES/mem_trend.json and .png")
-    parser.add_argument("--depths", nargs="+", default=DEPTHS, help="(l1, l2) pairs as l1,l2")
+    parser.add_argument("--depths", nargs="+", default=["1,1", "1,2", "2,1", "2,2"], help="(l1, l2) pairs as l1,l2")
     cli.add_seeds(parser, None, "seeds of each (l1, l2, D_phi) search (default: 0-2)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
     cli.set_threads(args.threads)
     preset = cli.preset(args.preset)
     P = PRESETS[preset]
     base = P["base"]
     if args.iters is not None:  # the criterion keeps averaging the same fraction of the run
         base = replace(base, iters=args.iters, tail=max(1, round(base.tail * args.iters / base.iters)))
+    mode = "trend" if args.trend else "depths" if args.depths_only else "heatmaps"
     if args.replot is not None:
-        replot(args.figures, "trend" if args.trend else "depths" if args.depths_only else "heatmaps", base.iters,
-               args.replot or None)
-        return
-    jobs = args.jobs
+        return replot(args.figures, mode, base.iters, args.replot or None)
     seeds = list(range(P["search_seeds"])) if args.seeds is None else cli.parse_list("--seeds", args.seeds)
-    depths = [_depth_pair(d) for d in args.depths]
     D_phis = args.D_phis or ([P["search_D_phi"]] if args.depths_only else P["search_D_phis"])
+    grid = dict(depths=[depth_pair(d) for d in args.depths], D_phis=D_phis, seeds=seeds, K_range=P["K_range"])
     cli.writable_dir(args.figures, "--figures")
-    what = ("mem_trend.json and .png" if args.trend else f"mem_depths_{base.iters}.json" if args.depths_only
-            else "mem_heatmaps.png and mem_minimal.json")
-    plan = (f"the corner K = {P['corner'][0]}, D_phi = {P['corner'][1]} at {P['trend_iters']} steps" if args.trend
-            else f"{base.iters} steps per run, seeds {seeds}")
-    cli.announce(preset, f"{plan}, {jobs} process{'es' if jobs > 1 else ''}", f"{args.figures}/{what}")
-    depths_path = os.path.join(args.figures, f"mem_depths_{base.iters}.json")
-    done = earlier_searches(depths_path, base) if args.depths_only and not args.trend else []
-    if done:
-        print(f"reusing the {len(done)} searches already in {depths_path}", flush=True)
-    if args.trend:
-        stages = [[(run, 1) for run in trend_runs(base, *P["corner"], P["trend_iters"])]]
-    else:  # the searches, then the heat map
-        n = search_trainings(*P["K_range"])
-        stages = [[(run, n) for run, *_ in pending_searches(base, depths, D_phis, seeds, P["K_range"], done)],
-                  [] if args.depths_only else [(replace(base, K=K, D_phi=d), 1) for d in P["D_phis"] for K in P["Ks"]]]
-    if any(stages):
-        print(estimate([stage for stage in stages if stage], jobs), flush=True)
-    t0 = time.time()
-
-    if args.trend:
-        trend = budget_trend(base, *P["corner"], P["trend_iters"], jobs)
-        trend["seconds"] = round(time.time() - t0, 1)
-        write_json(os.path.join(args.figures, "mem_trend.json"), trend, indent=1)
-        plot_trend(trend, os.path.join(args.figures, "mem_trend.png"))
-        print(json.dumps(trend))
-        return
-    found = k2_searches(base, depths, D_phis, seeds, P["K_range"], jobs, done)
-    print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
-    if args.depths_only:
-        result = {"preset": preset, "config": asdict(base), **found, "seconds": round(time.time() - t0, 1),
-                  "reused": len(done)}  # seconds: this call's, which trained only the searches it did not reuse
-        write_json(depths_path, result, indent=1)
-        plot_depths(result, depths_path.replace(".json", ".png"))
-        print(f"K2_hat at D_phi = {D_phis}, {base.iters} iterations; wrote {depths_path} and .png in {(time.time() - t0) / 60:.1f} min")
-        return
-    result = {"preset": preset, "iters": base.iters, "config": asdict(base),
-              "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}
-    result["seconds"] = round(time.time() - t0, 1)
-    write_json(os.path.join(args.figures, "mem_minimal.json"), result, indent=1)
-    plot_heatmaps(result, os.path.join(args.figures, "mem_heatmaps.png"))
-    H = result["heatmap"]
-    for i, d in enumerate(H["D_phi"]):
-        print(f"D_phi={d:4d}  train-2gen " + " ".join(f"{v:+.3f}" for v in H["train_minus_2gen"][i])
-              + "   gen-2gen " + " ".join(f"{v:+.3f}" for v in H["gen_minus_2gen"][i]))
-    print(f"wrote {args.figures}/mem_heatmaps.png and mem_minimal.json in {result['seconds'] / 60:.1f} min")
+    if mode == "trend":
+        run_trend(preset, base, P, args.jobs, args.figures)
+    elif mode == "depths":
+        run_depths(preset, base, grid, args.jobs, args.figures)
+    else:
+        run_heatmaps(preset, base, P, grid, args.jobs, args.figures)
 
 
 if __name__ == "__main__":

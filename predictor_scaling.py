@@ -6,8 +6,8 @@ and against the context length N, with 2-Gen's and 1-Gen's N -> infinity limits.
     python predictor_scaling.py --preset paper   # K to 2^13, N to 2^14, 2048 sequences
     python predictor_scaling.py --replot         # only redraw the figure from figures/predictor_scaling.json
 
-The first line says what the run will cost (the quick preset: ~40-80 min of CPU time, 1-2 h on 2 cores shared with
-other jobs), then a line with the ETA every 30 s or so.
+The first line says what the run will cost (on a CPU, from the seconds a unit of work took on the development VM),
+then a line with the ETA every 30 s or so (cli.WorkProgress).
 
 Writes FIGURES/predictor_scaling.png and its numbers, predictor_scaling.json.
 """
@@ -23,6 +23,13 @@ from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import COLORS, LABELS
 
+PRESETS = {
+    # Ks: the loss against K at N = N_for_K; Ns: against N at K = K_for_N, on 4 x seqs sequences (one position each);
+    # dists: task distributions (task-set seeds) averaged over
+    "quick": dict(Ks=[2**i for i in range(13)], Ns=[2**i for i in range(14)], N_for_K=256, K_for_N=128, seqs=256, dists=8),
+    "paper": dict(Ks=[2**i for i in range(14)], Ns=[2**i for i in range(15)], N_for_K=256, K_for_N=128, seqs=2048, dists=8),
+}
+
 K0 = 64  # a predictor pass costs ~ sequences x positions x (K + K0): the memorizing ones are linear in K
 # seconds per units() on the 2-core development VM, (lo, hi): of CPU time, and of wall time with its cores shared with
 # other jobs; the N sweep's batches cost what the K sweep's do per unit, so one pair of ranges serves both sweeps
@@ -37,8 +44,8 @@ def units(n_seqs: int, length: int, K: int) -> float:
 
 def work(Ks, Ns, N_for_K: int, K_for_N: int, n_dists: int, n_seqs: int) -> dict:
     """The units() main's two sweeps report to their progress: the N sweep's 4 x n_seqs sequences of max(N) + 1 states."""
-    return {"K": n_dists * sum(units(n_seqs, N_for_K + 1, K) for K in Ks),
-            "N": n_dists * units(4 * n_seqs, max(Ns) + 1, K_for_N)}
+    return {"loss vs K": n_dists * sum(units(n_seqs, N_for_K + 1, K) for K in Ks),
+            "loss vs N": n_dists * units(4 * n_seqs, max(Ns) + 1, K_for_N)}
 
 
 def span(lo: float, hi: float) -> str:
@@ -53,26 +60,6 @@ def estimate(total: dict, device) -> str:
     units = sum(total.values())
     return (f"~{span(*(units * c for c in CPU_SECONDS_PER_UNIT))} of CPU time, "
             f"~{span(*(units * c for c in SHARED_SECONDS_PER_UNIT))} on 2 cores shared with other jobs")
-
-
-class ScalingProgress:
-    """A line `loss vs K ..%, loss vs N ..%: elapsed, ETA` at most every `every` seconds (none in a run shorter than
-    that), the ETA from the time the units done so far took. total: {part: units}."""
-
-    def __init__(self, total: dict, every: float = 30):
-        self.total, self.every = total, every
-        self.done = {part: 0.0 for part in total}
-        self.t0 = self.t_print = time.time()
-
-    def add(self, part: str, units: float):
-        self.done[part] += units
-        now = time.time()
-        if now - self.t_print >= self.every:
-            self.t_print = now
-            done = sum(self.done.values())
-            eta = (now - self.t0) / done * (sum(self.total.values()) - done)
-            print(f"{', '.join(f'loss vs {p} {100 * self.done[p] / self.total[p]:.0f} %' for p in self.total)}: "
-                  f"{(now - self.t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
 
 
 def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device, progress=None) -> dict:
@@ -156,9 +143,10 @@ def main():
         "first line's estimate, from its loss vs K, 17 min there on 2026-11-27; not timed whole) (quick preset: K to "
         "4096 at N = 256, N to 8192 at K = 128, 8 task distributions, 256 sequences); writes "
         "figures/predictor_scaling.png and figures/predictor_scaling.json.\n--replot: seconds, computes nothing."))
-    cli.add_preset(parser, ("quick", "paper"), "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, "
-                                               "N to 2^14, 2048 sequences")
-    parser.add_argument("--dists", type=cli.at_least(1), default=8, help="task distributions (task-set seeds) to average over")
+    cli.add_preset(parser, PRESETS, "quick: K to 2^12, N to 2^13, 256 sequences; paper: K to 2^13, N to 2^14, 2048 "
+                                    "sequences")
+    parser.add_argument("--dists", type=cli.at_least(1), default=None,
+                        help="task distributions (task-set seeds) to average over (default: 8 in both presets)")
     parser.add_argument("--seqs", type=cli.at_least(1), default=None,
                         help="sequences per task distribution at each K (default: quick 256, paper 2048); the N sweep uses 4x")
     cli.add_device(parser)
@@ -170,30 +158,30 @@ def main():
         cli.replot(args, "predictor_scaling.json", ("K", "N", "loss_vs_K", "loss_vs_N", "asymptotic"),
                    "predictor_scaling.py", plot_scaling)
         return
-    paper = cli.preset(args.preset) == "paper"
+    preset = cli.preset(args.preset)
     device = torch.device(cli.device(args.device))
     cli.set_threads(args.threads)
-    Ks = [2**i for i in range(14 if paper else 13)]
-    Ns = [2**i for i in range(15 if paper else 14)]
-    n_seqs = args.seqs or (2048 if paper else 256)
-    N_for_K, K_for_N = 256, 128
+    P = PRESETS[preset]
+    Ks, Ns, N_for_K, K_for_N = P["Ks"], P["Ns"], P["N_for_K"], P["K_for_N"]
+    n_seqs, n_dists = args.seqs or P["seqs"], args.dists or P["dists"]
     out = cli.writable_dir(args.figures, "--figures")
-    total = work(Ks, Ns, N_for_K, K_for_N, args.dists, n_seqs)
-    cli.announce("paper" if paper else "quick", f"K to {Ks[-1]}, N to {Ns[-1]}, {args.dists} task distributions, "
-                 f"{n_seqs} sequences, on {device}; {estimate(total, device)}", f"{out}/predictor_scaling.png and .json")
-    progress = ScalingProgress(total)
+    total = work(Ks, Ns, N_for_K, K_for_N, n_dists, n_seqs)
+    cli.announce(preset, f"K to {Ks[-1]}, N to {Ns[-1]}, {n_dists} task distributions, {n_seqs} sequences, on "
+                 f"{device}; {estimate(total, device)}", f"{out}/predictor_scaling.png and .json")
+    progress = cli.WorkProgress(total)
     t0 = progress.t0
-    vs_K = scaling_with_K(Ks, N_for_K, args.dists, n_seqs, device, progress=lambda u: progress.add("K", u))
+    vs_K = scaling_with_K(Ks, N_for_K, n_dists, n_seqs, device, progress=lambda u: progress.add("loss vs K", u))
     print(f"loss vs K done in {time.time() - t0:.0f} s", flush=True)
     # the non-autoregressive loss is a single position per sequence, hence 4x the sequences
-    vs_N = scaling_with_N(Ns, K_for_N, args.dists, 4 * n_seqs, device, progress=lambda u: progress.add("N", u))
+    vs_N = scaling_with_N(Ns, K_for_N, n_dists, 4 * n_seqs, device, progress=lambda u: progress.add("loss vs N", u))
     print(f"loss vs N done in {time.time() - t0:.0f} s", flush=True)
 
     result = {
-        "config": {"dists": args.dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N, "paper": paper},
+        "config": {"dists": n_dists, "seqs_per_K": n_seqs, "seqs_per_N": 4 * n_seqs, "N_for_K": N_for_K, "K_for_N": K_for_N,
+                   "paper": preset == "paper"},
         "K": Ks, "loss_vs_K": {name: summarize(vs_K[name]) for name in PREDICTORS},
         "N": Ns, "loss_vs_N": {name: summarize(vs_N[name]) for name in PREDICTORS},
-        "asymptotic": asymptotic_levels(K_for_N, args.dists),
+        "asymptotic": asymptotic_levels(K_for_N, n_dists),
         "seconds": round(time.time() - t0, 1),
     }
     write_json(os.path.join(out, "predictor_scaling.json"), result, indent=1)

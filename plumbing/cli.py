@@ -1,8 +1,9 @@
 """Command-line plumbing shared by the scripts: bad input is one line on stderr and exit code 2, never
 a traceback, and so is Ctrl-C (exit 130) and SIGTERM (exit 143); a flag is spelled out in full (no prefix
-matching: a typo such as --iter is an error, not --iters); independent runs in parallel processes, and the time a pool
-of them takes; and the flags every script spells the same way, defined once here so that a name means one thing
-everywhere:
+matching: a typo such as --iter is an error, not --iters); independent runs in parallel processes, the time a pool
+of them takes (the estimate a script prints before it trains) and progress lines for work done in one process; an
+earlier call's results to reuse; and the flags every script spells the same way, defined once here so that a name
+means one thing everywhere:
 
   --preset {quick,paper}  hyper-parameters: CPU-sized, or the paper's (default: paper on CUDA, quick otherwise)
   --device DEV            cpu, cuda or cuda:<i> (default: cuda if available, else cpu)
@@ -24,7 +25,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import torch
 
@@ -302,6 +303,17 @@ def read_json(path: str, keys: tuple[str, ...], writer: str, flag: str = "--repl
     return result
 
 
+def earlier_results(path: str, config: dict, key: str) -> list:
+    """The list `key` of the JSON object an earlier call wrote at `path` with the same "config", for a call to reuse;
+    none where the file is absent or unreadable or holds another configuration's."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return []
+    return earlier.get(key, []) if isinstance(earlier, dict) and earlier.get("config") == config else []
+
+
 def add_replot(parser: argparse.ArgumentParser, default: str, what: str):
     """--replot [JSON], every script's one way to redraw: only draw `what` again from a JSON the script wrote (bare:
     `default`, e.g. FIGURES/k1.json), its PNG beside that JSON; nothing is trained or computed anew."""
@@ -411,6 +423,27 @@ def parallel_map(fn, jobs, processes: int, progress: str = "", cost=None, on_res
     return results
 
 
+class WorkProgress:
+    """Progress of work done in this process in parts of known size, {label: units} (parallel_map's lines are a pool's):
+    a line `<label> ..%, <label> ..%: elapsed, ETA` at most every `every` seconds (none in a run shorter than that),
+    the ETA, as parallel_map's, from the time the units done so far took."""
+
+    def __init__(self, total: dict[str, float], every: float = 30):
+        self.total, self.every = total, every
+        self.done = {part: 0.0 for part in total}
+        self.t0 = self.t_print = time.time()
+
+    def add(self, part: str, units: float):
+        self.done[part] += units
+        now = time.time()
+        if now - self.t_print >= self.every:
+            self.t_print = now
+            done = sum(self.done.values())
+            eta = (now - self.t0) / done * (sum(self.total.values()) - done)
+            print(f"{', '.join(f'{p} {100 * self.done[p] / self.total[p]:.0f} %' for p in self.total)}: "
+                  f"{(now - self.t0) / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)
+
+
 def makespan(seconds: list[float], processes: int) -> float:
     """Wall time of parallel_map's jobs of these durations: taken in order by `processes` workers, each taking the next
     when free, as its pool does."""
@@ -436,3 +469,24 @@ def step_seconds(train, steps: int = 10) -> float:
     finally:
         torch.set_num_threads(threads)
     return max(times[1] - times[0], 1e-6) / steps
+
+
+def processes(n: int) -> str:
+    return f"{n} process{'es' if n > 1 else ''}"
+
+
+def estimate(stages: list[list[tuple]], jobs: int, step_time, size: str, note: str = "") -> str:
+    """The line a script prints before it trains: how long its stages take one after the other, each a pool of jobs
+    (run, trainings of that run; a run a dataclass with `iters`), `jobs` at a time (makespan). step_time(run): the
+    seconds a step of `run` takes on one thread (a script's step_seconds), measured at the smallest and the largest
+    value of the runs' field `size`, linear between: the one size that moves it much. note: the line's end."""
+    runs = [run for stage in stages for run, _ in stage]
+    lo, hi = min(getattr(r, size) for r in runs), max(getattr(r, size) for r in runs)
+    s_lo = step_time(replace(runs[0], **{size: lo}))
+    s_hi = step_time(replace(runs[0], **{size: hi})) if hi > lo else s_lo
+    seconds = iter((s_lo + (s_hi - s_lo) * (getattr(r, size) - lo) / max(hi - lo, 1)) * r.iters for r in runs)
+    wall = sum(makespan([n * next(seconds) for _, n in stage], jobs) for stage in stages)
+    steps = ", ".join(map(str, sorted({run.iters for run in runs})))
+    ms = "-".join(map(str, sorted({round(s_lo * 1e3), round(s_hi * 1e3)})))
+    return (f"estimate: {sum(n for stage in stages for _, n in stage)} trainings of {steps} steps at {ms} ms a step "
+            f"(measured here on one thread): ~{wall / 60:.1f} min with {processes(jobs)}{note}")

@@ -115,7 +115,7 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
         assert run.D_phi == mm.PRESETS["quick"]["search_D_phi"]
         return math.log2(run.K) - (3 + run.depth1 + run.depth2 / 4) - (0 if (run.iters, run.tail) == (4, 1) else 100)
 
-    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm, "criterion", criterion)
     monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
     monkeypatch.setattr(sys, "argv", ["mem_minimal.py", "--preset", "quick", "--depths-only", "--iters", "4", "--seeds",
                                       "0-1", "--depths", "1,2", "2,1", "--figures", str(tmp_path)])
@@ -133,14 +133,14 @@ def test_depths_only_reports_each_pairs_own_search(tmp_path, monkeypatch, capsys
 
 def test_depths_only_reuses_the_searches_of_an_earlier_call(tmp_path, monkeypatch):
     """A second --depths-only call with the same budget trains only the searches the file lacks and keeps
-    the earlier ones (the full Fig. 8f at 6000 steps was made in three calls); another model reuses nothing."""
+    the earlier ones (cli.earlier_results: a budget study can be made in several calls); another model reuses nothing."""
     trained = []
 
     def criterion(run):
         trained.append((run.D_phi, run.iters))
         return math.log2(run.K) - (3 + run.depth1 + math.log2(run.D_phi) / 2)
 
-    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm, "criterion", criterion)
     monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
 
     def call(preset, iters, *D_phis):
@@ -169,7 +169,7 @@ def test_k2_searches_file_every_depth_D_phi_and_seed_under_its_own_key(monkeypat
     def criterion(run):
         return math.log2(run.K) - (2 + run.depth1 + 2 * run.depth2 + math.log2(run.D_phi) / 2 + run.seed / 4)
 
-    monkeypatch.setattr(mm, "_criterion", criterion)
+    monkeypatch.setattr(mm, "criterion", criterion)
     monkeypatch.setattr(mm.cli, "parallel_map", lambda fn, jobs, processes, progress="": [fn(j) for j in jobs])
     out = mm.k2_searches(MemRun(), [(1, 1), (2, 2), (1, 2)], [4, 16], [0, 1, 2], (2, 2**14), jobs=1)
     assert sorted(out["K2_hat"]) == ["1,1", "1,2", "2,2"]

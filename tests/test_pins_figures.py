@@ -4,6 +4,7 @@ the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) a
 sequences the predictors were given. And the layout of figures/k1_paper.png (reports.plot_k1_campaign)."""
 import json
 import os
+import types
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import sweep
 from bayes import PREDICTORS
 from campaigns import reports
 from markov import TaskSet
+from plumbing import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = ("kl_1gen", "kl_2gen", "kl_1mem", "kl_2mem", "phi_delta_1", "phi_beta_2", "n_A_1", "n_A_2")
@@ -106,19 +108,22 @@ def test_the_announced_work_is_what_the_sweeps_report(monkeypatch):
     """predictor_scaling.work, from which the first line's estimate and the progress's ETA come, is the sum of the
     units() the two sweeps report as main runs them (the N sweep on 4 x the sequences, in batches)."""
     Ks, Ns, N_for_K, K_for_N, n_dists, n_seqs = [1, 2, 5], [1, 3], 4, 3, 2, 20
-    reported = {"K": [], "N": []}
-    predictor_scaling.scaling_with_K(Ks, N_for_K, n_dists, n_seqs, "cpu", progress=reported["K"].append)
-    predictor_scaling.scaling_with_N(Ns, K_for_N, n_dists, 4 * n_seqs, "cpu", batch=32, progress=reported["N"].append)
-    assert len(reported["K"]) == n_dists * len(Ks) and len(reported["N"]) == n_dists * 3  # batches of 32, 32, 16
+    reported = {"loss vs K": [], "loss vs N": []}
+    predictor_scaling.scaling_with_K(Ks, N_for_K, n_dists, n_seqs, "cpu", progress=reported["loss vs K"].append)
+    predictor_scaling.scaling_with_N(Ns, K_for_N, n_dists, 4 * n_seqs, "cpu", batch=32,
+                                     progress=reported["loss vs N"].append)
+    assert len(reported["loss vs K"]) == n_dists * len(Ks)
+    assert len(reported["loss vs N"]) == n_dists * 3  # batches of 32, 32, 16
     total = predictor_scaling.work(Ks, Ns, N_for_K, K_for_N, n_dists, n_seqs)
     assert total == {part: pytest.approx(sum(u)) for part, u in reported.items()}
 
 
 def test_progress_eta_from_the_work_done_at_most_every_30_s(monkeypatch, capsys):
+    """predictor_scaling's progress (cli.WorkProgress over work()'s parts)."""
     now = [100.0]
-    monkeypatch.setattr(predictor_scaling.time, "time", lambda: now[0])
-    progress = predictor_scaling.ScalingProgress({"K": 1.0, "N": 3.0})
-    for t, part, u in [(110, "K", 0.5), (140, "K", 0.5), (150, "N", 1.0), (200, "N", 1.0)]:
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(time=lambda: now[0]))
+    progress = cli.WorkProgress({"loss vs K": 1.0, "loss vs N": 3.0})
+    for t, part, u in [(110, "loss vs K", 0.5), (140, "loss vs K", 0.5), (150, "loss vs N", 1.0), (200, "loss vs N", 1.0)]:
         now[0] = t
         progress.add(part, u)
     assert capsys.readouterr().out.splitlines() == ["loss vs K 100 %, loss vs N 0 %: 0.7 min, ETA 2.0 min",

@@ -29,9 +29,7 @@ READER = {"markov": set(), "bayes": {"markov"}, "transformer": set(), "evaluatio
 TRAIN_TOP = {"markov", "bayes", "transformer", "evaluation", "plumbing.cli", "plumbing.rundir", "plumbing.style"}
 TRAIN_ENGINE = {"train": {"engine.ensemble"}}
 # the files past ~500 lines, and why a reader would accept it
-LONG = {"mem_minimal.py": "Fig. 8d-f end to end: the minimal model, its training, the K2_hat searches with their run-time "
-                          "estimate, and the three figures drawn from one JSON",
-        "kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
+LONG = {"kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
                                 "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500
 
