@@ -15,7 +15,8 @@ swapped, and equals its parent where the swapped part is the parent's (tests/tes
                                          softmax itself.
     TransformerAttention   the transformer's attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its
                       start) in place of the SA-transformer's layers: SATransformer(N, attention=...) under the
-                      mixture, or SoftmaxReadout(N, readout, attention=...).
+                      mixture, or SoftmaxReadout(N, readout, attention=...); from that draw or from the
+                      theory's start (W_Q, W_K x 0.05).
 
 `hybrid(N, seed, readout=..., attention=...)` builds the one a rung names.
 """
@@ -67,9 +68,12 @@ class TransformerAttention(nn.Module):
         A2_iN = softmax_i( W_K2 LN(r_i) . W_Q2 LN(r_N) / sqrt(d) + P2[N - 1 - i] ).
     Nothing of the transformer's readout (W_V2, MLP2, W_U) takes part."""
 
-    def __init__(self, N: int, seed: int):
+    def __init__(self, N: int, seed: int, start: float = 1.0):
+        """start: W_Q, W_K of both layers times this at the draw (0.05: the theory's start, attention near uniform,
+        as tau_settings.py's smallstart knock-out of the transformer)."""
         super().__init__()
-        transformer = dict(model_for(N, seed).named_parameters())
+        transformer = dict(model_for(N, seed, {"scale": {f"att{l}.W_{m}.weight": start for l in (1, 2) for m in "QK"}})
+                           .named_parameters())
         self.W_E = nn.Parameter(transformer["W_E.weight"].detach().clone())  # (C, d)
         for name in ("W_Q", "W_K", "W_V"):
             setattr(self, f"{name}1", nn.Parameter(transformer[f"att1.{name}.weight"].detach().clone()))
@@ -96,8 +100,10 @@ class TransformerAttention(nn.Module):
 
 def hybrid(N: int, seed: int, readout: str = "mixture", attention: str = "sa") -> SATransformer:
     """The hybrid a rung names: readout "mixture" or one of READOUTS; attention "sa" (the SA-transformer's, from
-    zero) or "transformer" (TransformerAttention at the transformer's draw for the seed)."""
-    if attention not in ("sa", "transformer"):
-        raise ValueError(f"attention must be 'sa' or 'transformer', got {attention!r}")
-    layers = TransformerAttention(N, seed) if attention == "transformer" else None
+    zero), "transformer" (TransformerAttention at the transformer's draw for the seed) or "transformer_small" (that
+    draw with W_Q, W_K x 0.05)."""
+    starts = {"transformer": 1.0, "transformer_small": 0.05}
+    if attention not in ("sa", *starts):
+        raise ValueError(f"attention must be 'sa', 'transformer' or 'transformer_small', got {attention!r}")
+    layers = TransformerAttention(N, seed, starts[attention]) if attention in starts else None
     return SATransformer(N, attention=layers) if readout == "mixture" else SoftmaxReadout(N, readout, layers)

@@ -85,9 +85,11 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes
                      "(embeddings, layer norm, factorised W_Q, W_K, W_V, the seed's start)"),
     "sa_attention_matched": ({"attention": "transformer", "readout": "softmax_matched"}, "sa_attention read out as "
                              "sa_softmax_matched: the transformer's attention and the softmax together"),
+    "sa_attention_matched_small": ({"attention": "transformer_small", "readout": "softmax_matched"},
+                                   "sa_attention_matched from the theory's start: W_Q, W_K x 0.05"),
 }
 HYBRID_SGD = {name: {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}
-              for name in ("sa_attention", "sa_attention_matched")}
+              for name in ("sa_attention", "sa_attention_matched", "sa_attention_matched_small")}
 # a hybrid's SGD where it is not the SA-transformer's (lr 1, batch 256, no momentum): the transformer's attention
 # trains at the transformer's (at lr 1 its factorised W_Q, W_K blow up within 50 steps)
 HYBRID_CAP = 12000  # steps; a run stops at 1.2 x its tau
@@ -203,7 +205,7 @@ COLOURS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "
            "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
            "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
            "sa_softmax_matched": "gold", "sa_attention": "magenta",
-           "sa_attention_matched": "darkorange"}  # "record" extends the baseline: black
+           "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

@@ -325,6 +325,10 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
     seqs = fc.fresh_batch(16, 8, torch.Generator().manual_seed(2))[0]
     e = sat.expert_paths(*matched.layers(seqs))
     assert torch.allclose(matched(seqs), torch.softmax(fc.C / 4 * e.sum(1), -1))  # the softmax on the new layers
+    small = built["sa_attention_matched_small"].attention
+    for name in ("W_Q1", "W_K1", "W_Q2", "W_K2", "W_V1", "W_E"):
+        factor = 1.0 if name in ("W_V1", "W_E") else 0.05
+        assert torch.allclose(getattr(small, name), factor * getattr(built["sa_attention"].attention, name)), name
     with pytest.raises(ValueError, match="attention"):
         sa_hybrids.hybrid(8, 3, attention="mlp")
 
