@@ -49,7 +49,7 @@ class SoftmaxReadout(SATransformer):
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         """pi (B, C)."""
-        e = expert_paths(*self.layers(seqs))  # (B, 4, C)
+        e = expert_paths(*self.layer_outputs(seqs))  # (B, 4, C)
         if self.W_R is not None:
             return torch.softmax(e.flatten(1) @ self.W_R.T, -1)
         return torch.softmax(torch.einsum("k,bkc->bc", self.a, e), -1)

@@ -61,16 +61,9 @@ def layers(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None):
     return X, h, torch.softmax(scores, -1)
 
 
-def experts(seqs: torch.Tensor, M1, P1, M2, P2, h: torch.Tensor | None = None) -> torch.Tensor:
-    """The four experts' predictive distributions at the last position, (B, 4, C): the paths
-    x_N, h_N, sum_i A2_iN x_i and sum_i A2_iN h_i through the two attention layers (h: layer 1's
-    output, when already computed)."""
-    return expert_paths(*layers(seqs, M1, P1, M2, P2, h))
-
-
 def expert_paths(X: torch.Tensor, h: torch.Tensor, A2: torch.Tensor) -> torch.Tensor:
-    """(B, 4, C): x_N, h_N, sum_i A2_iN x_i, sum_i A2_iN h_i from the one-hot states, layer 1's output and layer 2's
-    attention at the last position."""
+    """The four experts' predictive distributions at the last position, (B, 4, C): the paths x_N, h_N,
+    sum_i A2_iN x_i and sum_i A2_iN h_i through the two attention layers, from what `layers` returns."""
     A2 = A2.unsqueeze(1)  # (B, 1, N)
     return torch.stack([X[:, -1], h[:, -1], (A2 @ X).squeeze(1), (A2 @ h).squeeze(1)], 1)
 
@@ -118,13 +111,13 @@ class SATransformer(nn.Module):
         _, P1, M2, _ = self.attention_parameters()
         return torch.diagonal(M2[C:, :C]).mean().item(), P1[1].item()
 
-    def layers(self, seqs: torch.Tensor):
+    def layer_outputs(self, seqs: torch.Tensor):
         """(X, h, A2) of `layers` with this model's attention."""
         return layers(seqs, *self.attention_parameters()) if self.attention is None else self.attention(seqs)
 
     def forward(self, seqs: torch.Tensor) -> torch.Tensor:
         """pi (B, C): the predictive distribution of s_{N+1} given seqs (B, N)."""
-        return torch.einsum("e,bec->bc", self.weights(), expert_paths(*self.layers(seqs)))
+        return torch.einsum("e,bec->bc", self.weights(), expert_paths(*self.layer_outputs(seqs)))
 
 
 def target_loss(pi: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,7 +199,7 @@ def landscape(context, target, betas, deltas, em_steps: int = 5000) -> np.ndarra
             per_beta = []
             for beta in betas:
                 model.beta.fill_(beta)
-                e = experts(context, *model.attention_parameters(), h=h)  # (B, 4, C)
+                e = expert_paths(*layers(context, *model.attention_parameters(), h=h))  # (B, 4, C)
                 per_beta.append(e.gather(2, target.view(-1, 1, 1).expand(-1, 4, 1)).squeeze(2))  # (B, 4)
             p = torch.stack(per_beta).double()  # (G, B, 4): each expert's probability of the target
             w = torch.full((len(betas), 1, 4), 0.25, dtype=torch.float64)

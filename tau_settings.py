@@ -132,7 +132,7 @@ def hybrid_run(job: tuple) -> dict:
 
     def measure(t, model):
         with torch.no_grad():
-            phi.append(round(float(induction(model.layers(context)[2], context)), 4))
+            phi.append(round(float(induction(model.layer_outputs(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
                        eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRID_SGD.get(name, {})), measure,

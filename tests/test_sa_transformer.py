@@ -48,7 +48,7 @@ def test_factorized_layer1_equals_explicit_attention():
 def test_at_initialization_the_experts_are_one_point_statistics():
     seqs = batch()
     N = seqs.shape[1]
-    e = sat.experts(seqs, *sat.SATransformer(N).attention_parameters())
+    e = sat.expert_paths(*sat.layers(seqs, *sat.SATransformer(N).attention_parameters()))
     X = torch.nn.functional.one_hot(seqs, 10).float()
     freq = X.mean(1)
     torch.testing.assert_close(e[:, 0], X[:, -1])
@@ -227,7 +227,7 @@ def test_landscape_weights_on_experts_with_a_known_optimum(monkeypatch):
     e[torch.arange(B), 0, target] = (torch.arange(B) % 2 == 0).float()
     e[:, 2] = 0.25 / 9
     e[torch.arange(B), 2, target] = 0.25
-    monkeypatch.setattr(sat, "experts", lambda context, *args, h=None: e[: context.shape[0]])
+    monkeypatch.setattr(sat, "expert_paths", lambda X, h, A2: e[: X.shape[0]])
     loss = sat.landscape(context, target, [0.0, 1.0], [0.0])
     assert loss.shape == (1, 2)
     assert loss[0, 0] == pytest.approx(0.5 * math.log(12), rel=1e-5)
@@ -246,7 +246,7 @@ def test_landscape_is_the_reduced_models_loss_at_its_best_mixture():
             with torch.no_grad():
                 model.beta.fill_(beta)
                 model.delta.fill_(delta)
-                e = sat.experts(context[present], *model.attention_parameters()).double()
+                e = sat.expert_paths(*sat.layers(context[present], *model.attention_parameters())).double()
             p = e[torch.arange(e.shape[0]), :, target[present]]  # (B, 4)
             z = torch.zeros(4, dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-10, tolerance_change=1e-12,

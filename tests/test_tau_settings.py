@@ -323,7 +323,7 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
     matched = built["sa_attention_matched"]
     assert torch.equal(matched.attention.W_E, drawn) and matched.a.tolist() == [fc.C / 4] * 4
     seqs = fc.fresh_batch(16, 8, torch.Generator().manual_seed(2))[0]
-    e = sat.expert_paths(*matched.layers(seqs))
+    e = sat.expert_paths(*matched.layer_outputs(seqs))
     assert torch.allclose(matched(seqs), torch.softmax(fc.C / 4 * e.sum(1), -1))  # the softmax on the new layers
     small = built["sa_attention_matched_small"].attention
     for name in ("W_Q1", "W_K1", "W_Q2", "W_K2", "W_V1", "W_E"):
