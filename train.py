@@ -154,7 +154,6 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
             return rundir.read_rows(os.path.join(cfg.out, "metrics.jsonl"))
         ckpt = run.members[0] if resume else None
         start = ckpt["step"] if ckpt else 0
-        logged = start if ckpt else -1  # the last step whose rows the run's files hold
         evals = set(eval_steps(cfg.iters, cfg.evals))
         progress = rundir.Progress([cfg], f"writing {cfg.out}/ (config.json, metrics.jsonl, ckpt.pt, model_<step>.pt"
                                    + (", fig2a.png)" if plot else ")"), start, start if ckpt else None, evals, quiet)
@@ -173,9 +172,8 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
             gen.set_state(ckpt["rng"].cpu())
 
         def train_step(seqs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
-            """One AdamW step on the training loss (evaluation.lm_loss) of seqs (B, N + 1) from the chains (B,) (task
-            injection reads them). --bf16: the forward in bfloat16, without the cast cache a CUDA graph would replay
-            stale."""
+            """One AdamW step on evaluation.lm_loss of seqs (B, N + 1) from the chains (B,) (task injection reads
+            them). --bf16: the forward in bfloat16, without the cast cache a CUDA graph would replay stale."""
             with torch.autocast(device.type, torch.bfloat16, enabled=cfg.bf16, cache_enabled=False):
                 loss = lm_loss(model, seqs, chains)
             optimizer.zero_grad(set_to_none=True)
@@ -197,18 +195,21 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
         progress.begin()
         try:
             for t in range(start, cfg.iters + 1):
-                full, dense = t in evals and t > logged, dense_due(cfg, t) and t > logged
-                save, show = t > start and (t in evals or t % cfg.ckpt_every == 0 or t == cfg.iters), progress.due(t)
+                unwritten = t > start or not ckpt  # a resumed run's files hold its first step's rows
+                full = t in evals and unwritten  # the full evaluation against the predictors
+                dense = dense_due(cfg, t) and unwritten  # the cheap readouts of --eval-every
+                save = t > start and (t in evals or t % cfg.ckpt_every == 0 or t == cfg.iters)  # resumable from here
+                show = progress.due(t)
                 if loss is not None and (full or dense or save or show):  # a diverged run stops before it writes
                     rundir.check_finite(cfg, t, ckpt_path, loss=loss.item())  # waits for the device: only here
-                if full:  # the full evaluation against the predictors
+                if full:
                     with progress.evaluation():
                         record.evaluate(t, model)
-                if dense:  # the cheap readouts of --eval-every
+                if dense:
                     with progress.readout():
                         values = {k: v.item() for k, v in dense_readouts(model, *record.dense).items()}
                     record.log_dense(t, values)
-                if save:  # resumable from here
+                if save:
                     with progress.evaluation(count=False):
                         save_state(cfg, t, model, optimizer, gen, ckpt_path)
                 if show:
