@@ -382,30 +382,35 @@ def mem_trend():
 
 def tau_settings():
     d = load("tau_settings.json")
-    c = d["compare"]
+    c, hybrids = d["compare"], d["hybrids"]
 
     def head(name):
         return [f(c[name]["summary"]["fit_head"]["vs_N_over_logN"]["slope"], 2)]
 
+    def law(fit):  # offset_fit's c with its interval
+        return [f(fit["c"], 0), f(fit["c_ci"][0], 0), f(fit["c_ci"][1], 0)]
+
+    def hybrid(name):  # an SA-side rung's slope and its law's part
+        return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
+
     screen = [name for name in d["runs"] if name != "record"]  # the record setting extends the record, not the screen
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
-    softmax = [d["hybrids"][name] for name in d["hybrids"] if name.startswith("sa_softmax")]
+    softmax = [hybrids[name] for name in hybrids if name.startswith("sa_softmax")]
     slopes = [h["vs_N_over_logN"]["slope"] for h in softmax]
     laws, offsets = [h["offset"]["c"] for h in softmax], [h["offset"]["T0"] for h in softmax]
-    held = d["record_full"]  # the record's own N (figures/sa_scaling.json), without the N its extension added
-    record = c["baseline"]["offset"]
-    full = sa_fits.offset_fit({N: h for N, h in held["heads"].items() if N not in held.get("extended", [])})
-    at_512 = full["T0"] + full["c"] * 512 / math.log(512)  # the prediction the next run can fail
+    full = d["record_full"]  # the record at every N, with the N = 512 runs of the record setting
+    first = [h for h in full["heads"]["512"] if h is not None][0]
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
-            + head("window1") + [f(d["hybrids"]["sa"]["vs_N_over_logN"]["slope"], 2), f(min(slopes), 2),
-                                 f(max(slopes), 2), n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)),
-                                 f(min(laws), 0), f(max(laws), 0), f(d["hybrids"]["sa"]["offset"]["c"], 0),
-                                 n(round(min(offsets), -2)), n(round(max(offsets), -2))]
-            + [f(record["c"], 0), f(record["c_ci"][0], 0), f(record["c_ci"][1], 0), n(record["N"][0]), n(record["N"][-1])]
-            + [f(full["c"], 0), f(full["c_ci"][0], 0), f(full["c_ci"][1], 0), n(full["N"][0]), n(full["N"][-1]),
-               n(max(full["seeds"])), "512", n(round(at_512, -2))])
+            + head("window1") + [n(ts.SETTINGS["drive1"][0]["drive"]["att1.P"])] + head("drive1")
+            + law(c["drive1"]["offset"]) + law(c["baseline"]["offset"]) + [n(max(c["baseline"]["offset"]["seeds"]))]
+            + hybrid("sa") + [f(min(slopes), 2), f(max(slopes), 2),
+                              n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)), f(min(laws), 0),
+                              f(max(laws), 0), n(round(min(offsets), -2)), n(round(max(offsets), -2))]
+            + hybrid("sa_attention") + hybrid("sa_attention_matched")
+            + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)]
+            + [n(k) for k in seeds])
 
 
 def tau_velocities():
