@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from analysis.fresh_chains import C
 from analysis.transformer_tau import model_for
 from sa_transformer import SATransformer, expert_paths
-from transformer import layer_norm
+from transformer import attention_scores, layer_norm
 
 READOUTS = ("softmax", "softmax_scalar", "softmax_matched")
 
@@ -62,8 +62,9 @@ class TransformerAttention(nn.Module):
     relative-position biases, started at the transformer's draw for `seed`. It returns what `layers` returns:
     layer 1's attention of every position, as one-hot states averaged (h), and layer 2's at the last position.
 
-    Layer 1's score depends only on the two states, so it is the SA's layer 1 (written as a softmax per query) with
-        M1[a, b] = k(a) . q(b) / sqrt(d),   q(b) = W_Q1 LN(W_E[b]),  k(a) = W_K1 LN(W_E[a]),  P1 = the bias table;
+    Layer 1 is the transformer's (transformer.attention_scores, a softmax per query); its score depends only on the
+    two states, so it is the SA's layer 1 with M1[a, b] = k(a) . q(b) / sqrt(d), q(b) = W_Q1 LN(W_E[b]),
+    k(a) = W_K1 LN(W_E[a]), and P1 the bias table;
     layer 2 reads the transformer's residual stream x0 + A1 v = W_E[s_i] + W_V1 LN(W_E)^T h_i through layer norm:
         A2_iN = softmax_i( W_K2 LN(r_i) . W_Q2 LN(r_N) / sqrt(d) + P2[N - 1 - i] ).
     Nothing of the transformer's readout (W_V2, MLP2, W_U) takes part."""
@@ -86,13 +87,11 @@ class TransformerAttention(nn.Module):
         """(X, h, A2) as `layers`."""
         d = self.W_E.shape[1]
         e = layer_norm(self.W_E)  # (C, d): what layer 1 reads of each state
-        M1 = (e @ self.W_K1.T) @ (e @ self.W_Q1.T).T / math.sqrt(d)  # (C, C): key state, query state
+        x = e[seqs]  # (B, N, d): LN(W_E[s_i])
+        q, k = x @ self.W_Q1.T, x @ self.W_K1.T
+        A1 = torch.softmax(attention_scores(q[:, None], k[:, None], self.P1[None]), -1)[:, 0]  # the transformer's layer 1
         X = F.one_hot(seqs, C).to(e.dtype)
-        N = seqs.shape[1]
-        lag = torch.arange(N).view(N, 1) - torch.arange(N).view(1, N)  # i - j
-        scores = M1[seqs.unsqueeze(1), seqs.unsqueeze(2)] + self.P1[lag.clamp(min=0)]  # (B, N, N): query i, key j
-        h = torch.softmax(scores.masked_fill(lag < 0, -math.inf), -1) @ X  # (B, N, C); each row's own max, unlike
-        # layer1's shared shift, which underflows once the learned M1 spreads over tens of nats
+        h = A1 @ X  # (B, N, C)
         r = layer_norm(F.embedding(seqs, self.W_E) + h @ (e @ self.W_V1.T))  # (B, N, d): LN of the residual stream
         scores = (r @ self.W_K2.T) @ (self.W_Q2 @ r[:, -1].unsqueeze(-1)) / math.sqrt(d)  # (B, N, 1)
         return X, h, torch.softmax(scores.squeeze(-1) + self.P2.flip(0), -1)
