@@ -18,7 +18,12 @@ swapped, and equals its parent where the swapped part is the parent's (tests/tes
                       mixture, or SoftmaxReadout(N, readout, attention=...); from that draw or from the
                       theory's start (W_Q, W_K x 0.05).
 
-`hybrid(N, seed, readout=..., attention=...)` builds the one a rung names.
+    drive             the converse of tau_settings.py's drive1: delta's drive made N-flat. The theory pushes delta at
+                      w_B F_1 / N (eq. parameter_dynamics_simplest); the transformer's layer 1 was measured pushed
+                      N-flat (tau_velocities.py). drive=N0 multiplies the gradient of P1 (every lag) by N / N0, so the
+                      push equals the SA-transformer's own at N = N0 and does not fall with N.
+
+`hybrid(N, seed, readout=..., attention=..., drive=...)` builds the one a rung names.
 """
 import math
 
@@ -97,12 +102,17 @@ class TransformerAttention(nn.Module):
         return X, h, torch.softmax(scores.squeeze(-1) + self.P2.flip(0), -1)
 
 
-def hybrid(N: int, seed: int, readout: str = "mixture", attention: str = "sa") -> SATransformer:
+def hybrid(N: int, seed: int, readout: str = "mixture", attention: str = "sa", drive: int | None = None
+           ) -> SATransformer:
     """The hybrid a rung names: readout "mixture" or one of READOUTS; attention "sa" (the SA-transformer's, from
     zero), "transformer" (TransformerAttention at the transformer's draw for the seed) or "transformer_small" (that
-    draw with W_Q, W_K x 0.05)."""
+    draw with W_Q, W_K x 0.05); drive N0: P1's gradient times N / N0 at every step (the module docstring)."""
     starts = {"transformer": 1.0, "transformer_small": 0.05}
     if attention not in ("sa", *starts):
         raise ValueError(f"attention must be 'sa', 'transformer' or 'transformer_small', got {attention!r}")
     layers = TransformerAttention(N, seed, starts[attention]) if attention in starts else None
-    return SATransformer(N, attention=layers) if readout == "mixture" else SoftmaxReadout(N, readout, layers)
+    model = SATransformer(N, attention=layers) if readout == "mixture" else SoftmaxReadout(N, readout, layers)
+    if drive is not None:
+        P1 = model.P1 if layers is None else layers.P1
+        P1.register_hook(lambda grad: grad * (N / drive))  # before the optimizer sees it: P1's step x N / N0
+    return model

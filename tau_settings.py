@@ -87,6 +87,8 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes
                              "sa_softmax_matched: the transformer's attention and the softmax together"),
     "sa_attention_matched_small": ({"attention": "transformer_small", "readout": "softmax_matched"},
                                    "sa_attention_matched from the theory's start: W_Q, W_K x 0.05"),
+    "sa_drive_flat": ({"drive": 32}, "the converse of drive1: the SA-transformer with delta's drive N-flat, P1's "
+                      "gradient x N / 32"),
 }
 HYBRID_SGD = {name: {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}
               for name in ("sa_attention", "sa_attention_matched", "sa_attention_matched_small")}
@@ -205,7 +207,7 @@ COLOURS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "
            "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
            "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
            "sa_softmax_matched": "gold", "sa_attention": "magenta",
-           "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal"}  # "record" extends the baseline: black
+           "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

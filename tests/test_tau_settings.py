@@ -333,6 +333,24 @@ def test_each_rung_of_the_sa_side_builds_its_hybrid():
         sa_hybrids.hybrid(8, 3, attention="mlp")
 
 
+def test_the_converse_drive_scales_the_sa_transformers_P1_step_by_N_over_N0_and_nothing_else():
+    """sa_drive_flat: one SGD step (lr 1, the SA's) from zero moves P1 by N / 32 x the SA-transformer's own first step
+    (4x at N = 128: a drive that grows with N, not falls) and every other parameter exactly as the parent's."""
+    assert ts.HYBRIDS["sa_drive_flat"][0] == {"drive": 32}
+    N = 128
+    seqs, target = fc.fresh_batch(64, N, torch.Generator().manual_seed(5))
+    models = [sat.SATransformer(N), sa_hybrids.hybrid(N, 0, **ts.HYBRIDS["sa_drive_flat"][0])]
+    for model in models:
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sat.target_loss(model(seqs), target)[0].mean().backward()
+        opt.step()
+    base, driven = (dict(m.named_parameters()) for m in models)
+    assert base["P1"].abs().max() > 0
+    for name, p in base.items():
+        factor = N / 32 if name == "P1" else 1.0
+        assert torch.allclose(driven[name], factor * p, atol=1e-7), name  # from zero: the step is the parameter
+
+
 def test_the_attention_hybrid_trains_at_the_transformers_sgd_and_stays_finite(monkeypatch, tmp_path):
     """sa_attention's run: the transformer's lr, momentum and batch (recorded in the run), and its masked loss finite
     where the SA-transformer's lr 1 sends the factorised weights to NaN within a few dozen steps (N = 64, seed 0)."""
