@@ -1,5 +1,6 @@
 """The four Bayes predictors that define the algorithmic phases (Appendix "Defining the four
-algorithmic phases") and the losses measured against them.
+algorithmic phases", eq. Tinference with the task set's prior for the memorizing two and D_T's for the generalizing
+two, eq. 2-Gen) and the losses measured against them.
 
 Each predictor maps sequences (B, L) to log-probabilities (B, L, C): out[:, n] is the predictive
 distribution of s_{n+1} given s_0..s_n (0-indexed; the appendix counts from 1).
@@ -119,9 +120,15 @@ def mixed_mem(post_seqs: torch.Tensor, state_seqs: torch.Tensor, T: torch.Tensor
 
 def predict(name: str, seqs: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """Log-probabilities of the predictor `name` in PREDICTORS; T is the task set's chains."""
-    C = T.shape[-1]
-    return {"1gen": lambda: one_gen(seqs, C, T.dtype), "2gen": lambda: two_gen(seqs, C, T.dtype),
-            "1mem": lambda: one_mem(seqs, T), "2mem": lambda: two_mem(seqs, T)}[name]()
+    if name == "1gen":
+        return one_gen(seqs, T.shape[-1], T.dtype)
+    if name == "2gen":
+        return two_gen(seqs, T.shape[-1], T.dtype)
+    if name == "1mem":
+        return one_mem(seqs, T)
+    if name == "2mem":
+        return two_mem(seqs, T)
+    raise KeyError(name)
 
 
 # ----------------------------------------------------------------------------- losses

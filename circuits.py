@@ -359,6 +359,8 @@ def replot(path: str):
 
 
 def trace_circuits(args):
+    """The command: the preset's runs (or --runs), found or trained, each phase's checkpoint traced edge by edge
+    (trace_phases); figures/circuits.png and .json."""
     preset = cli.preset(args.preset)
     if args.runs:  # K is only read for a default run
         found = {run: find_run(run, 0, preset, "--runs") for run in args.runs.split(",")}

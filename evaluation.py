@@ -25,8 +25,9 @@ from bayes import PREDICTORS, kl_div, nll
 from markov import FreshChains, TaskSet, sample_chains, sample_sequences
 from transformer import Transformer, n_A, phi_beta, phi_delta
 
-# the held-out sets' streams: arbitrary distinct primes, fixed once (every run's held-out data hangs on them)
-EVAL, DENSE, PER_CHAIN = 7, 11, 13
+# the held-out sets' streams: arbitrary distinct primes, fixed once (every run's held-out data hangs on them);
+# DRAW_STRIDE, a prime past them, spaces the per-chain set's further draws (PER_CHAIN + DRAW_STRIDE x draw)
+EVAL, DENSE, PER_CHAIN, DRAW_STRIDE = 7, 11, 13, 7_919
 
 
 def held_out_generator(task_seed: int, tasks: TaskSet | FreshChains, stream: int) -> torch.Generator:
@@ -173,7 +174,7 @@ def make_per_chain_data(cfg, tasks: TaskSet | FreshChains, draw: int = 0) -> dic
     T = tasks.T if isinstance(tasks, TaskSet) else sample_chains(cfg.per_chain_tasks, cfg.C, generator=g,
                                                                  device=tasks.T.device)
     if draw:
-        g = held_out_generator(cfg.task_seed, tasks, PER_CHAIN + 7_919 * draw)
+        g = held_out_generator(cfg.task_seed, tasks, PER_CHAIN + DRAW_STRIDE * draw)
     chain = torch.arange(T.shape[0], device=T.device).repeat_interleave(cfg.per_chain)  # (n_chains * per_chain,)
     seqs, _ = sample_sequences(T, chain.numel(), cfg.N + 1, g, chain_idx=chain)
     loss_2gen = nll(bayes.predict("2gen", seqs, T)[:, :-1], seqs).mean(1)  # (n,) one loss per sequence

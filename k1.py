@@ -172,6 +172,8 @@ def plot_k1(result: dict, path: str):
 
 
 def k1(args):
+    """The `search` command: a K1* search per (condition, seed) (Fig. 7a's criterion, analysis/thresholds.py), then
+    tau_2Gen's histogram at the control's median K1* (Fig. 7b); figures/k1.png and .json (--replot: from the JSON)."""
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
         cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_k1)
         return

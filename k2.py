@@ -24,6 +24,7 @@ import numpy as np
 
 from analysis.estimators import divergence, median_coverage, median_rank
 from analysis.memorization import analyze_k2, converged, delta_tau_summary, delta_tau_table
+from analysis.runs import run_dirs
 from analysis.thresholds import NULL_ALPHA, add_run_flags, common_args, finite_json, gaussian_noise_model
 from plumbing import cli
 from plumbing.rundir import write_json
@@ -277,6 +278,8 @@ def plot_k2(result: dict, path: str):
 
 
 def k2(args):
+    """The default command: the preset's (K, seed) runs trained where missing, Delta tau_K and the memorized fractions
+    analysed (analysis/memorization.py), K2* fitted (Figs. 8a-b, A10); figures/k2.png and .json (--replot: from it)."""
     if args.replot is not None:
         return replot(args)
     preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k2")
@@ -345,11 +348,10 @@ def dtau(args):
                 from None
         result = {"root": saved.get("root", args.root), **result}  # where the runs were, not this JSON
     else:
-        runs = sorted(os.listdir(args.root)) if os.path.isdir(args.root) else []
-        run_dirs = [os.path.join(args.root, d) for d in runs if os.path.isfile(os.path.join(args.root, d, "metrics.jsonl"))]
-        if not run_dirs:
+        found = run_dirs(args.root)
+        if not found:
             raise ValueError(f"{args.root!r} holds no run directories (each with a metrics.jsonl)")
-        result = delta_tau_table(run_dirs)
+        result = delta_tau_table(found)
     for r in result["runs"]:
         print(f"{r['run']:>12}: tau_2gen {r['tau_2gen']}, tau_2mem {r['tau_2mem']}, Delta tau {r['delta_tau']} ({r['status']})")
     for K in result["K"]:

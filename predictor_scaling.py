@@ -49,6 +49,7 @@ def work(Ks, Ns, N_for_K: int, K_for_N: int, n_dists: int, n_seqs: int) -> dict:
 
 
 def span(lo: float, hi: float) -> str:
+    """A range of seconds in minutes, or in hours past 90 minutes."""
     return f"{lo / 60:.0f}-{hi / 60:.0f} min" if hi < 5400 else f"{lo / 3600:.1f}-{hi / 3600:.1f} h"
 
 
@@ -57,9 +58,9 @@ def estimate(total: dict, device) -> str:
     (less on free ones)."""
     if device.type != "cpu":
         return "not timed on a GPU"
-    units = sum(total.values())
-    return (f"~{span(*(units * c for c in CPU_SECONDS_PER_UNIT))} of CPU time, "
-            f"~{span(*(units * c for c in SHARED_SECONDS_PER_UNIT))} on 2 cores shared with other jobs")
+    cost = sum(total.values())
+    return (f"~{span(*(cost * c for c in CPU_SECONDS_PER_UNIT))} of CPU time, "
+            f"~{span(*(cost * c for c in SHARED_SECONDS_PER_UNIT))} on 2 cores shared with other jobs")
 
 
 def scaling_with_K(Ks, N: int, n_dists: int, n_seqs: int, device, progress=None) -> dict:
@@ -115,6 +116,8 @@ def summarize(per_dist: list[list[float]]) -> dict:
 
 
 def plot_scaling(result: dict, path: str):
+    """The appendix figure "Scaling of the four predictor losses": each predictor's loss against K (left) and N (right,
+    with the asymptotic 1-Gen and 2-Gen losses), mean and standard deviation over task distributions."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, x, key, title in [
         (axes[0], result["K"], "loss_vs_K", f"autoregressive, N = {result['config']['N_for_K']}"),

@@ -27,7 +27,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from analysis.sa_fits import EXPONENT_WINDOWS, fit_rate, seed_exponents, seed_mean, summarize_exponents
-from analysis.sa_record import NAME, PRESETS, SETTINGS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
+from analysis.sa_record import DYNAMICS, NAME, PRESETS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
 from analysis.fresh_chains import fresh_batch
 from plumbing import cli
 from plumbing.records import settle, significant
@@ -49,13 +49,13 @@ def theory(P: dict) -> dict:
 def train_dynamics(P: dict, jobs: int) -> dict:
     """The four dynamics settings at N_dyn in one pool: the full and the reduced model, control and ablation, each to
     the step cap (twice it in the ablation) or stop_after x its tau; the full model's parameters kept at fractions of
-    the cap (Figs. 5c, A4). Returns {(reduced, ablate): runs}."""
+    the cap (Figs. 5c, A4). Returns {name in DYNAMICS: runs}."""
     N_dyn, stop = P["N_dyn"], P["stop_after"]
     snaps = tuple(int(f * iters_cap(N_dyn) / 5) for f in (0, 0.5, 1, 1.5, 2, 3))
-    settings = {(reduced, ablate): [Run(N=N_dyn, seed=s, reduced=reduced, ablate=ablate, iters=iters_cap(N_dyn) * (2 if ablate else 1),
+    settings = {name: [Run(N=N_dyn, seed=s, reduced=reduced, ablate=ablate, iters=iters_cap(N_dyn) * (2 if ablate else 1),
                                         eval_batch=P["eval_batch"], snapshots=snaps if not reduced else (), stop_after=stop)
                                     for s in range(P["seeds_reduced"] if reduced else P["seeds_dyn"])]
-                for reduced in (False, True) for ablate in (False, True)}
+                for name, (reduced, ablate) in DYNAMICS.items()}
     t0 = time.time()
     done = iter(cli.parallel_map(train_sa, [r for runs in settings.values() for r in runs], jobs))
     print(f"{sum(map(len, settings.values()))} SA-transformer runs done in {time.time() - t0:.0f} s", flush=True)
@@ -85,8 +85,7 @@ def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
     """Exponents of beta(t), delta(t) over windows of the plateau (fractions of tau), the measured
     early rates against eq. (parameter_dynamics_simplest), and the mixture weights."""
-    exponents = {f"{'reduced' if red else 'full'}_{'ablation' if abl else 'control'}":
-                 summarize_exponents(runs, EXPONENT_WINDOWS) for (red, abl), runs in dyn.items()}
+    exponents = {name: summarize_exponents(runs, EXPONENT_WINDOWS) for name, runs in dyn.items()}
     exponents.update({f"frozen_{'ablation' if abl else 'control'}": summarize_exponents(runs, EXPONENT_WINDOWS, tau_control)
                       for abl, runs in frozen.items()})  # on the full control model's clock
     default = f"{EXPONENT_WINDOWS[0][0]:g}-{EXPONENT_WINDOWS[0][1]:g}"
@@ -94,14 +93,14 @@ def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: flo
     for setting in ("control", "ablation"):
         for key in ("beta", "delta"):
             out[f"{key}_exponent_{setting}"] = exponents[f"full_{setting}"][key][default]
-    control = dyn[(False, False)]
+    control = dyn["full_control"]
     lo, hi = 0.05 * exponents["full_control"]["tau_mean"], 0.5 * exponents["full_control"]["tau_mean"]
     measured = {name: {key: fit_rate(*seed_mean(runs, key), lo, hi) for key in ("beta", "delta")}
                 for name, runs in (("full", control), ("frozen", frozen[False]))}
     out["rates"] = {"predicted": {"paper (w_B = w_C = 1/3)": predicted_rates(N_dyn, I),
                                   "at w_plateau": predicted_rates(N_dyn, I, w_plateau[1], w_plateau[2])},
                     "measured": measured, "window": [lo, hi], "w_plateau": w_plateau}
-    out["tau_dynamics"] = {"control": [r["tau"] for r in control], "ablation": [r["tau"] for r in dyn[(False, True)]]}
+    out["tau_dynamics"] = {"control": [r["tau"] for r in control], "ablation": [r["tau"] for r in dyn["full_ablation"]]}
     out["w_final"] = np.mean([r["w"][-1] for r in control], 0).tolist()
     out["w_early"] = np.mean([r["w"][int(np.searchsorted(r["t"], 0.1 * tau_control))] for r in control], 0).tolist()
     return out
@@ -130,10 +129,10 @@ def landscapes(P: dict) -> dict:
 def run_records(dyn: dict, frozen: dict) -> dict:
     """sa_scaling.json's "runs": {setting: [trajectory of each seed]}, the dynamics runs and the frozen-w
     ones; the first control run keeps its parameter snapshots (Fig. 5c, A4)."""
-    named = {name: dyn[key] for name, key in SETTINGS.items()}
+    named = dict(dyn)
     named.update({f"frozen_{'ablation' if ablate else 'control'}": runs for ablate, runs in frozen.items()})
     records = {name: [significant({k: r[k] for k in TRAJECTORY}) for r in runs] for name, runs in named.items()}
-    records["full_control"][0]["snapshots"] = significant(dyn[(False, False)][0]["snapshots"])
+    records["full_control"][0]["snapshots"] = significant(dyn["full_control"][0]["snapshots"])
     return records
 
 
@@ -167,7 +166,7 @@ def plot_dynamics(dyn: dict, path: str):
     (every seed, control and ablation), and the mixture weights of the full model. Returns the figure (closed)."""
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for ax, ablate in ((axes[0], False), (axes[1], True)):
-        runs = dyn[(False, ablate)]
+        runs = dyn["full_ablation" if ablate else "full_control"]
         for i, r in enumerate(runs):
             ax.plot(r["t"], r["masked_loss"], color="k", alpha=1.0 if i == 0 else 0.35, lw=1,
                     label=f"SA-transformer, seed {r['run'].get('seed', i)}" if i == 0 else
@@ -180,7 +179,7 @@ def plot_dynamics(dyn: dict, path: str):
         ax.set_xlabel("iteration")
         ax.set_ylabel("loss on samples whose target is in the context")
         ax.legend(fontsize=9)
-    r = dyn[(False, False)][0]
+    r = dyn["full_control"][0]
     w = np.array(r["w"])
     for k, name in enumerate("ABCD"):
         axes[2].plot(r["t"], w[:, k], label=f"w_{name}")
@@ -360,11 +359,11 @@ def write_figures(record: dict, out: str):
     """The four figures (FIGURES) in out from `record` (sa_scaling.json's content, its trajectories under "runs")."""
     dyn, _ = dynamics_runs(record)
     plot_dynamics(dyn, os.path.join(out, "sa_dynamics.png"))
-    plot_parameters(dyn[(False, False)][0], os.path.join(out, "sa_parameters.png"))
+    plot_parameters(dyn["full_control"][0], os.path.join(out, "sa_parameters.png"))
     plot_theory(record, os.path.join(out, "sa_theory.png"))
     plot_trajectories(record["landscape_origin"],
-                      {setting: {"full model": dyn[(False, ablate)], "reduced model": dyn[(True, ablate)]}
-                       for setting, ablate in (("control", False), ("ablation", True))},
+                      {setting: {"full model": dyn[f"full_{setting}"], "reduced model": dyn[f"reduced_{setting}"]}
+                       for setting in ("control", "ablation")},
                       os.path.join(out, "sa_trajectories.png"))
 
 
@@ -414,7 +413,7 @@ def main():
     t0 = time.time()
     part = {"preset": preset, **theory(P)}
     dyn = train_dynamics(P, args.jobs)
-    frozen, w_plateau, tau_control = train_frozen(P, dyn[(False, False)], args.jobs)
+    frozen, w_plateau, tau_control = train_frozen(P, dyn["full_control"], args.jobs)
     part.update(dynamics_summary(dyn, frozen, w_plateau, tau_control, part["I"], P["N_dyn"]))
     part.update(landscapes(P))
     part["runs"] = run_records(dyn, frozen)

@@ -1,7 +1,8 @@
-"""The SA-transformer's hybrids with one part of the transformer's (tau_settings.py's ladder, Appendix "Testing
-predictions"): which part of the transformer takes tau_2Gen(N) out of the theory's N / log N, asked from the side of
-the model that follows it (sa_transformer.py, eq. base_model). Each hybrid is the SA-transformer with one part
-swapped, and equals its parent where the swapped part is the parent's (tests/test_tau_settings.py):
+"""The SA-transformer's hybrids with one part of the transformer's: our extension, not the paper's (tau_settings.py's
+ladder, beside Appendix "Testing predictions"): which part of the transformer takes tau_2Gen(N) out of the theory's
+N / log N, asked from the side of the model that follows it (sa_transformer.py, eq. base_model). Each hybrid is the
+SA-transformer with one part swapped, and equals its parent where the swapped part is the parent's
+(tests/test_tau_settings.py):
 
     SoftmaxReadout    the transformer's kind of readout in place of the mixture of the four experts e_k:
                       "softmax"          pi = softmax(W_R e), a learned map W_R (C x 4C) from zero (the uniform
@@ -17,11 +18,10 @@ swapped, and equals its parent where the swapped part is the parent's (tests/tes
                       start) in place of the SA-transformer's layers: SATransformer(N, attention=...) under the
                       mixture, or SoftmaxReadout(N, readout, attention=...); from that draw or from the
                       theory's start (W_Q, W_K x 0.05).
-
     drive             the converse of tau_settings.py's drive1: delta's drive made N-flat. The theory pushes delta at
-                      w_B F_1 / N (eq. parameter_dynamics_simplest); the transformer's layer 1 was measured pushed
-                      N-flat (tau_velocities.py). drive=N0 multiplies the gradient of P1 (every lag) by N / N0, so the
-                      push equals the SA-transformer's own at N = N0 and does not fall with N.
+                      w_B F_1 / N (eq. parameter_dynamics_simplest); tau_velocities.py measures the transformer's
+                      layer 1 pushed without the 1 / N. drive=N0 multiplies the gradient of P1 (every lag) by
+                      N / N0, so the push equals the SA-transformer's own at N = N0 and does not fall with N.
 
 `hybrid(N, seed, readout=..., attention=..., drive=...)` builds the one a rung names.
 """
@@ -110,9 +110,9 @@ def hybrid(N: int, seed: int, readout: str = "mixture", attention: str = "sa", d
     starts = {"transformer": 1.0, "transformer_small": 0.05}
     if attention not in ("sa", *starts):
         raise ValueError(f"attention must be 'sa', 'transformer' or 'transformer_small', got {attention!r}")
-    layers = TransformerAttention(N, seed, starts[attention]) if attention in starts else None
-    model = SATransformer(N, attention=layers) if readout == "mixture" else SoftmaxReadout(N, readout, layers)
+    swapped = TransformerAttention(N, seed, starts[attention]) if attention in starts else None
+    model = SATransformer(N, attention=swapped) if readout == "mixture" else SoftmaxReadout(N, readout, swapped)
     if drive is not None:
-        P1 = model.P1 if layers is None else layers.P1
+        P1 = model.P1 if swapped is None else swapped.P1
         P1.register_hook(lambda grad: grad * (N / drive))  # before the optimizer sees it: P1's step x N / N0
     return model

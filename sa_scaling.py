@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.sa_fits import EXPONENT_WINDOWS, fit_tau, seed_mean, summarize_exponents
-from analysis.sa_record import NAME, PRESETS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
+from analysis.sa_record import DYNAMICS, NAME, PRESETS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
 from analysis.transformer_tau import (add_transformer_runs, check_protocol, merge_transformer_runs, train_transformers,
                                       transformer_summary)
 from plumbing import cli
@@ -105,7 +105,7 @@ def train_w_third(result: dict, P: dict, jobs: int) -> dict:
 
 # ----------------------------------------------------------------------------- the figure
 
-COLORS = {"control": "tab:blue", "ablation": "tab:red"}
+SETTING_COLORS = {"control": "tab:blue", "ablation": "tab:red"}
 
 
 PAPER_EXPONENTS = {"beta": ("t", "t"), "delta": ("t", "t$^2$")}  # control, ablation (Sec. "Testing predictions")
@@ -137,6 +137,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     Returns the figure (closed)."""
     fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
     axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
+
     def positive(runs: list, key: str) -> tuple[np.ndarray, np.ndarray]:  # the seeds' mean where a log axis shows it
         t, mean = seed_mean(runs, key)
         shown = (t > 0) & (mean > 0)
@@ -144,18 +145,18 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
 
     for col, key in ((0, "beta"), (1, "delta")):
         ax = axes[col]
-        for (reduced, ablate), runs in dyn.items():
-            label = f"{'reduced' if reduced else 'full'}, {'ablation' if ablate else 'control'}"
-            ax.loglog(*positive(runs, key), color=COLORS["ablation" if ablate else "control"], ls=":" if reduced else "-",
-                      label=label)
+        for name, runs in dyn.items():
+            reduced, ablate = DYNAMICS[name]
+            ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"],
+                      ls=":" if reduced else "-", label=name.replace("_", ", "))
         for ablate, runs in frozen.items():
-            ax.loglog(*positive(runs, key), color=COLORS["ablation" if ablate else "control"], ls="--", lw=1,
+            ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"], ls="--", lw=1,
                       label=f"reduced, w frozen, {'ablation' if ablate else 'control'}")
         held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
-        for setting, runs in (held.get(str(dyn[(False, False)][0]["run"]["N"]), {}) if held else {}).items():
-            ax.loglog(*positive(runs, key), color=COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
+        for setting, runs in (held.get(str(dyn["full_control"][0]["run"]["N"]), {}) if held else {}).items():
+            ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
                       label=f"full, w held at 1/3, {setting}")
-        t, mean = positive(dyn[(False, False)], key)
+        t, mean = positive(dyn["full_control"], key)
         if len(t):  # guides through the control curve's first point
             t_ref = np.array([t[0], t[-1]])
             ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
@@ -166,9 +167,13 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_title(exponent_title(key, result), fontsize=9)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
     # free: the panel fits a power of N / log N with its own slope, the paper's law beside it as a reference
-    panels = ((axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False),
-              (axes[3], (("tau_transformer", "control"),),
-               "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)", True))
+    panels = [(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False)]
+    if result.get("transformer_tau"):  # the transformer's runs and their criterion
+        plot_transformer_tau(axes[3], result["transformer_tau"])
+    else:  # a record with only the first halfway crossings
+        panels.append((axes[3], (("tau_transformer", "control"),),
+                       "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)",
+                       True))
     for ax, series, title, free in panels:
         slopes = []
         for key, setting in series:
@@ -176,18 +181,20 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             fit = result["tau_fits"][key]
             if not points or not np.isfinite(fit["prefactor"]):
                 continue
-            ax.plot(*zip(*points), "o", color=COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
+            ax.plot(*zip(*points), "o", color=SETTING_COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
             Ns = np.array(fit["N"], float)
             if free:
                 s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
-                ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=COLORS[setting],
+                ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-",
+                        color=SETTING_COLORS[setting],
                         label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
                 ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
                         label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
                 slopes.append(f"slope vs N / log N {s:.2f}; each seed alone " + ", ".join(f"{v:.2f}" for v in seeds)
                               + " (paper: 1)")
             else:
-                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=COLORS[setting], label=f"{fit['prefactor']:.0f} N / log N")
+                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=SETTING_COLORS[setting],
+                        label=f"{fit['prefactor']:.0f} N / log N")
                 slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
         if not slopes:
             ax.text(0.5, 0.5, "not run (add --transformer)" if not result[series[0][0]] else "no transition within the budget",
@@ -203,9 +210,6 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
         ax.set_title(f"{title}\n{', '.join(slopes)}" if free else f"{title}\nslope vs N / log N: {', '.join(slopes)}",
                      fontsize=10)
         ax.legend(fontsize=8)
-    if result.get("transformer_tau"):
-        axes[3].clear()
-        plot_transformer_tau(axes[3], result["transformer_tau"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -225,7 +229,7 @@ def plot_transformer_tau(ax, summary: dict):
         for status, tau, bound, first, head in zip(row["status"], row["tau"], row["bound"], row["first_crossing"],
                                                    row["head"]):
             if status == "tau":
-                ax.plot(n, tau, "o", color=COLORS["control"], alpha=0.5)
+                ax.plot(n, tau, "o", color=SETTING_COLORS["control"], alpha=0.5)
             elif status != "diverged":
                 ax.plot(n, bound if status == "censored" else tau, "^", color="k" if status == "censored" else "tab:orange")
             if math.isfinite(first):
@@ -236,7 +240,7 @@ def plot_transformer_tau(ax, summary: dict):
         if math.isfinite(m["median"]):
             ax.errorbar(n, m["median"], [[m["median"] - m["interval"][0]], [max(0.0, m["interval"][1] - m["median"])]],
                         fmt="s", color="k", capsize=3)
-    ax.plot([], [], "o", color=COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
+    ax.plot([], [], "o", color=SETTING_COLORS["control"], alpha=0.5, label="sustained drop, phi confirmed")
     ax.plot([], [], "o", mfc="none", color="gray", label="first halfway crossing")
     head = summary["fit_head"]["vs_N_over_logN"]
     ax.plot([], [], "x", color="tab:purple", label="head formed (phi's rise)" if head is None else  # the 95 % bootstrap
@@ -255,7 +259,8 @@ def plot_transformer_tau(ax, summary: dict):
         x = kept / np.log(kept)
         medians = np.array([fit["N"][str(int(N))]["median"] for N in kept])
         a = np.exp(np.mean(np.log(medians) - line["slope"] * np.log(x)))
-        ax.plot(kept, a * x ** line["slope"], "-", color=COLORS["control"], label=f"fit: (N / log N)^{line['slope']:.2f}")
+        ax.plot(kept, a * x ** line["slope"], "-", color=SETTING_COLORS["control"],
+                label=f"fit: (N / log N)^{line['slope']:.2f}")
         ax.plot(kept, fit["prefactor"] * x, "--", color="gray", label=f"paper's law, {fit['prefactor']:.0f} N / log N")
         lo, hi = line["slope_ci"]
         seeds = set(line["seeds"])

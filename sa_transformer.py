@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from analysis.fresh_chains import C, crossing, fresh_batch, predictor_levels
+from analysis.fresh_chains import C, crossing, eval_set, fresh_batch, predictor_levels
 from markov import sample_chains, stationary
 
 # ----------------------------------------------------------------------------- the model
@@ -77,7 +77,7 @@ class SATransformer(nn.Module):
         super().__init__()
         self.N, self.reduced = N, reduced
         self.logits = nn.Parameter(torch.zeros(3))  # w_B, w_C, w_D relative to w_A (fixed logit 0)
-        self.fixed_weights = None  # set to a (4,) tensor to hold w_A..w_D fixed
+        self.freeze_weights = None  # a (4,) tensor: w_A..w_D held at it (Run.freeze_weights)
         self.attention = attention  # a module returning (X, h, A2) in place of M1, P1, M2, P2 (TransformerAttention)
         if attention is None and reduced:
             self.beta = nn.Parameter(torch.zeros(()))
@@ -90,8 +90,8 @@ class SATransformer(nn.Module):
 
     def weights(self) -> torch.Tensor:
         """(w_A, w_B, w_C, w_D)."""
-        if self.fixed_weights is not None:
-            return self.fixed_weights
+        if self.freeze_weights is not None:
+            return self.freeze_weights
         return torch.softmax(torch.cat([self.logits.new_zeros(1), self.logits]), 0)
 
     def attention_parameters(self):
@@ -167,6 +167,37 @@ def predicted_rates(N: int, I: float, w_B: float = 1 / 3, w_C: float = 1 / 3) ->
     return {"dbeta_dt": w_C * I * H / N, "ddelta_dt": w_B * F1_exact() / N}
 
 
+def escape_time(N: int, I: float, beta_star: float, drive: float = 1.0) -> float:
+    """The plateau's end in the first-order dynamics: the time at which beta reaches beta_star from beta = delta = 0
+    (lr 1, w_B = w_C = 1/3) under the gradient of the expanded loss L = L_1Gen - beta (1 + delta) a - delta b
+    (Appendix "Dynamics near beta, delta = 0"), a = w_C I H_N / N and b = w_B F_1 / N (eq.
+    parameter_dynamics_simplest), with delta's gradient times `drive` (sa_hybrids.py's drive=N0: drive = N / N0):
+        d beta / dt = a (1 + delta),    d delta / dt = drive (a beta + b).
+    With k = a sqrt(drive): beta(t) = (b / a)(cosh kt - 1) + sinh(kt) / sqrt(drive), solved for t in closed form.
+    drive = 1 gives the theory's tau ~ N / H_N; a drive growing as N, delta pushed N-flat, tends to sqrt(N / H_N)."""
+    a, c, s = I * harmonic(N) / (3 * N), F1_exact() / (I * harmonic(N)), 1 / math.sqrt(drive)  # c = b / a
+    y = (c + beta_star + math.sqrt((c + beta_star) ** 2 - c * c + s * s)) / (c + s)  # e^{kt}: a quadratic's root
+    return math.log(y) / (a * math.sqrt(drive))
+
+
+def escape_threshold(N: int, I: float, tau: float) -> float:
+    """beta_star with escape_time(N, I, beta_star) = tau at drive 1: the one constant escape_time's scale needs, taken
+    from a measured tau (the first-order dynamics hold near the origin, not at the cliff, so beta_star is a fit)."""
+    a, c = I * harmonic(N) / (3 * N), F1_exact() / (I * harmonic(N))
+    return c * (math.cosh(a * tau) - 1) + math.sinh(a * tau)
+
+
+def drive_prediction(Ns: list, parent_taus: list, N0: int, I: float) -> dict:
+    """The first-order dynamics' tau at each N of Ns (strings) for the SA-transformer with delta's gradient x N / N0
+    and for the parent (escape_time), and their ratio; the one constant, beta_star, set where the two are one model,
+    at N0, by the parent's median tau there (parent_taus)."""
+    beta_star = escape_threshold(N0, I, float(np.median(parent_taus)))
+    driven = {N: escape_time(int(N), I, beta_star, int(N) / N0) for N in Ns}
+    parent = {N: escape_time(int(N), I, beta_star) for N in Ns}
+    return {"N0": N0, "beta_star": beta_star, "tau": driven, "parent": parent,
+            "ratio": {N: driven[N] / parent[N] for N in Ns}}
+
+
 def w_driven(run: dict, I: float) -> dict:
     """Eq. (parameter_dynamics_simplest) integrated along a run's own mixture weights w(t) (lr 1, the trapezoid rule
     over its evaluations): beta(t) = int_0^t w_C I H_N / (N C) ds (the full model's mean diagonal, predicted_rates)
@@ -220,6 +251,9 @@ def iters_cap(N: int) -> int:
 
 @dataclass
 class Run:
+    """One training run of the SA-transformer (train_sa): the sequence length N, the seed of its batches, the model
+    (reduced: eq. minimal_simple; ablate: s_{N-1} resampled, Appendix "Ablating the first-order contribution in
+    delta"), its SGD, and what it records."""
     N: int = 64
     seed: int = 0
     reduced: bool = False
@@ -243,12 +277,12 @@ def train_sa(run: Run, measure=None, model: nn.Module | None = None) -> dict:
     tau_2Gen: the first time the masked eval loss falls halfway from the model's 1-Gen plateau
     (the raw frequencies its experts compute at beta = delta = 0) to the Bayes 2-Gen loss."""
     g = torch.Generator().manual_seed(run.seed)
-    eval_context, eval_target = fresh_batch(run.eval_batch, run.N, torch.Generator().manual_seed(10**6 + run.N), run.ablate)
+    eval_context, eval_target = eval_set(run.eval_batch, run.N, run.ablate)
     levels = predictor_levels(eval_context, eval_target)
     threshold = 0.5 * (levels["masked_loss_frequencies"] + levels["masked_loss_2gen"])
     model = SATransformer(run.N, run.reduced) if model is None else model
     if run.freeze_weights is not None:
-        model.fixed_weights = torch.tensor(run.freeze_weights, dtype=torch.float32)
+        model.freeze_weights = torch.tensor(run.freeze_weights, dtype=torch.float32)
         model.logits.requires_grad_(False)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=run.lr, momentum=run.momentum)
     traj = {k: [] for k in ("t", "loss", "masked_loss", "beta", "delta", "w")}

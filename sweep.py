@@ -28,6 +28,7 @@ import train
 from analysis import runs
 from plumbing import cli
 from plumbing.rundir import write_json
+from plumbing.style import LABELS
 from runners import grids
 
 SWEEP_KS = {"quick": [4, 16, 64, 256, 1024], "paper": [2**i for i in range(3, 11)]}
@@ -52,11 +53,9 @@ def plot_sweep(sweep_dir: str, path: str):
     if not os.path.isdir(sweep_dir):
         raise ValueError(f"no sweep directory {sweep_dir} (--out names it; default {OUT})")
     by_K = {}
-    for name in sorted(os.listdir(sweep_dir)):
-        d = os.path.join(sweep_dir, name)
-        if os.path.exists(os.path.join(d, "metrics.jsonl")):
-            cfg, rows = runs.read_metrics(d)
-            by_K.setdefault(cfg["K"], []).append((cfg, rows))
+    for d in runs.run_dirs(sweep_dir):
+        cfg, rows = runs.read_metrics(d)
+        by_K.setdefault(cfg["K"], []).append((cfg, rows))
     if not by_K:
         raise ValueError(f"no runs with metrics.jsonl under {sweep_dir}")
     summary = sweep_summary(by_K)
@@ -115,7 +114,7 @@ def draw_sweep(summary: dict, path: str):
         if key.startswith("kl"):  # darker = closer to the predictor; each panel's own range, on a log scale
             low, high = max(np.nanmin(values), 1e-4), max(np.nanmax(values), 2e-4)
             im = ax.pcolormesh(steps, Ks, values, cmap="Greys_r", norm=LogNorm(vmin=low, vmax=max(high, 1.01 * low)))
-            predictor = title[2:-1]  # "D(1-Gen)": 1-Gen
+            predictor = LABELS[key.removeprefix("kl_")]
             title = f"{title}: the model's divergence from {predictor}"
             bar = f"D_KL({predictor} || model), nats\n(log; this panel's range; dark: close)"
         else:

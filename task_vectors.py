@@ -238,8 +238,7 @@ def lowest_divergence_checkpoint(rows: list[dict], name: str) -> dict:
     closest of the four, else among all (in_phase False): Fig. A3's rule, "the training checkpoint with lowest
     divergence to the corresponding predictor", kept inside the phase; the paper names none for Figs. 4, A8.
     Not circuits.phase_checkpoint's ratio floor: patching compares the model with every memorizing predictor
-    (PAIRS), so it needs a checkpoint in its one run even where a phase leads by little (task_vectors.json: 2-Mem
-    by 2e-6 nats)."""
+    (PAIRS), so it needs a checkpoint in its one run even where a phase leads by a few micro-nats."""
     in_phase = [r for r in rows if closest_predictor(r) == name]
     best = min(in_phase or rows, key=lambda r: r[f"kl_{name}"])
     return {"step": best["step"], "in_phase": bool(in_phase), "phase": closest_predictor(best),

@@ -47,15 +47,15 @@ import numpy as np
 import torch
 
 from analysis.estimators import median_ci
-from analysis.fresh_chains import fresh_batch
+from analysis.fresh_chains import eval_set
 from analysis.sa_fits import fit_tau_censored, offset_fit, rate_slope
-from analysis.transformer_tau import (TRAINING, induction, read_record, rounded_run, tau_2gen_drop, train_one,
+from analysis.transformer_tau import (TRAINING, phi_beta_last, read_record, rounded_run, tau_2gen_drop, train_one,
                                       transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
 from sa_hybrids import hybrid
-from sa_transformer import Run, harmonic, train_sa
+from sa_transformer import Run, drive_prediction, harmonic, train_sa
 
 SETTINGS = {  # name: (the SGD settings, what it tests)
     "batch512": ({**TRAINING, "batch": 512}, "gradient noise / 4"),
@@ -112,6 +112,8 @@ def run_job(job: tuple) -> dict:
 
 
 def setting_run(job: tuple) -> dict:
+    """One transformer run of the ladder: Fig. 6c bottom's run of (N, seed) (transformer_tau.train_one) with the
+    setting's change, checkpointed as it goes, written whole."""
     root, name, N, seed = job
     path = run_path(root, name, N, seed)
     run = rounded_run(train_one(N, seed, CAPS[name], SCREEN["eval_batch"], training=SETTINGS[name][0],
@@ -129,12 +131,12 @@ def hybrid_run(job: tuple) -> dict:
     stays of order one: no attention picks the matching positions alone), so the SA side is compared by its tau, the
     parent's from the committed record."""
     root, name, N, seed = job
-    context = fresh_batch(SCREEN["eval_batch"], N, torch.Generator().manual_seed(10**6 + N))[0]  # train_sa's eval set
+    context = eval_set(SCREEN["eval_batch"], N)[0]  # train_sa's
     phi = []
 
     def measure(t, model):
         with torch.no_grad():
-            phi.append(round(float(induction(model.layer_outputs(context)[2], context)), 4))
+            phi.append(round(float(phi_beta_last(model.layer_outputs(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
                        eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRID_SGD.get(name, {})), measure,
@@ -146,14 +148,21 @@ def hybrid_run(job: tuple) -> dict:
     return run
 
 
-def hybrid_summary(hybrid_runs: dict, record_tau: dict) -> dict:
+def hybrid_summary(hybrid_runs: dict, record_tau: dict, I: float | None = None) -> dict:
     """The SA side of the ladder: {name: fit_tau_censored of its taus per N, no tau counted as longer than the cap} for
-    the hybrids' runs ({name: {N: {seed: run}}}) and for "sa", the record's SA-transformer's control taus."""
+    the hybrids' runs ({name: {N: {seed: run}}}) and for "sa", the record's SA-transformer's control taus. With I
+    (eq. sa_cbeta), a rung with a drive also gets the first-order dynamics' prediction ("predicted":
+    sa_transformer.drive_prediction)."""
     Ns = sorted({N for by_N in hybrid_runs.values() for N in by_N}, key=int)
     taus = {"sa": {N: list(record_tau[N]) for N in Ns if N in record_tau}}
     taus.update({name: {N: [r["tau"] for r in by_N[N].values()] for N in sorted(by_N, key=int)}
                  for name, by_N in hybrid_runs.items()})
-    return {name: {**fit_tau_censored(t), "offset": offset_fit(t)} for name, t in taus.items()}
+    out = {name: {**fit_tau_censored(t), "offset": offset_fit(t)} for name, t in taus.items()}
+    for name in hybrid_runs:
+        N0 = HYBRIDS[name][0].get("drive")
+        if I is not None and N0 is not None and str(N0) in record_tau:
+            out[name]["predicted"] = drive_prediction(sorted(taus[name], key=int), record_tau[str(N0)], N0, I)
+    return out
 
 
 def early_rate(run: dict) -> float:
@@ -203,7 +212,7 @@ def compare(runs: dict, baseline: dict) -> dict:
     return out
 
 
-COLOURS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
+RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
            "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
            "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
            "sa_softmax_matched": "gold", "sa_attention": "magenta",
@@ -250,28 +259,32 @@ def plot(result: dict, path: str):
         Ns = sorted(heads, key=int)
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
-            left.plot([int(N)] * len(done), done, "o", color=COLOURS[name], alpha=0.35)
+            left.plot([int(N)] * len(done), done, "o", color=RUNG_COLORS[name], alpha=0.35)
             for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
                 if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
-                    left.plot(int(N), CAPS[name], "^", color=COLOURS[name])
+                    left.plot(int(N), CAPS[name], "^", color=RUNG_COLORS[name])
                     capped = True
                 elif status == "diverged":  # no head and no time: a × in a band above the steps' scale
-                    left.plot(int(N), band, "x", color=COLOURS[name], ms=9, mew=2, transform=top)
-                    diverged.append((int(N), steps, COLOURS[name]))
+                    left.plot(int(N), band, "x", color=RUNG_COLORS[name], ms=9, mew=2, transform=top)
+                    diverged.append((int(N), steps, RUNG_COLORS[name]))
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
             label += " (diverged: × in the top band)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
-        left.plot([int(N) for N in Ns], medians, "-", color=COLOURS[name], label=label)
+        left.plot([int(N) for N in Ns], medians, "-", color=RUNG_COLORS[name], label=label)
         rates = row["early_rate_median"]
-        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=COLOURS[name], label=label)
-        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name), COLOURS[name],
-             note=law_part(row.get("offset")))
+        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=RUNG_COLORS[name], label=label)
+        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name),
+             RUNG_COLORS[name], note=law_part(row.get("offset")))
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
         Ns = sorted(fit["N"], key=int)
-        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=COLOURS[name],
+        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=RUNG_COLORS[name],
                   label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
-        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), COLOURS[name], "s",
+        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), RUNG_COLORS[name], "s",
              " (tau)" + law_part(fit.get("offset")))
+        if "predicted" in fit:  # the first-order dynamics' tau for the rung
+            left.plot([int(N) for N in Ns], [fit["predicted"]["tau"][N] for N in Ns], ":", color=RUNG_COLORS[name],
+                      label=f"{shown(name)}: the first-order dynamics' tau (one constant set at N = "
+                            f"{fit['predicted']['N0']})")
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     heads = full.get("heads", {})  # the record beyond the screen's N (sa_scaling.json's, and the "record" setting's)
@@ -374,8 +387,10 @@ def table(result: dict) -> list[str]:
         line = fit["vs_N_over_logN"]
         slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
             if line else "—"
-        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | (the SA's criterion) | {slope} | {offset(fit.get('offset'))} "
-                    "| — |")
+        predicted = fit.get("predicted")
+        times = "(the SA's criterion)" if not predicted else "(the SA's criterion) x the parent's, predicted " + \
+            " / ".join(f"{predicted['ratio'][N]:.2f}" for N in sorted(predicted["ratio"], key=int))
+        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | {times} | {slope} | {offset(fit.get('offset'))} | — |")
     return rows
 
 
@@ -424,7 +439,7 @@ def collect(root: str, figures: str) -> dict:
               "record_full": record_full(transformer, runs.get("record"))}
     if hybrid_runs:
         result["hybrid_runs"] = hybrid_runs
-        result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"])
+        result["hybrids"] = hybrid_summary(hybrid_runs, record["tau"], record.get("I"))
     write_json(stored_path, result)
     plot(result, os.path.join(figures, "tau_settings.png"))
     return result

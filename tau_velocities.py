@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from analysis.estimators import median_ci
 from analysis.fresh_chains import fresh_batch
-from analysis.transformer_tau import (TRAINING, induction, last_position, model_for, read_record, rounded_run,
+from analysis.transformer_tau import (TRAINING, phi_beta_last, last_position, model_for, read_record, rounded_run,
                                       train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
@@ -74,15 +74,15 @@ def transformer_coordinates(template, params: dict, context: torch.Tensor) -> di
     off = ~torch.eye(S.shape[0], dtype=torch.bool)
     _, cache = torch.func.functional_call(template, params, (context,), {"cache": True})
     return {"beta": S.diagonal().mean() - S[off].mean(), "delta": params["att1.P"][0, 1],
-            "phi_beta2": induction(cache["A2"][:, -1], context), "phi_delta1": cache["A1"][:, -1, -2].mean()}
+            "phi_beta2": phi_beta_last(cache["A2"][:, -1], context), "phi_delta1": cache["A1"][:, -1, -2].mean()}
 
 
 def sa_coordinates(model: SATransformer, context: torch.Tensor) -> dict:
     """The same for the SA-transformer: beta (mean diagonal of M2's h.x block), delta (P1[1]), phi_beta2 (its layer-2
-    attention at the last position through `induction`)."""
+    attention at the last position through `phi_beta_last`)."""
     M1, P1, M2, P2 = model.attention_parameters()
     A2 = layers(context, M1, P1, M2, P2)[2]
-    return {"beta": M2[C:, :C].diagonal().mean(), "delta": P1[1], "phi_beta2": induction(A2, context)}
+    return {"beta": M2[C:, :C].diagonal().mean(), "delta": P1[1], "phi_beta2": phi_beta_last(A2, context)}
 
 
 def measurement_batches(N: int) -> list:

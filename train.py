@@ -162,14 +162,14 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
 
         # the data (S: K chains, or fresh chains with K = inf), the model and AdamW (App. "Training Process")
         tasks = task_source(cfg.K, cfg.C, seed=cfg.task_seed, device=device)
-        gen = torch.Generator(device).manual_seed(cfg.seed)  # the training batches
+        generator = torch.Generator(device).manual_seed(cfg.seed)  # the training batches
         model = init_model(cfg, device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                       weight_decay=cfg.weight_decay)
         if ckpt:  # where the run stopped; AdamW keeps its own param_groups: the Config's, and plain (not capturable)
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict({**ckpt["optimizer"], "param_groups": optimizer.state_dict()["param_groups"]})
-            gen.set_state(ckpt["rng"].cpu())
+            generator.set_state(ckpt["rng"].cpu())
 
         def train_step(seqs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
             """One AdamW step on evaluation.lm_loss of seqs (B, N + 1) from the chains (B,) (task injection reads
@@ -182,13 +182,13 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
             return loss.detach()
 
         def step() -> torch.Tensor:
-            seqs, chains = tasks.batch(cfg.batch, cfg.N + 1, gen)
+            seqs, chains = tasks.batch(cfg.batch, cfg.N + 1, generator)
             return train_step(seqs, chains)
 
         predict = bayes.predict  # the Bayes predictors of the evaluations
         if fast:  # the speed block: the engine, imported only here; the same computation to float rounding
             from engine.ensemble import accelerate_run
-            step, predict = accelerate_run(model, optimizer, step, train_step, tasks, gen, (cfg.batch, cfg.N + 1))
+            step, predict = accelerate_run(model, optimizer, step, train_step, tasks, generator, (cfg.batch, cfg.N + 1))
 
         record = Record(cfg, held_out_sets(cfg, tasks, predict), start if ckpt else None, ckpt_path)
         loss = None  # the last step's
@@ -211,7 +211,7 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
                     record.log_dense(t, values)
                 if save:
                     with progress.evaluation(count=False):
-                        save_state(cfg, t, model, optimizer, gen, ckpt_path)
+                        save_state(cfg, t, model, optimizer, generator, ckpt_path)
                 if show:
                     progress.show(t, [loss.item()], [record.rows])
                 if t == cfg.iters:
@@ -226,9 +226,9 @@ def train(cfg: Config, resume: bool = False, quiet: bool = False, fast: bool = T
     return record.rows
 
 
-def save_state(cfg: Config, t: int, model: Transformer, optimizer, gen: torch.Generator, ckpt_path: str):
+def save_state(cfg: Config, t: int, model: Transformer, optimizer, generator: torch.Generator, ckpt_path: str):
     """Step t's resumable state, written atomically once its weights are checked finite."""
-    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), rng=gen.get_state(), step=t,
+    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), rng=generator.get_state(), step=t,
                  config=asdict(cfg))
     rundir.check_finite(cfg, t, ckpt_path, weights=state["model"])
     rundir.save_atomic(state, ckpt_path)

@@ -22,6 +22,12 @@ def fresh_batch(B: int, N: int, generator, ablate: bool = False):
     return seqs[:, :N], seqs[:, N]
 
 
+def eval_set(B: int, N: int, ablate: bool = False):
+    """The evaluation set of every run at N, of both models and every seed and device: fresh_batch from the seed
+    10^6 + N (apart from any training seed), so runs at one N are measured on the same sequences."""
+    return fresh_batch(B, N, torch.Generator().manual_seed(10**6 + N), ablate)
+
+
 ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 

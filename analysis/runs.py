@@ -24,6 +24,12 @@ def read_metrics(run_dir: str, dense: bool = False) -> tuple[dict, list[dict]]:
         return cfg, [r for r in map(json.loads, f) if r.get("dense", False) == dense]
 
 
+def run_dirs(root: str) -> list[str]:
+    """The run directories directly under root (each with a metrics.jsonl), in name order; [] where root is none."""
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    return [os.path.join(root, name) for name in names if os.path.isfile(os.path.join(root, name, "metrics.jsonl"))]
+
+
 def read_per_chain(run_dir: str) -> list[dict]:
     """The memorization scores of a run with --per-chain: rows {"step", "delta": [Delta^k per chain]}."""
     path = os.path.join(run_dir, "per_chain.jsonl")

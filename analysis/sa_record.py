@@ -27,15 +27,15 @@ PRESETS = {
                   transformer_eval_batch=2048, eval_batch=4096, landscape_batch=16384, mc_chains=1_000_000, stop_after=2.0),
 }
 
-SETTINGS = {"full_control": (False, False), "full_ablation": (False, True), "reduced_control": (True, False),
-            "reduced_ablation": (True, True)}  # the dynamics runs' names in the record: (reduced, ablate)
+DYNAMICS = {"full_control": (False, False), "full_ablation": (False, True), "reduced_control": (True, False),
+            "reduced_ablation": (True, True)}  # the dynamics runs' settings by their name in the record: (reduced, ablate)
 TRAJECTORY = ("t", "masked_loss", "beta", "delta", "w", "levels", "tau", "run")  # what the figures read of a run
 
 
 def dynamics_runs(record: dict) -> tuple[dict, dict]:
-    """The record's dynamics runs as the figures take them: ({(reduced, ablate): runs}, {ablate: frozen-w runs})."""
+    """The record's dynamics runs as the figures take them: ({name in DYNAMICS: runs}, {ablate: frozen-w runs})."""
     runs = record["runs"]
-    dyn = {key: runs[name] for name, key in SETTINGS.items()}
+    dyn = {name: runs[name] for name in DYNAMICS}
     return dyn, {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
 
 

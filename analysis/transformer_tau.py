@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from analysis.fresh_chains import C, crossing, fresh_batch, predictor_levels
+from analysis.fresh_chains import C, crossing, eval_set, fresh_batch, predictor_levels
 from analysis.sa_fits import fit_tau_censored
 from engine import fastdata
 from plumbing import cli
@@ -120,7 +120,7 @@ def last_position_logits(model: Transformer, seqs: torch.Tensor) -> torch.Tensor
     return last_position(dict(model.named_parameters()), seqs)[0]
 
 
-def induction(A2: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+def phi_beta_last(A2: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
     """phi_beta(2) at the last position (eq. iha at n = N): the layer-2 attention A2 (B, N) of the last position on
     the positions i >= 1 whose previous state s_{i-1} is its own state s_N, summed over i, averaged over the batch."""
     match = context[:, :-1] == context[:, -1:]  # (B, N - 1): entry i - 1 says s_{i-1} = s_N
@@ -167,7 +167,7 @@ def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict
           ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(the run's record, the eval context and target on `device`): one eval set per N, from its own seed, so every
     seed and device is measured on the same sequences."""
-    context, target = fresh_batch(eval_batch, N, torch.Generator().manual_seed(10**6 + N))
+    context, target = eval_set(eval_batch, N)
     run = {"N": N, "seed": seed, "cap": iters, "device": torch.device(device).type, **training, "eval_batch": eval_batch,
            "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
     return run, context.to(device), target.to(device)
@@ -177,7 +177,7 @@ def record(run: dict, t: int, logits, A2, context, target) -> bool:
     """Append an evaluation; True once the run is finished: its drop has held through its window, or it diverged."""
     run["t"].append(t)
     run["loss"].append(F.cross_entropy(logits, target).item())
-    run["phi"].append(induction(A2, context).item())
+    run["phi"].append(phi_beta_last(A2, context).item())
     return not math.isfinite(run["loss"][-1]) or not math.isnan(sustained_drop(run["t"], run["loss"],
                                                                                halfway(run["levels"]))[0])
 
@@ -189,7 +189,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
     initial values; "trainable" and "drive": gradient_factors; "init": model_for's knock-out).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
-    settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (induction).
+    settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (phi_beta_last).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
     so far) and resumed from if it exists, so a run of hours that is killed goes on from its last evaluation with
     the same numbers as a run never stopped; the caller removes it once the run is kept.

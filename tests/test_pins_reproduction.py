@@ -162,7 +162,7 @@ def test_sa_dynamics_numbers_from_the_committed_trajectories():
     d = committed("sa_scaling.json")
     dyn, frozen = sd.dynamics_runs(d)
     N_dyn = sd.PRESETS[d["preset"]]["N_dyn"]
-    w_plateau, tau_control = sd.plateau_weights(dyn[(False, False)], N_dyn)
+    w_plateau, tau_control = sd.plateau_weights(dyn["full_control"], N_dyn)
     out = sd.dynamics_summary(dyn, frozen, w_plateau, tau_control, d["I"], N_dyn)
     assert close(json.loads(json.dumps(out)), {k: d[k] for k in out}, rel=1e-5)
 

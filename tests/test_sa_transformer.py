@@ -18,7 +18,7 @@ import sa_scaling as sa
 import sa_transformer as sat
 from analysis import fresh_chains as fc
 from analysis import sa_fits
-from analysis.sa_record import PRESETS, SETTINGS, dynamics_runs
+from analysis.sa_record import DYNAMICS, PRESETS, dynamics_runs
 from analysis import transformer_tau as st
 from engine import fastdata
 from markov import sample_chains, sample_sequences
@@ -66,7 +66,7 @@ def test_large_beta_delta_with_w_C_is_the_empirical_two_point_estimate():
     with torch.no_grad():
         model.beta.fill_(80.0)
         model.delta.fill_(40.0)
-    model.fixed_weights = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    model.freeze_weights = torch.tensor([0.0, 0.0, 1.0, 0.0])
     pi = model(seqs)
     checked = 0
     for b in range(40):
@@ -180,7 +180,7 @@ class LinearLossModel(torch.nn.Module):
         super().__init__()
         self.steps = 0
         self.w = torch.nn.Parameter(torch.zeros(()))
-        self.fixed_weights = None
+        self.freeze_weights = None
         self.logits = torch.nn.Parameter(torch.zeros(3))
 
     def weights(self):
@@ -435,7 +435,7 @@ def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp
     assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
     assert out["tau_transformer"] == {}  # the transformer's runs are kept elsewhere (transformer_runs)
     assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
-    dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
+    dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
     fig = sa.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
     labels = [line.get_label() for line in fig.axes[2].get_lines()]
@@ -467,7 +467,7 @@ def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_
     assert fits["tau_transformer"]["prefactor_vs_N_over_logN"] == pytest.approx(4000.0)
     assert fits["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(-0.5)
     result["tau_fits"] = fits
-    dyn = {(red, abl): [synthetic_run(1.0 + red + 2 * abl)] for red in (False, True) for abl in (False, True)}
+    dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
     frozen = {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}
     ax = sa.plot_scaling(dyn, frozen, result, os.devnull).axes[3]
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -535,7 +535,7 @@ def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
                                       "w": [[0.25] * 4] * 30, "tau": 150.0, "run": {"N": 64, "seed": 0},
                                       "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25, "masked_loss_2gen": 2.1},
                                       **({"snapshots": {"0": snapshot(0.0, 64), "50": snapshot(0.5, 64)}} if snaps else {})}
-    runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in SETTINGS}
+    runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in DYNAMICS}
     runs.update(frozen_control=[sa_run(1.0)], frozen_ablation=[sa_run(2.0)])
     near = [-1.0, 0.0, 1.0]
     taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
@@ -563,14 +563,14 @@ def test_run_records_keep_what_the_figures_draw(tmp_path):
     def tiny(seed, reduced=False, ablate=False, **kw):
         return sat.train_sa(sat.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
                                   eval_batch=32, snapshots=() if reduced else (0, 10, 20), **kw))
-    dyn = {(red, abl): [tiny(s, red, abl) for s in range(2)] for red in (False, True) for abl in (False, True)}
+    dyn = {name: [tiny(s, red, abl) for s in range(2)] for name, (red, abl) in DYNAMICS.items()}
     frozen = {abl: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))] for abl in (False, True)}
     records = json.loads(json.dumps(sd.run_records(dyn, frozen)))
-    assert sorted(records) == sorted([*SETTINGS, "frozen_control", "frozen_ablation"])
+    assert sorted(records) == sorted([*DYNAMICS, "frozen_control", "frozen_ablation"])
     first = records["full_control"][0]
     assert sorted(first["snapshots"]) == ["0", "10", "20"] and all("snapshots" not in r for r in records["full_control"][1:])
-    np.testing.assert_allclose(first["beta"], dyn[(False, False)][0]["beta"], rtol=5e-6, atol=0)  # 6 significant digits
-    np.testing.assert_allclose(records["reduced_ablation"][1]["w"], dyn[(True, True)][1]["w"], rtol=5e-6, atol=0)
+    np.testing.assert_allclose(first["beta"], dyn["full_control"][0]["beta"], rtol=5e-6, atol=0)  # 6 significant digits
+    np.testing.assert_allclose(records["reduced_ablation"][1]["w"], dyn["reduced_ablation"][1]["w"], rtol=5e-6, atol=0)
     near = [-1.0, 0.0, 1.0]
     sd.write_figures({"F_d": [0.1, 0.01], "F1_exact": 0.08, "runs": records,
                       "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
@@ -670,7 +670,7 @@ def test_each_script_writes_its_part_of_the_record_at_one_preset(tmp_path, monke
     runs and figures are stubbed: only what the mains do with the record is under test."""
     trained = []
     for name, value in (("theory", lambda P: {"I": 0.1}),
-                        ("train_dynamics", lambda P, jobs: trained.append("dynamics") or {(False, False): []}),
+                        ("train_dynamics", lambda P, jobs: trained.append("dynamics") or {"full_control": []}),
                         ("train_frozen", lambda P, control, jobs: ({}, None, None)),
                         ("dynamics_summary", lambda *a: {"exponents": "new"} | dict.fromkeys(  # what main prints
                             ("beta_exponent_control", "delta_exponent_control", "beta_exponent_ablation",
@@ -767,7 +767,7 @@ def test_tau_2gen_reports_censored_runs_and_unconfirmed_drops():
 
 
 def test_the_induction_readout_against_a_loop():
-    """induction: for each sequence, the last position's layer-2 attention summed over the positions i >= 1 whose
+    """phi_beta_last: for each sequence, the last position's layer-2 attention summed over the positions i >= 1 whose
     previous state equals the last state, averaged; on the attention last_position returns of a random model."""
     g = torch.Generator().manual_seed(13)
     context = batch(B=7, N=11, seed=14)
@@ -777,7 +777,7 @@ def test_the_induction_readout_against_a_loop():
     for b in range(7):
         s = context[b].tolist()
         want += sum(A2[b, i].item() for i in range(1, 11) if s[i - 1] == s[10]) / 7
-    assert st.induction(A2, context).item() == pytest.approx(want, rel=1e-6)
+    assert st.phi_beta_last(A2, context).item() == pytest.approx(want, rel=1e-6)
     assert torch.allclose(A2.sum(-1), torch.ones(7))
 
 
@@ -931,7 +931,7 @@ def test_the_dynamics_legend_names_the_model_curves(tmp_path):
         return {**synthetic_run(1.0), "masked_loss": [2.3 - 0.001 * i for i in range(30)], "w": [[0.25] * 4] * 30,
                 "run": {"N": 64, "seed": seed}, "levels": {"masked_loss_frequencies": 2.3, "masked_loss_1gen": 2.25,
                                                            "masked_loss_2gen": 2.1}}
-    dyn = {(False, ablate): [run(0), run(1), run(2)] for ablate in (False, True)}
+    dyn = {"full_control": [run(0), run(1), run(2)], "full_ablation": [run(0), run(1), run(2)]}
     fig = sd.plot_dynamics(dyn, str(tmp_path / "d.png"))
     for ax in fig.axes[:2]:
         texts = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -952,6 +952,21 @@ def test_the_trajectory_figure_has_readable_ticks_and_a_labelled_colour_bar(tmp_
             assert len(boxes) >= 3
             assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
     assert [ax.get_ylabel() for ax in fig.axes[2:]] == ["loss - loss at (0, 0) (nats)"] * 2
+
+
+@pytest.mark.parametrize("N, drive", [(32, 1.0), (128, 1.0), (128, 4.0), (256, 8.0)])
+def test_the_escape_time_solves_the_first_order_dynamics_stepped_by_hand(N, drive):
+    """escape_time against the dynamics it solves, stepped with Euler's rule (dt = 0.05) from beta = delta = 0 until
+    beta reaches beta_star: d beta / dt = a (1 + delta), d delta / dt = drive (a beta + b). drive 4 and 8 tell a
+    drive on delta from one on beta or on both; escape_threshold inverts it at drive 1."""
+    I, beta_star = 0.073, 21.8
+    a, b = I * sat.harmonic(N) / (3 * N), sat.F1_exact() / (3 * N)
+    beta = delta = t = 0.0
+    dt = 0.05
+    while beta < beta_star:
+        beta, delta, t = beta + dt * a * (1 + delta), delta + dt * drive * (a * beta + b), t + dt
+    assert sat.escape_time(N, I, beta_star, drive) == pytest.approx(t, rel=2e-3)
+    assert sat.escape_time(N, I, sat.escape_threshold(N, I, 1150.0)) == pytest.approx(1150.0, rel=1e-9)
 
 
 def test_the_w_driven_theory_integrates_the_rates_along_the_runs_own_weights():

@@ -72,7 +72,7 @@ def test_every_rung_has_its_colour_and_its_description():
     """The figure draws each rung in its own colour and the legend says what it tests: a rung added without them
     would fail only when its runs are collected, hours later."""
     rungs = (set(ts.SETTINGS) - {"record"}) | set(ts.HYBRIDS) | {"baseline", "sa"}
-    assert rungs <= set(ts.COLOURS) and len(set(ts.COLOURS.values())) == len(ts.COLOURS)
+    assert rungs <= set(ts.RUNG_COLORS) and len(set(ts.RUNG_COLORS.values())) == len(ts.RUNG_COLORS)
     assert (rungs - {"baseline"}) <= set(ts.DESCRIBE)
 
 
@@ -386,6 +386,23 @@ def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_
     out = ts.hybrid_summary(hybrid, record)
     assert out["sa"]["vs_N"]["slope"] == pytest.approx(1.0) and sorted(out) == ["sa", "sa_softmax"]
     assert out["sa_softmax"]["N"]["64"]["median"] > 100.0 * 64 / math.log(64)  # the censored seed counts as longer
+
+
+def test_the_drive_rung_gets_the_first_order_dynamics_prediction_set_by_the_parents_median_at_N0():
+    """hybrid_summary with I: sa_drive_flat's predicted tau equals the parent's median tau at N0 = 32 (the median,
+    1150, not the mean of the asymmetric 1100, 1150, 1300), and at N = 64 and 128 sa_transformer.escape_time with
+    delta's drive x N / 32 and the same beta_star; without I, no prediction."""
+    I = 0.073
+    hybrid = {"sa_drive_flat": {str(N): {"0": {"tau": 10.0 * N}, "1": {"tau": 11.0 * N}} for N in (32, 64, 128)}}
+    record = {"32": [1100.0, 1150.0, 1300.0], "64": [1700.0, 1800.0], "128": [2700.0, 2800.0]}
+    predicted = ts.hybrid_summary(hybrid, record, I)["sa_drive_flat"]["predicted"]
+    beta_star = sat.escape_threshold(32, I, 1150.0)
+    assert predicted["beta_star"] == pytest.approx(beta_star) and predicted["tau"]["32"] == pytest.approx(1150.0)
+    for N, drive in (("64", 2.0), ("128", 4.0)):
+        assert predicted["tau"][N] == pytest.approx(sat.escape_time(int(N), I, beta_star, drive))
+        assert predicted["parent"][N] == pytest.approx(sat.escape_time(int(N), I, beta_star))
+    assert 0 < predicted["ratio"]["128"] < predicted["ratio"]["64"] < 1
+    assert "predicted" not in ts.hybrid_summary(hybrid, record)["sa_drive_flat"]
 
 
 def test_the_early_rates_slope_and_its_interval_resample_the_seeds_within_each_N():

@@ -83,7 +83,8 @@ def test_the_coordinates_are_what_they_say():
     off = np.mean([score[a][b] for a in range(fc.C) for b in range(fc.C) if a != b])
     assert got["beta"] == pytest.approx(diag - off, rel=1e-5)
     assert got["delta"] == float(params["att1.P"][0, 1]) != float(params["att1.P"][0, 0])
-    assert got["phi_beta2"] == pytest.approx(float(st.induction(st.last_position(params, context)[1], context)), rel=1e-6)
+    A2 = st.last_position(params, context)[1]
+    assert got["phi_beta2"] == pytest.approx(float(st.phi_beta_last(A2, context)), rel=1e-6)
     A1 = model(context, cache=True)[1]["A1"]
     assert got["phi_delta1"] == pytest.approx(float(A1[:, -1, -2].mean()), rel=1e-6)
     assert got["phi_delta1"] != pytest.approx(float(A1[:, -1, -1].mean()), rel=1e-3)  # not the diagonal
