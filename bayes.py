@@ -11,7 +11,7 @@ distribution of s_{n+1} given s_0..s_n (0-indexed; the appendix counts from 1).
   2-Mem  sum_k P(k | s_0..s_n) T^k[:, s_n]  likelihood p_k(s_0) prod_i T^k[s_i, s_{i-1}]
 
 Everything is vectorized over sequences, positions and chains, in log space, and chunked over
-sequences so that memory stays bounded (K = 8192, B = 256, L = 257 fits in well under 4 GB). The
+sequences so that memory stays bounded (at K = 8192, B = 32, L = 257 the two memorizing predictors add ~40 MB). The
 engine's fastdata.predict computes the same predictors faster, for the large evaluations of train.py.
 
 The appendix figure "Scaling of the four predictor losses" is predictor_scaling.py's.

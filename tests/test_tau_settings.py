@@ -101,8 +101,8 @@ def test_the_record_setting_is_the_records_run_and_a_killed_run_resumes_to_the_s
 def committed_figures(tmp_path, monkeypatch) -> tuple:
     """(figures, root) under tmp_path: the committed tau_settings.json and sa_scaling.json, and an empty run root; the
     intervals' bootstraps at 50 resamples (what collect's tests check is where each run goes)."""
-    for name in ("offset_fit", "rate_slope"):
-        monkeypatch.setattr(ts, name, functools.partial(getattr(ts, name), resamples=50))
+    for module, name in ((ts, "offset_fit"), (ts, "rate_slope"), (ts, "fit_tau_censored"), (st, "fit_tau_censored")):
+        monkeypatch.setattr(module, name, functools.partial(getattr(module, name), resamples=50))
     figures, root = tmp_path / "figures", tmp_path / "root"
     figures.mkdir()
     root.mkdir()
