@@ -27,7 +27,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from analysis.sa_fits import EXPONENT_WINDOWS, fit_rate, seed_exponents, seed_mean, summarize_exponents
-from analysis.sa_record import DYNAMICS, NAME, PRESETS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
+from analysis.sa_record import DYNAMICS, FROZEN, NAME, PRESETS, TRAJECTORY, check_preset, dynamics_runs, keep, previous
 from analysis.fresh_chains import fresh_batch
 from plumbing import cli
 from plumbing.records import settle, significant
@@ -73,21 +73,21 @@ def plateau_weights(control: list, N_dyn: int) -> tuple[tuple, float]:
 
 def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]:
     """The reduced model with w_A..w_D held at the full control model's values at t = tau / 2 (plateau_weights),
-    over the plateau only. Returns ({ablate: runs}, w_plateau, the control's mean tau)."""
+    over the plateau only. Returns ({name in FROZEN: runs}, w_plateau, the control's mean tau)."""
     w_plateau, tau_control = plateau_weights(control, P["N_dyn"])
     runs = [Run(N=P["N_dyn"], seed=s, reduced=True, ablate=ablate, iters=int(0.75 * tau_control),
                 eval_batch=P["eval_batch"], freeze_weights=w_plateau) for ablate in (False, True) for s in range(P["seeds_reduced"])]
     out = cli.parallel_map(train_sa, runs, jobs)
     n = P["seeds_reduced"]
-    return {False: out[:n], True: out[n:]}, w_plateau, tau_control
+    return dict(zip(FROZEN, (out[:n], out[n:]))), w_plateau, tau_control
 
 
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
     """Exponents of beta(t), delta(t) over windows of the plateau (fractions of tau), the measured
     early rates against eq. (parameter_dynamics_simplest), and the mixture weights."""
     exponents = {name: summarize_exponents(runs, EXPONENT_WINDOWS) for name, runs in dyn.items()}
-    exponents.update({f"frozen_{'ablation' if abl else 'control'}": summarize_exponents(runs, EXPONENT_WINDOWS, tau_control)
-                      for abl, runs in frozen.items()})  # on the full control model's clock
+    exponents.update({name: summarize_exponents(runs, EXPONENT_WINDOWS, tau_control)
+                      for name, runs in frozen.items()})  # on the full control model's clock
     default = f"{EXPONENT_WINDOWS[0][0]:g}-{EXPONENT_WINDOWS[0][1]:g}"
     out = {"exponents": exponents, "exponent_window": f"t in [{EXPONENT_WINDOWS[0][0]}, {EXPONENT_WINDOWS[0][1]}] x mean tau"}
     for setting in ("control", "ablation"):
@@ -96,7 +96,7 @@ def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: flo
     control = dyn["full_control"]
     lo, hi = 0.05 * exponents["full_control"]["tau_mean"], 0.5 * exponents["full_control"]["tau_mean"]
     measured = {name: {key: fit_rate(*seed_mean(runs, key), lo, hi) for key in ("beta", "delta")}
-                for name, runs in (("full", control), ("frozen", frozen[False]))}
+                for name, runs in (("full", control), ("frozen", frozen["frozen_control"]))}
     out["rates"] = {"predicted": {"paper (w_B = w_C = 1/3)": predicted_rates(N_dyn, I),
                                   "at w_plateau": predicted_rates(N_dyn, I, w_plateau[1], w_plateau[2])},
                     "measured": measured, "window": [lo, hi], "w_plateau": w_plateau}
@@ -130,7 +130,7 @@ def run_records(dyn: dict, frozen: dict) -> dict:
     """sa_scaling.json's "runs": {setting: [trajectory of each seed]}, the dynamics runs and the frozen-w
     ones; the first control run keeps its parameter snapshots (Fig. 5c, A4)."""
     named = dict(dyn)
-    named.update({f"frozen_{'ablation' if ablate else 'control'}": runs for ablate, runs in frozen.items()})
+    named.update(frozen)
     records = {name: [significant({k: r[k] for k in TRAJECTORY}) for r in runs] for name, runs in named.items()}
     records["full_control"][0]["snapshots"] = significant(dyn["full_control"][0]["snapshots"])
     return records

@@ -47,17 +47,17 @@ from sa_transformer import Run, iters_cap, train_sa
 def train_tau_series(P: dict, jobs: int) -> dict:
     """tau_2Gen(N) of the full model, control and ablation, seeds_tau seeds at each N of N_tau, in one pool (longest
     first): each to the step cap (twice it in the ablation) or stop_after x its tau, evaluated every max(25, N / 4)
-    steps. Returns {ablate: {N: runs}}."""
+    steps. Returns {"control" or "ablation": {N: runs}}."""
     runs = sorted([Run(N=N, seed=s, ablate=ablate, iters=iters_cap(N) * (2 if ablate else 1),
                        eval_batch=P["eval_batch"], eval_every=max(25, N // 4), stop_after=P["stop_after"])
                    for ablate in (False, True) for N in P["N_tau"] for s in range(P["seeds_tau"])], key=lambda r: -r.N)
     t0 = time.time()
     done = cli.parallel_map(train_sa, runs, jobs)
     print(f"{len(runs)} SA-transformer runs done in {time.time() - t0:.0f} s", flush=True)
-    by_N = {False: {}, True: {}}
+    by_N = {"control": {}, "ablation": {}}
     for r, d in zip(runs, done):
-        by_N[r.ablate].setdefault(r.N, []).append(d)
-    return {ablate: dict(sorted(groups.items())) for ablate, groups in by_N.items()}
+        by_N["ablation" if r.ablate else "control"].setdefault(r.N, []).append(d)
+    return {setting: dict(sorted(groups.items())) for setting, groups in by_N.items()}
 
 
 TAU_SERIES = ("tau", "tau_ablation", "tau_transformer")  # each fitted against N / log N (fit_tau)
@@ -67,11 +67,11 @@ def scaling_summary(tau_runs: dict) -> dict:
     """tau_2Gen(N) of the SA-transformer (control, ablation) with their fits against N / log N, and the final losses
     at the largest N. "tau_transformer" (fitted alike): the quick preset's transformer runs' first halfway crossings,
     stored as numbers (the paper preset's runs are whole trajectories in "transformer_runs", merge_transformer_runs)."""
-    out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[False].items()},
-           "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs[True].items()},
+    out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs["control"].items()},
+           "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs["ablation"].items()},
            "tau_transformer": {}}
     out["tau_fits"] = {key: fit_tau(out[key]) for key in TAU_SERIES}
-    largest = tau_runs[False][max(tau_runs[False])]
+    largest = tau_runs["control"][max(tau_runs["control"])]
     for key, level in (("final_loss", None), ("loss_2gen", "masked_loss_2gen"), ("loss_1gen", "masked_loss_1gen")):
         out[key] = float(np.mean([r["masked_loss"][-1] if level is None else r["levels"][level] for r in largest]))
     return out
@@ -149,9 +149,10 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
             reduced, ablate = DYNAMICS[name]
             ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"],
                       ls=":" if reduced else "-", label=name.replace("_", ", "))
-        for ablate, runs in frozen.items():
-            ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"], ls="--", lw=1,
-                      label=f"reduced, w frozen, {'ablation' if ablate else 'control'}")
+        for name, runs in frozen.items():
+            setting = name.removeprefix("frozen_")
+            ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls="--", lw=1,
+                      label=f"reduced, w frozen, {setting}")
         held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
         for setting, runs in (held.get(str(dyn["full_control"][0]["run"]["N"]), {}) if held else {}).items():
             ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,

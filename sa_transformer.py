@@ -167,33 +167,43 @@ def predicted_rates(N: int, I: float, w_B: float = 1 / 3, w_C: float = 1 / 3) ->
     return {"dbeta_dt": w_C * I * H / N, "ddelta_dt": w_B * F1_exact() / N}
 
 
-def escape_time(N: int, I: float, beta_star: float, drive: float = 1.0) -> float:
+def escape_rates(N: int, I: float) -> tuple[float, float]:
+    """(a, c): beta's rate a = w_C I H_N / N at w_C = 1/3 (predicted_rates) and c = b / a, b = w_B F_1 / N delta's."""
+    rates = predicted_rates(N, I)
+    return rates["dbeta_dt"], rates["ddelta_dt"] / rates["dbeta_dt"]
+
+
+def escape_time(N: int, I: float, beta_star: float, factor: float = 1.0) -> float:
     """The plateau's end in the first-order dynamics: the time at which beta reaches beta_star from beta = delta = 0
     (lr 1, w_B = w_C = 1/3) under the gradient of the expanded loss L = L_1Gen - beta (1 + delta) a - delta b
-    (Appendix "Dynamics near beta, delta = 0"), a = w_C I H_N / N and b = w_B F_1 / N (eq.
-    parameter_dynamics_simplest), with delta's gradient times `drive` (sa_hybrids.py's drive=N0: drive = N / N0):
-        d beta / dt = a (1 + delta),    d delta / dt = drive (a beta + b).
-    With k = a sqrt(drive): beta(t) = (b / a)(cosh kt - 1) + sinh(kt) / sqrt(drive), solved for t in closed form.
-    drive = 1 gives the theory's tau ~ N / H_N; a drive growing as N, delta pushed N-flat, tends to sqrt(N / H_N)."""
-    a, c, s = I * harmonic(N) / (3 * N), F1_exact() / (I * harmonic(N)), 1 / math.sqrt(drive)  # c = b / a
+    (Appendix "Dynamics near beta, delta = 0"), a = w_C I H_N / N and b = w_B F_1 / N, with delta's gradient times
+    `factor` (sa_hybrids.py's drive=N0: factor N / N0):
+        d beta / dt = a (1 + delta),    d delta / dt = factor (a beta + b).
+    The printed eq. (parameter_dynamics_simplest) keeps d beta / dt = a alone, the lowest order, under which delta
+    cannot move tau at all; the loss's coupling a beta delta is what lets it. With k = a sqrt(factor):
+    beta(t) = (b / a)(cosh kt - 1) + sinh(kt) / sqrt(factor), solved for t in closed form. At factor 1 tau grows
+    roughly as N / H_N; with delta pushed N-flat (factor ∝ N) roughly as sqrt(N / H_N)."""
+    a, c = escape_rates(N, I)
+    s = 1 / math.sqrt(factor)
     y = (c + beta_star + math.sqrt((c + beta_star) ** 2 - c * c + s * s)) / (c + s)  # e^{kt}: a quadratic's root
-    return math.log(y) / (a * math.sqrt(drive))
+    return math.log(y) / (a * math.sqrt(factor))
 
 
 def escape_threshold(N: int, I: float, tau: float) -> float:
-    """beta_star with escape_time(N, I, beta_star) = tau at drive 1: the one constant escape_time's scale needs, taken
+    """beta_star with escape_time(N, I, beta_star) = tau at factor 1: the one constant escape_time's scale needs, taken
     from a measured tau (the first-order dynamics hold near the origin, not at the cliff, so beta_star is a fit)."""
-    a, c = I * harmonic(N) / (3 * N), F1_exact() / (I * harmonic(N))
+    a, c = escape_rates(N, I)
     return c * (math.cosh(a * tau) - 1) + math.sinh(a * tau)
 
 
-def drive_prediction(Ns: list, parent_taus: list, N0: int, I: float) -> dict:
-    """The first-order dynamics' tau at each N of Ns (strings) for the SA-transformer with delta's gradient x N / N0
-    and for the parent (escape_time), and their ratio; the one constant, beta_star, set where the two are one model,
-    at N0, by the parent's median tau there (parent_taus)."""
+def drive_prediction(Ns: list[int], parent_taus: list, N0: int, I: float) -> dict:
+    """The first-order dynamics' tau at each N of Ns for the SA-transformer with delta's gradient x N / N0 and for the
+    parent (escape_time), and their ratio; the one constant, beta_star, set where the two are one model, at N0, by
+    the parent's median tau there (parent_taus). sa_hybrids.py's drive scales P1 at every lag, the dynamics delta
+    = P1[1] alone: the other lags' first-order push, w_B F_d / N, falls off as F_d does (eq. sa_cdelta)."""
     beta_star = escape_threshold(N0, I, float(np.median(parent_taus)))
-    driven = {N: escape_time(int(N), I, beta_star, int(N) / N0) for N in Ns}
-    parent = {N: escape_time(int(N), I, beta_star) for N in Ns}
+    driven = {N: escape_time(N, I, beta_star, N / N0) for N in Ns}
+    parent = {N: escape_time(N, I, beta_star) for N in Ns}
     return {"N0": N0, "beta_star": beta_star, "tau": driven, "parent": parent,
             "ratio": {N: driven[N] / parent[N] for N in Ns}}
 

@@ -161,7 +161,9 @@ def hybrid_summary(hybrid_runs: dict, record_tau: dict, I: float | None = None) 
     for name in hybrid_runs:
         N0 = HYBRIDS[name][0].get("drive")
         if I is not None and N0 is not None and str(N0) in record_tau:
-            out[name]["predicted"] = drive_prediction(sorted(taus[name], key=int), record_tau[str(N0)], N0, I)
+            predicted = drive_prediction(sorted(map(int, taus[name])), record_tau[str(N0)], N0, I)
+            out[name]["predicted"] = {k: {str(N): x for N, x in v.items()} if isinstance(v, dict) else v
+                                      for k, v in predicted.items()}  # N as the JSON's keys
     return out
 
 
@@ -213,10 +215,10 @@ def compare(runs: dict, baseline: dict) -> dict:
 
 
 RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
-           "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
-           "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
-           "sa_softmax_matched": "gold", "sa_attention": "magenta",
-           "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}  # "record" extends the baseline: black
+               "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
+               "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
+               "sa_softmax_matched": "gold", "sa_attention": "magenta", "sa_attention_matched": "darkorange",
+               "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

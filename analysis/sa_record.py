@@ -29,14 +29,15 @@ PRESETS = {
 
 DYNAMICS = {"full_control": (False, False), "full_ablation": (False, True), "reduced_control": (True, False),
             "reduced_ablation": (True, True)}  # the dynamics runs' settings by their name in the record: (reduced, ablate)
+FROZEN = ("frozen_control", "frozen_ablation")  # the reduced model's runs with w held at the plateau's
 TRAJECTORY = ("t", "masked_loss", "beta", "delta", "w", "levels", "tau", "run")  # what the figures read of a run
 
 
 def dynamics_runs(record: dict) -> tuple[dict, dict]:
-    """The record's dynamics runs as the figures take them: ({name in DYNAMICS: runs}, {ablate: frozen-w runs})."""
+    """The record's dynamics runs as the figures take them: ({name in DYNAMICS: runs}, {name in FROZEN: runs})."""
     runs = record["runs"]
     dyn = {name: runs[name] for name in DYNAMICS}
-    return dyn, {ablate: runs[f"frozen_{'ablation' if ablate else 'control'}"] for ablate in (False, True)}
+    return dyn, {name: runs[name] for name in FROZEN}
 
 
 def previous(path: str) -> dict:

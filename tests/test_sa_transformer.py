@@ -429,18 +429,20 @@ def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp
     def runs(a, N, n=2):
         return [{"tau": a * N / math.log(N) * (1 + 0.01 * s), "masked_loss": [2.3, 2.01], "levels": levels} for s in range(n)]
 
-    tau_runs = {False: {N: runs(2.0, N) for N in (32, 64, 128)}, True: {N: runs(4.0, N) for N in (32, 64, 128)}}
+    tau_runs = {"control": {N: runs(2.0, N) for N in (32, 64, 128)},
+                "ablation": {N: runs(4.0, N) for N in (32, 64, 128)}}
     out = sa.scaling_summary(tau_runs)
     assert out["tau_fits"]["tau"]["prefactor"] == pytest.approx(2.0 * 1.005)
     assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
     assert out["tau_transformer"] == {}  # the transformer's runs are kept elsewhere (transformer_runs)
     assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
     dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
-    fig = sa.plot_scaling(dyn, {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}, out, str(tmp_path / "s.png"))
+    frozen = {"frozen_control": [synthetic_run(1.0)], "frozen_ablation": [synthetic_run(2.0)]}
+    fig = sa.plot_scaling(dyn, frozen, out, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
     labels = [line.get_label() for line in fig.axes[2].get_lines()]
     assert labels == ["control (seeds)", "2 N / log N", "ablation (seeds)", "4 N / log N"]
-    np.testing.assert_allclose(fig.axes[2].get_lines()[2].get_ydata(), [r["tau"] for N in (32, 64, 128) for r in tau_runs[True][N]])
+    np.testing.assert_allclose(fig.axes[2].get_lines()[2].get_ydata(), [r["tau"] for N in (32, 64, 128) for r in tau_runs["ablation"][N]])
 
 
 def test_last_position_logits_are_the_models_own_at_the_last_position():
@@ -468,7 +470,7 @@ def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_
     assert fits["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(-0.5)
     result["tau_fits"] = fits
     dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
-    frozen = {False: [synthetic_run(1.0)], True: [synthetic_run(2.0)]}
+    frozen = {"frozen_control": [synthetic_run(1.0)], "frozen_ablation": [synthetic_run(2.0)]}
     ax = sa.plot_scaling(dyn, frozen, result, os.devnull).axes[3]
     lines = {line.get_label(): line for line in ax.get_lines()}
     fit_line = next(line for label, line in lines.items() if label.startswith("fit:"))
@@ -564,7 +566,8 @@ def test_run_records_keep_what_the_figures_draw(tmp_path):
         return sat.train_sa(sat.Run(N=8, seed=seed, reduced=reduced, ablate=ablate, iters=20, batch=16, eval_every=5,
                                   eval_batch=32, snapshots=() if reduced else (0, 10, 20), **kw))
     dyn = {name: [tiny(s, red, abl) for s in range(2)] for name, (red, abl) in DYNAMICS.items()}
-    frozen = {abl: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))] for abl in (False, True)}
+    frozen = {name: [tiny(0, True, abl, freeze_weights=(0.25, 0.25, 0.25, 0.25))]
+              for name, abl in (("frozen_control", False), ("frozen_ablation", True))}
     records = json.loads(json.dumps(sd.run_records(dyn, frozen)))
     assert sorted(records) == sorted([*DYNAMICS, "frozen_control", "frozen_ablation"])
     first = records["full_control"][0]
