@@ -393,24 +393,32 @@ def tau_settings():
     def hybrid(name):  # an SA-side rung's slope and its law's part
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
-    screen = [name for name in d["runs"] if name != "record"]  # the record setting extends the record, not the screen
+    screen = [name for name in d["runs"] if name not in ("record", "drive1")]  # "record" extends the record; drive1
+    # has its own seeds
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
+    drive_seeds = [len(by_seed) for by_seed in d["runs"]["drive1"].values()]
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
     softmax = [hybrids[name] for name in hybrids if name.startswith("sa_softmax")]
     slopes = [h["vs_N_over_logN"]["slope"] for h in softmax]
     laws, offsets = [h["offset"]["c"] for h in softmax], [h["offset"]["T0"] for h in softmax]
+    flat, sa = hybrids["sa_drive_flat"], hybrids["sa"]  # the converse, against the SA-transformer's medians
+    later = [N for N in sorted(flat["N"], key=int) if int(N) > flat["predicted"]["N0"]]
+    measured = [flat["N"][N]["median"] / sa["N"][N]["median"] for N in later]
     full = d["record_full"]  # the record at every N, with the N = 512 runs of the record setting
     first = [h for h in full["heads"]["512"] if h is not None][0]
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
             + head("window1") + [n(ts.SETTINGS["drive1"][0]["drive"]["att1.P"])] + head("drive1")
+            + [n(k) for k in sorted(set(drive_seeds))]  # "8", or "2", "8"
             + law(c["drive1"]["offset"]) + law(c["baseline"]["offset"]) + [n(max(c["baseline"]["offset"]["seeds"]))]
             + hybrid("sa") + [f(min(slopes), 2), f(max(slopes), 2),
                               n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)), f(min(laws), 0),
                               f(max(laws), 0), n(round(min(offsets), -2)), n(round(max(offsets), -2))]
             + hybrid("sa_attention") + hybrid("sa_attention_matched")
-            + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)]
-            + [n(k) for k in seeds])
+            + hybrid("sa_drive_flat") + [n(min(flat["vs_N_over_logN"]["seeds"])), n(min(map(int, flat["N"]))),
+                                         n(max(map(int, flat["N"])))]
+            + [f(m, 2) for m in measured] + later + [f(flat["predicted"]["ratio"][N], 2) for N in later]
+            + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
 def tau_velocities():
