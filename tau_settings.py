@@ -353,6 +353,11 @@ def table(result: dict) -> list[str]:
         return (f"{num(fit['c'], 0)} [{num(fit['c_ci'][0], 0)}, {num(fit['c_ci'][1], 0)}]; {num(fit['share'])} "
                 f"[{num(fit['share_ci'][0])}, {num(fit['share_ci'][1])}] at N = {fit['N'][-1]}")
 
+    def slope(line: dict | None) -> str:  # a slope against N / log N with its interval and seeds per N
+        if not line:
+            return "—"
+        return f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}"
+
     rows = []
     if "record_full" in result:  # the record at all its N: the screen's rows below take N = 32-128
         full = result["record_full"]
@@ -362,37 +367,31 @@ def table(result: dict) -> list[str]:
                                                    for h, t in zip(full["heads"][N], full["steps"][N]))
                         for N in full.get("extended", []))  # the "record" setting's runs
         rows.append(f"| the record at every N (N = {Ns[0]}–{Ns[-1]}) | (figures/sa_scaling.json{added}) | 1 | "
-                    f"{num(line['slope'])} "
-                    f"[{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']} | "
-                    f"{offset(full['offset'])} | — |")
+                    f"{slope(line)} | {offset(full['offset'])} | — |")
     for name, row in result["compare"].items():
         by_N = row["summary"]["N"]
         heads = " / ".join(", ".join("—" if h is None else f"{h:.0f}" for s, h in zip(v["seeds"], v["head"]) if s < 2)
                            for v in by_N.values())
         ratios = [r for by_seed in row.get("head_vs_baseline", {}).values() for r in by_seed.values() if r is not None]
         diverged = [steps for v in by_N.values() for status, steps in zip(v["status"], v["steps"]) if status == "diverged"]
-        line = row["summary"]["fit_head"]["vs_N_over_logN"]
-        slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
-            if line else "—"
         ci = row["early_rate_slope_ci"]
         rate = "—" if row["early_rate_slope"] is None else \
             f"{num(row['early_rate_slope'])} [{num(ci[0])}, {num(ci[1])}]"
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"
-        rows.append(f"| {what} | {heads} | {times} | {slope} | {offset(row.get('offset'))} | {rate} |")
+        rows.append(f"| {what} | {heads} | {times} | {slope(row['summary']['fit_head']['vs_N_over_logN'])} | "
+                    f"{offset(row.get('offset'))} | {rate} |")
     for name, fit in result.get("hybrids", {}).items():  # the SA side: its tau (the SA-transformer's criterion)
         taus = result["hybrid_runs"][name] if name in result.get("hybrid_runs", {}) else None
         per_N = " / ".join(", ".join("—" if r["tau"] is None else f"{r['tau']:.0f}" for r in taus[N].values())
                            for N in sorted(taus, key=int)) if taus else \
             " / ".join(f"{fit['N'][N]['median']:.0f}" for N in sorted(fit["N"], key=int)) + " (medians)"
-        line = fit["vs_N_over_logN"]
-        slope = f"{num(line['slope'])} [{num(line['slope_ci'][0])}, {num(line['slope_ci'][1])}], seeds {line['seeds']}" \
-            if line else "—"
         predicted = fit.get("predicted")
         times = "(the SA's criterion)" if not predicted else "(the SA's criterion) x the parent's, predicted " + \
             " / ".join(f"{predicted['ratio'][N]:.2f}" for N in sorted(predicted["ratio"], key=int))
-        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | {times} | {slope} | {offset(fit.get('offset'))} | — |")
+        rows.append(f"| {name}: {DESCRIBE[name]} | tau {per_N} | {times} | {slope(fit['vs_N_over_logN'])} | "
+                    f"{offset(fit.get('offset'))} | — |")
     return rows
 
 
