@@ -130,87 +130,94 @@ def exponent_title(key: str, result: dict) -> str:
             + f"\n(fit windows: t = {', '.join(windows)} x the mean tau); paper: {paper[0]} (control), {paper[1]} (ablation)")
 
 
+def positive(runs: list, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The seeds' mean of `key` against t where a log axis shows it (t > 0 and the mean > 0)."""
+    t, mean = seed_mean(runs, key)
+    shown = (t > 0) & (mean > 0)
+    return t[shown], mean[shown]
+
+
+def draw_parameter(ax, key: str, dyn: dict, frozen: dict, result: dict):
+    """Fig. 6b's panel of beta or delta (key) against t: the full and reduced models, control and ablation, the
+    reduced model with w frozen, the full model with w held at 1/3, and guides through the control's first point."""
+    for name, runs in dyn.items():
+        reduced, ablate = DYNAMICS[name]
+        ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"],
+                  ls=":" if reduced else "-", label=name.replace("_", ", "))
+    for name, runs in frozen.items():
+        setting = name.removeprefix("frozen_")
+        ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls="--", lw=1,
+                  label=f"reduced, w frozen, {setting}")
+    held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
+    for setting, runs in (held.get(str(dyn["full_control"][0]["run"]["N"]), {}) if held else {}).items():
+        ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
+                  label=f"full, w held at 1/3, {setting}")
+    t, mean = positive(dyn["full_control"], key)
+    if len(t):  # guides through the control curve's first point
+        t_ref = np.array([t[0], t[-1]])
+        ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
+        ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label=r"$\propto t^2$")
+    ax.set_ylim(bottom=max(1e-5, ax.get_ylim()[0]))
+    ax.set_xlabel("iteration t")
+    ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
+    ax.set_title(exponent_title(key, result), fontsize=9)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
+
+
+def draw_tau(ax, series: tuple, title: str, free: bool, result: dict):
+    """Fig. 6c's panel of tau_2Gen against N for each (result key, setting) of series: the seeds and the fit, with
+    free a power of N / log N with its own slope beside the paper's law as a reference, else the paper's law alone."""
+    slopes = []
+    for key, setting in series:
+        points = [(int(N), tau) for N, taus in result[key].items() for tau in taus if np.isfinite(tau)]
+        fit = result["tau_fits"][key]
+        if not points or not np.isfinite(fit["prefactor"]):
+            continue
+        ax.plot(*zip(*points), "o", color=SETTING_COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
+        Ns = np.array(fit["N"], float)
+        if free:
+            s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
+            ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=SETTING_COLORS[setting],
+                    label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
+            ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
+                    label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
+            slopes.append(f"slope vs N / log N {s:.2f}; each seed alone " + ", ".join(f"{v:.2f}" for v in seeds)
+                          + " (paper: 1)")
+        else:
+            ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=SETTING_COLORS[setting],
+                    label=f"{fit['prefactor']:.0f} N / log N")
+            slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
+    if not slopes:
+        why = "not run (add --transformer)" if not result[series[0][0]] else "no transition within the budget"
+        ax.text(0.5, 0.5, why, ha="center", transform=ax.transAxes)
+        ax.set_title(title)
+        return
+    Ns = sorted({int(N) for key, _ in series for N in result[key]})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(Ns, [str(N) for N in Ns])
+    ax.set_xlabel("N")
+    ax.set_ylabel("tau_2Gen (iterations)")
+    ax.set_title(f"{title}\n{', '.join(slopes)}" if free else f"{title}\nslope vs N / log N: {', '.join(slopes)}",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+
+
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
-    """Fig. 6b-c: beta and delta against t (control vs ablation; full, reduced and frozen-w models),
-    tau_2Gen against N for the SA-transformer (control and ablation, Fig. 6c top), each with its fit
-    tau = a N / log N, and the transformer (Fig. 6c bottom) with the power law fitted to it and that law.
-    Returns the figure (closed)."""
+    """Fig. 6b-c: beta and delta against t (draw_parameter) above; tau_2Gen against N below, of the SA-transformer
+    (control and ablation, Fig. 6c top; draw_tau) and of the transformer (Fig. 6c bottom; plot_transformer_tau, or the
+    first halfway crossings of a record without its runs). Returns the figure (closed)."""
     fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
-    axes = axes.ravel()  # beta, delta above; tau_2Gen(N) of the SA-transformer and of the transformer below
-
-    def positive(runs: list, key: str) -> tuple[np.ndarray, np.ndarray]:  # the seeds' mean where a log axis shows it
-        t, mean = seed_mean(runs, key)
-        shown = (t > 0) & (mean > 0)
-        return t[shown], mean[shown]
-
-    for col, key in ((0, "beta"), (1, "delta")):
-        ax = axes[col]
-        for name, runs in dyn.items():
-            reduced, ablate = DYNAMICS[name]
-            ax.loglog(*positive(runs, key), color=SETTING_COLORS["ablation" if ablate else "control"],
-                      ls=":" if reduced else "-", label=name.replace("_", ", "))
-        for name, runs in frozen.items():
-            setting = name.removeprefix("frozen_")
-            ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls="--", lw=1,
-                      label=f"reduced, w frozen, {setting}")
-        held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
-        for setting, runs in (held.get(str(dyn["full_control"][0]["run"]["N"]), {}) if held else {}).items():
-            ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
-                      label=f"full, w held at 1/3, {setting}")
-        t, mean = positive(dyn["full_control"], key)
-        if len(t):  # guides through the control curve's first point
-            t_ref = np.array([t[0], t[-1]])
-            ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]), "k:", lw=0.8, label=r"$\propto t$")
-            ax.loglog(t_ref, mean[0] * (t_ref / t_ref[0]) ** 2, "k-.", lw=0.8, label=r"$\propto t^2$")
-        ax.set_ylim(bottom=max(1e-5, ax.get_ylim()[0]))
-        ax.set_xlabel("iteration t")
-        ax.set_ylabel(f"$\\{key}$ (mean over seeds)")
-        ax.set_title(exponent_title(key, result), fontsize=9)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
-    # free: the panel fits a power of N / log N with its own slope, the paper's law beside it as a reference
-    panels = [(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False)]
+    axes = axes.ravel()
+    for ax, key in zip(axes[:2], ("beta", "delta")):
+        draw_parameter(ax, key, dyn, frozen, result)
+    draw_tau(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False, result)
     if result.get("transformer_tau"):  # the transformer's runs and their criterion
         plot_transformer_tau(axes[3], result["transformer_tau"])
-    else:  # a record with only the first halfway crossings
-        panels.append((axes[3], (("tau_transformer", "control"),),
-                       "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)",
-                       True))
-    for ax, series, title, free in panels:
-        slopes = []
-        for key, setting in series:
-            points = [(int(N), tau) for N, taus in result[key].items() for tau in taus if np.isfinite(tau)]
-            fit = result["tau_fits"][key]
-            if not points or not np.isfinite(fit["prefactor"]):
-                continue
-            ax.plot(*zip(*points), "o", color=SETTING_COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
-            Ns = np.array(fit["N"], float)
-            if free:
-                s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
-                ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-",
-                        color=SETTING_COLORS[setting],
-                        label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
-                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
-                        label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
-                slopes.append(f"slope vs N / log N {s:.2f}; each seed alone " + ", ".join(f"{v:.2f}" for v in seeds)
-                              + " (paper: 1)")
-            else:
-                ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=SETTING_COLORS[setting],
-                        label=f"{fit['prefactor']:.0f} N / log N")
-                slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
-        if not slopes:
-            ax.text(0.5, 0.5, "not run (add --transformer)" if not result[series[0][0]] else "no transition within the budget",
-                    ha="center", transform=ax.transAxes)
-            ax.set_title(title)
-            continue
-        Ns = sorted({int(N) for key, _ in series for N in result[key]})
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(Ns, [str(N) for N in Ns])
-        ax.set_xlabel("N")
-        ax.set_ylabel("tau_2Gen (iterations)")
-        ax.set_title(f"{title}\n{', '.join(slopes)}" if free else f"{title}\nslope vs N / log N: {', '.join(slopes)}",
-                     fontsize=10)
-        ax.legend(fontsize=8)
+    else:
+        draw_tau(axes[3], (("tau_transformer", "control"),),
+                 "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)", True,
+                 result)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
