@@ -15,7 +15,7 @@ K2_hat (the minimal model's K2*) is the largest K at which the model still beats
 training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found by binary search in K
 (powers of two) with the zero crossing interpolated in log K between the bracketing runs.
 
-    python mem_minimal.py                  # quick preset (CPU: 32 min on 2 cores from a fresh clone)
+    python mem_minimal.py                  # quick preset (CPU: the --help gives its time)
     python mem_minimal.py --replot         # only redraw mem_heatmaps.png from figures/mem_minimal.json
     python mem_minimal.py --trend --replot  # only redraw mem_trend.png from figures/mem_trend.json
     python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
