@@ -22,13 +22,10 @@ tau = T0 + c N / log N (analysis/sa_fits.offset_fit): c > 0 is the law's part un
 early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it). The screen: N = 32, 64, 128
 with seeds 0 and 1 (nominal intervals); a rung's confirmation: more seeds.
 
-    python tau_settings.py                  # every rung at N = 32, 64, 128, seeds 0-1, then figures/tau_settings.png
-                                            # and .json (the --help gives the time)
-    python tau_settings.py --settings window1   # only those rungs' runs, added to the committed JSON's
-    python tau_settings.py --settings sa_softmax_matched --seeds 2-7   # a rung's confirmation at more seeds
-    python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (hours a run on one
-                                            # thread, resumable: each run checkpoints at its evaluations)
-    python tau_settings.py --replot         # only redraw from figures/tau_settings.json
+    python tau_settings.py                   # every rung at N = 32, 64, 128, seeds 0-1, then the figure and JSON
+    python tau_settings.py --settings drive1 --seeds 2-7   # a rung's confirmation, added to the committed JSON's
+    python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (hours a run; resumable)
+    python tau_settings.py --replot          # only redraw from figures/tau_settings.json
 
 Each transformer run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches
 and evaluation set, so it is paired with the record's run of the same (N, seed). Each finished run is kept as
@@ -125,11 +122,9 @@ def setting_run(job: tuple) -> dict:
 
 
 def hybrid_run(job: tuple) -> dict:
-    """One SA-transformer run of the ladder (sa_transformer.train_sa: its own SGD, lr 1, batch 256, or HYBRID_SGD's,
-    and its own tau, the masked loss's halfway crossing from the 1-Gen frequencies to 2-Gen, run to 1.2 x tau or the cap), with
-    phi_beta(2) on its evaluation set beside the loss. The SA-transformer's phi stays below PHI_FORMED (its beta
-    stays of order one: no attention picks the matching positions alone), so the SA side is compared by its tau, the
-    parent's from the committed record."""
+    """One SA-side run of the ladder: sa_transformer.train_sa (lr 1, batch 256, or HYBRID_SGD's) to 1.2 x its tau
+    (the masked loss's halfway crossing to 2-Gen) or the cap, with phi_beta(2) beside the loss. The SA side is compared
+    by tau: its phi stays below PHI_FORMED (beta of order one, no attention on the matching positions alone)."""
     root, name, N, seed = job
     context = eval_set(SCREEN["eval_batch"], N)[0]  # train_sa's
     phi = []
@@ -238,90 +233,103 @@ def law_part(fit: dict | None) -> str:
     return "" if not fit else f"; c {fit['c']:.0f} [{fit['c_ci'][0]:.0f}, {fit['c_ci'][1]:.0f}]"
 
 
-def plot(result: dict, path: str):
-    """Left: the head's formation against N per setting (each seed, and the medians), with the theory's N / log N
-    through the baseline's first median; middle: phi's early growth rate against N, with (H_N / N)^2 likewise;
-    right: the ladder, each setting's slope against N / log N with its nominal 95 % interval and its seeds per N."""
-    def shown(name: str) -> str:  # a setting's name as labels spell it, a space before its number ("lr 0.0125", as the
-        # record's "lr 0.05"); the keys stay as they are
-        return re.sub(r"^(lr|batch|momentum)(?=\d)", r"\1 ", name)
+def shown(name: str) -> str:
+    """A setting's name as labels spell it, a space before its number ("lr 0.0125", as the record's "lr 0.05")."""
+    return re.sub(r"^(lr|batch|momentum)(?=\d)", r"\1 ", name)
 
+
+def draw_heads(ax, result: dict):
+    """The left panel: each rung's heads against N (none: at the cap, or a x at the top if it diverged), their medians,
+    the SA side's tau (squares) and predictions, the record beyond the screen, N / log N through the baseline's first."""
     band = 0.94  # axes fraction: the band of the diverged runs, above the heads' scale
-    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 8), gridspec_kw={"width_ratios": [1, 1, 0.8]})
-    full = result.get("record_full", {})  # the record at every N it holds, the ladder's first row
-    names = ["record, all N"] * bool(full) + list(result["compare"]) + list(result.get("hybrids", {}))
-    if full:
-        rung(ladder, full["fit_head"], len(names) - 1, "k", "D", law_part(full["offset"]))
-    top = left.get_xaxis_transform()  # x in data, y in axes: a diverged run's N, in the band at the panel's top
+    top = ax.get_xaxis_transform()  # x in data, y in axes: a diverged run's N, in the band at the panel's top
     capped, diverged = False, []  # what the y label and the legend must explain
-    for name, row in result["compare"].items():  # the transformer's rungs: the head's formation
+    for name, row in result["compare"].items():
         label = "lr 0.05, momentum 0.9, batch 128 (the record)" if name == "baseline" else \
             f"{shown(name)}: {DESCRIBE[name]}"
         heads = row["summary"]["N"]
         Ns = sorted(heads, key=int)
         for N in Ns:
             done = [h for h in heads[N]["head"] if h is not None]
-            left.plot([int(N)] * len(done), done, "o", color=RUNG_COLORS[name], alpha=0.35)
+            ax.plot([int(N)] * len(done), done, "o", color=RUNG_COLORS[name], alpha=0.35)
             for status, head, steps in zip(heads[N]["status"], heads[N]["head"], heads[N]["steps"]):
                 if head is None and status != "diverged":  # never formed by the cap: the cap, a lower bound
-                    left.plot(int(N), CAPS[name], "^", color=RUNG_COLORS[name])
+                    ax.plot(int(N), CAPS[name], "^", color=RUNG_COLORS[name])
                     capped = True
-                elif status == "diverged":  # no head and no time: a × in a band above the steps' scale
-                    left.plot(int(N), band, "x", color=RUNG_COLORS[name], ms=9, mew=2, transform=top)
+                elif status == "diverged":  # no head and no time: a x in a band above the steps' scale
+                    ax.plot(int(N), band, "x", color=RUNG_COLORS[name], ms=9, mew=2, transform=top)
                     diverged.append((int(N), steps, RUNG_COLORS[name]))
         if any(s == "diverged" for row_N in heads.values() for s in row_N["status"]):
             label += " (diverged: × in the top band)"
         medians = [median_ci([h for h in heads[N]["head"]])[0] for N in Ns]
-        left.plot([int(N) for N in Ns], medians, "-", color=RUNG_COLORS[name], label=label)
-        rates = row["early_rate_median"]
-        right.plot([int(N) for N in Ns], [rates[N] for N in Ns], "o-", color=RUNG_COLORS[name], label=label)
-        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name),
-             RUNG_COLORS[name], note=law_part(row.get("offset")))
+        ax.plot([int(N) for N in Ns], medians, "-", color=RUNG_COLORS[name], label=label)
     for name, fit in result.get("hybrids", {}).items():  # the SA side: tau, the SA-transformer's own criterion
         Ns = sorted(fit["N"], key=int)
-        left.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=RUNG_COLORS[name],
-                  label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
-        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), RUNG_COLORS[name], "s",
-             " (tau)" + law_part(fit.get("offset")))
+        ax.plot([int(N) for N in Ns], [fit["N"][N]["median"] for N in Ns], "s--", color=RUNG_COLORS[name],
+                label=f"{shown(name)}: {DESCRIBE[name]}, tau (the SA's halfway crossing)")
         if "predicted" in fit:  # the first-order dynamics' tau for the rung
-            left.plot([int(N) for N in Ns], [fit["predicted"]["tau"][N] for N in Ns], ":", color=RUNG_COLORS[name],
-                      label=f"{shown(name)}: the first-order dynamics' tau (one constant set at N = "
-                            f"{fit['predicted']['N0']})")
+            ax.plot([int(N) for N in Ns], [fit["predicted"]["tau"][N] for N in Ns], ":", color=RUNG_COLORS[name],
+                    label=f"{shown(name)}: the first-order dynamics' tau (one constant set at N = "
+                          f"{fit['predicted']['N0']})")
     base = result["compare"]["baseline"]
     Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
-    heads = full.get("heads", {})  # the record beyond the screen's N (sa_scaling.json's, and the "record" setting's)
+    heads = result.get("record_full", {}).get("heads", {})  # the record beyond the screen's N
     beyond = [N for N in sorted(heads, key=int) if int(N) > Ns[-1]]
     for N in beyond:
-        left.plot([int(N)] * len(heads[N]), [math.nan if h is None else h for h in heads[N]], "o", mfc="none", color="k")
+        ax.plot([int(N)] * len(heads[N]), [math.nan if h is None else h for h in heads[N]], "o", mfc="none", color="k")
     if beyond:  # its medians, from the screen's last N on
         line, seeds = [str(int(Ns[-1])), *beyond], ", ".join(f"{len(heads[N])} at N = {N}" for N in beyond)
-        left.plot([int(N) for N in line], [median_ci(heads[N])[0] for N in line], ":", color="k",
-                  label=f"the record beyond the screen (open circles; seeds: {seeds})")
+        ax.plot([int(N) for N in line], [median_ci(heads[N])[0] for N in line], ":", color="k",
+                label=f"the record beyond the screen (open circles; seeds: {seeds})")
     first = median_ci(base["summary"]["N"][str(int(Ns[0]))]["head"])[0]
-    left.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
+    ax.plot(Ns, first * (Ns / np.log(Ns)) / (Ns[0] / np.log(Ns[0])), "--", color="gray", label="theory: N / log N")
+    ticks = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]}
+                   | {*map(int, Ns), *map(int, beyond)})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ticks, [str(int(n)) for n in ticks])
+    ax.set_xlabel("N")
+    ax.set_ylabel("head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")"
+                  + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else ""))
+    if diverged:  # the band above the data, its marker's meaning said there and once in the shared legend
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high * (high / low) ** 0.15)  # the band: the top ~13 % of the axes, above every head
+        ax.axhline(high, color="0.7", lw=0.8, ls=":")
+        N, _, colour = max(diverged)
+        ax.annotate("diverged", (N, band), xycoords=top, xytext=(8, 0), textcoords="offset points",
+                    va="center", fontsize=8, color=colour)
+        ax.plot([], [], "x", color="0.3", ms=9, mew=2, ls="none",
+                label=f"× in the top band: a run that diverged (by step {max(s for _, s, _ in diverged)}), no head")
+    ax.set_title("the induction head's formation against N, per setting")
+
+
+def plot(result: dict, path: str):
+    """Left: the heads (draw_heads); middle: phi's early growth rate per rung, (H_N / N)^2 through the baseline's first;
+    right: the ladder, each rung's slope against N / log N (nominal 95 %, seeds per N, its law's part)."""
+    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 8), gridspec_kw={"width_ratios": [1, 1, 0.8]})
+    draw_heads(left, result)
+    full = result.get("record_full", {})  # the record at every N it holds, the ladder's first row
+    names = ["record, all N"] * bool(full) + list(result["compare"]) + list(result.get("hybrids", {}))
+    if full:
+        rung(ladder, full["fit_head"], len(names) - 1, "k", "D", law_part(full["offset"]))
+    for name, row in result["compare"].items():  # the rungs' colours are named in draw_heads' legend
+        Ns = sorted(row["summary"]["N"], key=int)
+        right.plot([int(N) for N in Ns], [row["early_rate_median"][N] for N in Ns], "o-", color=RUNG_COLORS[name])
+        rung(ladder, row["summary"]["fit_head"]["vs_N_over_logN"], len(names) - 1 - names.index(name),
+             RUNG_COLORS[name], note=law_part(row.get("offset")))
+    for name, fit in result.get("hybrids", {}).items():
+        rung(ladder, fit["vs_N_over_logN"], len(names) - 1 - names.index(name), RUNG_COLORS[name], "s",
+             " (tau)" + law_part(fit.get("offset")))
+    base = result["compare"]["baseline"]
+    Ns = np.array(sorted(int(N) for N in base["summary"]["N"]), float)
     r0 = base["early_rate_median"][str(int(Ns[0]))]
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
-    every_N = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]} | {*map(int, Ns), *map(int, beyond)})
-    head_label = "head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")" \
-        + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else "")
-    for ax, what, ticks in ((left, head_label, every_N),
-                            (right, "phi_beta(2)'s early growth per step", Ns)):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(ticks, [str(int(n)) for n in ticks])
-        ax.set_xlabel("N")
-        ax.set_ylabel(what)
-    if diverged:  # the band above the data, its marker's meaning said there and once in the shared legend
-        low, high = left.get_ylim()
-        left.set_ylim(low, high * (high / low) ** 0.15)  # the band: the top ~13 % of the axes, above every head
-        left.axhline(high, color="0.7", lw=0.8, ls=":")
-        N, _, colour = max(diverged)
-        left.annotate("diverged", (N, band), xycoords=top, xytext=(8, 0), textcoords="offset points",
-                      va="center", fontsize=8, color=colour)
-        left.plot([], [], "x", color="0.3", ms=9, mew=2, ls="none",
-                  label=f"× in the top band: a run that diverged (by step {max(s for _, s, _ in diverged)}), no head")
-    left.set_title("the induction head's formation against N, per setting")
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xticks(Ns, [str(int(n)) for n in Ns])
+    right.set_xlabel("N")
+    right.set_ylabel("phi_beta(2)'s early growth per step")
     right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
     for x, style, text in ((1.0, "--", "theory"), (RESTORES, ":", "restores"), (DOES_NOT, ":", "does not")):
         ladder.axvline(x, color="gray", ls=style, lw=1)
@@ -336,7 +344,7 @@ def plot(result: dict, path: str):
     handles, labels = left.get_legend_handles_labels()  # one legend for the panels: the settings' colours are shared
     labels = [textwrap.fill(label, 100) for label in labels]  # long rung names wrapped: two columns that fit
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
-    right.legend(*[x[-1:] for x in right.get_legend_handles_labels()], fontsize=8, loc="lower left")  # the theory
+    right.legend(fontsize=8, loc="lower left")  # the theory's line alone: the rungs' are in the figure's legend
     fig.tight_layout(rect=(0, 0.3, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
