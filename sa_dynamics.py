@@ -75,11 +75,11 @@ def train_frozen(P: dict, control: list, jobs: int) -> tuple[dict, tuple, float]
     """The reduced model with w_A..w_D held at the full control model's values at t = tau / 2 (plateau_weights),
     over the plateau only. Returns ({name in FROZEN: runs}, w_plateau, the control's mean tau)."""
     w_plateau, tau_control = plateau_weights(control, P["N_dyn"])
-    runs = [Run(N=P["N_dyn"], seed=s, reduced=True, ablate=ablate, iters=int(0.75 * tau_control),
-                eval_batch=P["eval_batch"], freeze_weights=w_plateau) for ablate in (False, True) for s in range(P["seeds_reduced"])]
-    out = cli.parallel_map(train_sa, runs, jobs)
-    n = P["seeds_reduced"]
-    return dict(zip(FROZEN, (out[:n], out[n:]))), w_plateau, tau_control
+    runs = {name: [Run(N=P["N_dyn"], seed=s, reduced=True, ablate=name == "frozen_ablation",
+                       iters=int(0.75 * tau_control), eval_batch=P["eval_batch"], freeze_weights=w_plateau)
+                   for s in range(P["seeds_reduced"])] for name in FROZEN}
+    done = iter(cli.parallel_map(train_sa, [r for group in runs.values() for r in group], jobs))
+    return {name: [next(done) for _ in group] for name, group in runs.items()}, w_plateau, tau_control
 
 
 def dynamics_summary(dyn: dict, frozen: dict, w_plateau: tuple, tau_control: float, I: float, N_dyn: int) -> dict:
@@ -165,8 +165,8 @@ def plot_dynamics(dyn: dict, path: str):
     """Fig. 5b and the w_A..w_D figure: masked loss vs iterations against the 1-Gen / 2-Gen levels
     (every seed, control and ablation), and the mixture weights of the full model. Returns the figure (closed)."""
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
-    for ax, ablate in ((axes[0], False), (axes[1], True)):
-        runs = dyn["full_ablation" if ablate else "full_control"]
+    for ax, name in ((axes[0], "full_control"), (axes[1], "full_ablation")):
+        runs = dyn[name]
         for i, r in enumerate(runs):
             ax.plot(r["t"], r["masked_loss"], color="k", alpha=1.0 if i == 0 else 0.35, lw=1,
                     label=f"SA-transformer, seed {r['run'].get('seed', i)}" if i == 0 else
@@ -175,7 +175,8 @@ def plot_dynamics(dyn: dict, path: str):
                    label="raw frequencies (the SA 1-Gen plateau)")
         ax.axhline(np.mean([r["levels"]["masked_loss_1gen"] for r in runs]), color="tab:green", ls="--", label="1-Gen (Bayes)")
         ax.axhline(np.mean([r["levels"]["masked_loss_2gen"] for r in runs]), color="tab:blue", ls="--", label="2-Gen (Bayes)")
-        ax.set_title(f"SA-transformer, N = {runs[0]['run']['N']}, {'bias ablation' if ablate else 'control'}")
+        setting = "bias ablation" if name == "full_ablation" else "control"
+        ax.set_title(f"SA-transformer, N = {runs[0]['run']['N']}, {setting}")
         ax.set_xlabel("iteration")
         ax.set_ylabel("loss on samples whose target is in the context")
         ax.legend(fontsize=9)
