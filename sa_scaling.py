@@ -86,20 +86,21 @@ def train_w_third(result: dict, P: dict, jobs: int) -> dict:
     mean tau at its N and setting (the record's, of preset P), evaluated on P's eval_batch, its exponents fitted on
     that tau's clock over EXPONENT_WINDOWS.
     {"runs": {N: {setting: [trajectories]}}, "exponents": {N: {setting: summarize_exponents}}}."""
-    taus = {(N, ablate): float(np.mean(result["tau_ablation" if ablate else "tau"][str(N)]))
-            for N in W_THIRD["N"] for ablate in (False, True)}
-    runs = [Run(N=N, seed=s, ablate=ablate, iters=int(0.75 * taus[N, ablate]), freeze_weights=W_THIRD["w"],
-                eval_batch=P["eval_batch"])
-            for N in W_THIRD["N"] for ablate in (False, True) for s in range(W_THIRD["seeds"])]
-    done = cli.parallel_map(train_sa, runs, jobs, progress="runs with w held at (0, 1/3, 1/3, 1/3)",
-                            cost=[r.iters for r in runs])
+    series = {"control": "tau", "ablation": "tau_ablation"}  # each setting's taus in the record
+    taus = {(N, setting): float(np.mean(result[key][str(N)])) for N in W_THIRD["N"] for setting, key in series.items()}
+    runs = {(N, setting): [Run(N=N, seed=s, ablate=setting == "ablation", iters=int(0.75 * taus[N, setting]),
+                               freeze_weights=W_THIRD["w"], eval_batch=P["eval_batch"])
+                           for s in range(W_THIRD["seeds"])]
+            for N in W_THIRD["N"] for setting in series}
+    every = [r for group in runs.values() for r in group]
+    done = iter(cli.parallel_map(train_sa, every, jobs, progress="runs with w held at (0, 1/3, 1/3, 1/3)",
+                                 cost=[r.iters for r in every]))
     out = {"runs": {}, "exponents": {}}
-    for N in W_THIRD["N"]:
-        for ablate, setting in ((False, "control"), (True, "ablation")):
-            group = [d for r, d in zip(runs, done) if r.N == N and r.ablate == ablate]
-            out["runs"].setdefault(str(N), {})[setting] = [significant({k: r[k] for k in TRAJECTORY}) for r in group]
-            out["exponents"].setdefault(str(N), {})[setting] = summarize_exponents(group, EXPONENT_WINDOWS,
-                                                                                   taus[N, ablate])
+    for (N, setting), group in runs.items():
+        trained = [next(done) for _ in group]
+        out["runs"].setdefault(str(N), {})[setting] = [significant({k: r[k] for k in TRAJECTORY}) for r in trained]
+        out["exponents"].setdefault(str(N), {})[setting] = summarize_exponents(trained, EXPONENT_WINDOWS,
+                                                                               taus[N, setting])
     return out
 
 
