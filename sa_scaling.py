@@ -165,9 +165,10 @@ def draw_parameter(ax, key: str, dyn: dict, frozen: dict, result: dict):
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
 
 
-def draw_tau(ax, series: tuple, title: str, free: bool, result: dict):
+def draw_tau(ax, series: tuple, title: str, fit_kind: str, result: dict):
     """Fig. 6c's panel of tau_2Gen against N for each (result key, setting) of series: the seeds and the fit, with
-    free a power of N / log N with its own slope beside the paper's law as a reference, else the paper's law alone."""
+    fit_kind "power": a power of N / log N with its own slope beside the paper's law as a reference; "law": the paper's
+    law alone."""
     slopes = []
     for key, setting in series:
         points = [(int(N), tau) for N, taus in result[key].items() for tau in taus if np.isfinite(tau)]
@@ -176,7 +177,7 @@ def draw_tau(ax, series: tuple, title: str, free: bool, result: dict):
             continue
         ax.plot(*zip(*points), "o", color=SETTING_COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
         Ns = np.array(fit["N"], float)
-        if free:
+        if fit_kind == "power":
             s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
             ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=SETTING_COLORS[setting],
                     label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
@@ -199,7 +200,8 @@ def draw_tau(ax, series: tuple, title: str, free: bool, result: dict):
     ax.set_xticks(Ns, [str(N) for N in Ns])
     ax.set_xlabel("N")
     ax.set_ylabel("tau_2Gen (iterations)")
-    ax.set_title(f"{title}\n{', '.join(slopes)}" if free else f"{title}\nslope vs N / log N: {', '.join(slopes)}",
+    ax.set_title(f"{title}\n{', '.join(slopes)}" if fit_kind == "power" else
+                 f"{title}\nslope vs N / log N: {', '.join(slopes)}",
                  fontsize=10)
     ax.legend(fontsize=8)
 
@@ -212,13 +214,13 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     axes = axes.ravel()
     for ax, key in zip(axes[:2], ("beta", "delta")):
         draw_parameter(ax, key, dyn, frozen, result)
-    draw_tau(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", False, result)
+    draw_tau(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", "law", result)
     if result.get("transformer_tau"):  # the transformer's runs and their criterion
         plot_transformer_tau(axes[3], result["transformer_tau"])
     else:
         draw_tau(axes[3], (("tau_transformer", "control"),),
-                 "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)", True,
-                 result)
+                 "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)",
+                 "power", result)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
