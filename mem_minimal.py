@@ -1,29 +1,25 @@
-"""Minimal model of the task-recognition head: 2-Mem, the D_phi x K heat maps and K2_hat
-(Sec. "K2* and the representational capacity of the task recognition head"; Appendix "Minimal
-Model for 2-Point Memorization"; Fig. 8d-f).
+"""The minimal model of the task-recognition head and its K2_hat (Fig. 8d-f): Sec. "K2* and the representational
+capacity of the task recognition head", eq. (minimal_task_head), and Appendix "Minimal Model for 2-Point Memorization"
+(the minimal network, and K2_hat's threshold < L_train - L^{2-Gen} >_1000 < 0).
 
-The encoder-pool-decoder network of eq. (minimal_task_head), autoregressive over s_0..s_N:
-    x0_n  = W_E x_n                                   fixed random Gaussian embedding (C -> D)
+The encoder-pool-decoder of eq. (2memcirc), made concrete as eq. (minimal_task_head), autoregressive over s_0..s_N:
+    x0_n  = W_E x_n                                     fixed random Gaussian embedding (C -> D)
     phi_n = mean_{1 <= i <= n} MLP1(x0_i (+) x0_{i-1})  the task vector: pooled pair embeddings (D_phi)
-    z_n   = MLP2(x0_n (+) phi_n)                       C logits for s_{n+1}
-phi_0 = 0 (no pair yet). MLP1 has l1 hidden layers, MLP2 l2 (the reference is l1 = 1, l2 = 2),
-all of one width. MLP1 only ever sees the C^2 distinct pairs, so it is evaluated on those and
-gathered; the running mean is a cumulative sum. Likewise the x0_n part of MLP2's first layer is a
-C-row table.
+    z_n   = MLP2(x0_n (+) phi_n)                        C logits for s_{n+1}
+phi_0 = 0 (no pair yet). MLP1 has l1 hidden layers, MLP2 l2 (the reference is l1 = 1, l2 = 2), all of one width.
+MLP1 only ever sees the C^2 distinct pairs, so it is evaluated on those and gathered; the running mean is a cumulative
+sum. Likewise the x0_n part of MLP2's first layer is a C-row table.
 
-K2_hat (the minimal model's K2*) is the largest K at which the model still beats 2-Gen on its own
-training sequences: < L_train - L^{2-Gen} > < 0 over the last iterations, found by binary search in K
-(powers of two) with the zero crossing interpolated in log K between the bracketing runs.
+K2_hat (the minimal model's K2*) is the largest K at which the model still beats 2-Gen on its own training sequences,
+< L_train - L^{2-Gen} > < 0 over the last iterations: bisect_K, a binary search over powers of two.
 
-    python mem_minimal.py                  # quick preset (CPU: the --help gives its time)
-    python mem_minimal.py --replot         # only redraw mem_heatmaps.png from figures/mem_minimal.json
-    python mem_minimal.py --trend --replot  # only redraw mem_trend.png from figures/mem_trend.json
-    python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations)
-    python mem_minimal.py --depths-only --iters 6000 --seeds 0   # K2_hat against depth at 4x the budget
-    python mem_minimal.py --trend            # the heat map's large-K, large-D_phi corner against the budget
-
-A call first says what it trains and how long that should take (cli.estimate: the step time measured here, times
-the steps of every training, spread over the processes), then progress lines with an ETA from the work done.
+Three modes, each a figure and its JSON in figures/ (with --replot, only the figure redrawn from the JSON):
+    python mem_minimal.py                  # Fig. 8d-f: the K2_hat searches over (l1, l2) x D_phi x seeds, then the
+                                           # D_phi x K heat maps of seed 0 (mem_heatmaps.png, mem_minimal.json)
+    python mem_minimal.py --depths-only --iters 6000 --seeds 0   # Fig. 8f alone at 4x the budget (mem_depths_6000)
+    python mem_minimal.py --trend          # the heat map's large-K, large-D_phi corner against the budget (mem_trend)
+    python mem_minimal.py --preset paper   # the paper's sizes (N = 256, 4 x 10^5 iterations); default: quick
+A call first says what it trains and how long that should take (cli.estimate), then progress lines with an ETA.
 """
 import json
 import math
@@ -47,6 +43,7 @@ from plumbing.rundir import write_json
 
 
 def mlp(d_in: int, width: int, d_out: int, hidden_layers: int) -> nn.Sequential:
+    """d_in -> d_out through `hidden_layers` GELU layers of `width` (0: a single Linear)."""
     layers, d = [], d_in
     for _ in range(hidden_layers):
         layers += [nn.Linear(d, width), nn.GELU()]
@@ -65,9 +62,9 @@ def pooled(seqs: torch.Tensor, pair_table: torch.Tensor) -> torch.Tensor:
 
 
 class TaskHead(nn.Module):
-    """Eq. (minimal_task_head): encoder MLP1 on neighbouring pairs, pooling, decoder MLP2."""
+    """Eq. (minimal_task_head): encoder MLP1 on neighbouring pairs, pooling, decoder MLP2, over C states."""
 
-    def __init__(self, C: int = 10, D: int = 32, D_phi: int = 16, width: int = 128, depth1: int = 1, depth2: int = 2,
+    def __init__(self, C: int, D: int = 32, D_phi: int = 16, width: int = 128, depth1: int = 1, depth2: int = 2,
                  generator=None):
         super().__init__()
         self.C, self.D = C, D
@@ -79,8 +76,7 @@ class TaskHead(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, generator=None):
-        """PyTorch's default Linear initialization, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from
-        `generator` instead of the global RNG."""
+        """PyTorch's default Linear init, U(+-1/sqrt(fan_in)), drawn from `generator`, not the global RNG."""
         for layer in self.modules():
             if isinstance(layer, nn.Linear):
                 bound = 1 / math.sqrt(layer.in_features)
@@ -102,25 +98,25 @@ class TaskHead(nn.Module):
         return (logits, phi) if return_phi else logits
 
 
-# ----------------------------------------------------------------------------- training
+# ----------------------------------------------------------------------------- training and the K2_hat search
 
 
 @dataclass
 class MemRun:
-    K: int = 16
-    D_phi: int = 16
-    depth1: int = 1
-    depth2: int = 2
-    seed: int = 0  # model initialization, embedding and batches
-    task_seed: int = 0
-    N: int = 64  # predictions per sequence
-    iters: int = 2000
-    batch: int = 64
-    lr: float = 1e-3
-    width: int = 128
-    D: int = 32
+    K: int = 16  # chains in the task set S
+    D_phi: int = 16  # task-vector dimension
+    depth1: int = 1  # l1: hidden layers of MLP1, the encoder
+    depth2: int = 2  # l2: hidden layers of MLP2, the decoder
+    seed: int = 0  # model initialization (W_E included) and training batches
+    task_seed: int = 0  # the chains of S (and the held-out sequences' stream)
+    N: int = 64  # predictions per sequence (sequences of N + 1 states)
+    iters: int = 2000  # AdamW steps
+    batch: int = 64  # sequences per step
+    lr: float = 1e-3  # AdamW learning rate
+    width: int = 128  # hidden width of MLP1 and MLP2
+    D: int = 32  # dimension of the fixed embedding W_E
     tail: int = 200  # iterations averaged in the K2_hat criterion (the paper: 1000 of 4 x 10^5)
-    eval_seqs: int = 512
+    eval_seqs: int = 512  # held-out sequences for each final loss
 
 
 def train_mem(run: MemRun) -> dict:
@@ -129,7 +125,7 @@ def train_mem(run: MemRun) -> dict:
     g = torch.Generator().manual_seed(run.seed)
     tasks = TaskSet.create(run.K, seed=run.task_seed)
     C = tasks.C  # the number of states, the paper's 10
-    model = TaskHead(C=C, D=run.D, D_phi=run.D_phi, width=run.width, depth1=run.depth1, depth2=run.depth2, generator=g)
+    model = TaskHead(C, D=run.D, D_phi=run.D_phi, width=run.width, depth1=run.depth1, depth2=run.depth2, generator=g)
     opt = torch.optim.AdamW(model.parameters(), lr=run.lr, betas=(0.9, 0.95), weight_decay=1e-3)
     gap = []
     for t in range(run.iters):
@@ -140,7 +136,7 @@ def train_mem(run: MemRun) -> dict:
         opt.step()
         if t >= run.iters - run.tail:
             gap.append(loss.item() - nll(two_gen(seqs, C), seqs).mean().item())
-    g_eval = torch.Generator().manual_seed(999_983 + run.task_seed)
+    g_eval = torch.Generator().manual_seed(999_983 + run.task_seed)  # by S alone: every model of S sees the same sets
     out = {"run": asdict(run), "criterion": float(np.mean(gap))}
     with torch.no_grad():
         for split, (seqs, _) in (("train", tasks.batch(run.eval_seqs, run.N + 1, g_eval)),
@@ -150,11 +146,16 @@ def train_mem(run: MemRun) -> dict:
     return out
 
 
+def criterion(run: MemRun) -> float:
+    """The K2_hat criterion of one training: < L_train - L^{2-Gen} > over its last `tail` batches (< 0: beats 2-Gen)."""
+    return train_mem(run)["criterion"]
+
+
 def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
-    """K2_hat by binary search over log2 K in [K_lo, K_hi] (powers of two) for a criterion that holds
-    (model beats 2-Gen: < 0) at small K and fails at large K. The zero crossing is then interpolated
-    linearly in log2 K between the last passing and the first failing K. Returns (K2_hat,
-    [(K, criterion), ...]); beyond the range, K_lo / sqrt(2) or K_hi * sqrt(2)."""
+    """K2_hat by binary search over log2 K in [K_lo, K_hi] (powers of two) for a criterion that holds (model beats
+    2-Gen: < 0) at small K and fails at large K, its zero crossing interpolated linearly in log2 K between the last
+    passing and the first failing K. Returns (K2_hat, [(K, criterion), ...]); beyond the range, K_lo / sqrt(2) or
+    K_hi * sqrt(2). Not K1*'s estimators.Search, which bisects any integer K on a yes/no outcome (so other probes)."""
     lo, hi = int(math.log2(K_lo)), int(math.log2(K_hi))
     history = []
 
@@ -179,19 +180,6 @@ def bisect_K(run: MemRun, K_lo: int, K_hi: int, evaluate) -> tuple[float, list]:
     return 2 ** (lo + v_lo / (v_lo - v_hi)), history
 
 
-def search_trainings(K_lo: int, K_hi: int) -> int:
-    """The most trainings bisect_K makes over [K_lo, K_hi]: both ends, then a halving of the octaves between them
-    (fewer when the criterion fails at K_lo or holds at K_hi)."""
-    octaves = int(math.log2(K_hi)) - int(math.log2(K_lo))
-    return 2 + math.ceil(math.log2(octaves)) if octaves > 1 else 2
-
-
-def step_seconds(run: MemRun) -> float:
-    """Seconds a training step of `run` takes on one thread, here and now (cli.step_seconds); cli.estimate measures
-    it at a call's smallest and largest D_phi, the one size that moves it much (x1.5-2 from 2 to 128)."""
-    return cli.step_seconds(lambda n: train_mem(replace(run, iters=n, tail=1, eval_seqs=8)))
-
-
 # ----------------------------------------------------------------------------- experiments
 
 PRESETS = {
@@ -201,23 +189,18 @@ PRESETS = {
     "quick": dict(base=MemRun(N=64, iters=1500, batch=64, width=64, D=32, tail=150), D_phis=[2, 8, 32, 128],
                   Ks=[4, 16, 64, 256, 1024], search_D_phis=[2, 8, 32, 128], search_D_phi=8, search_seeds=3,
                   K_range=(2, 512), corner=(1024, 128), trend_iters=[1500, 3000, 6000, 12000]),
-    "paper": dict(base=MemRun(N=256, iters=400_000, batch=128, width=256, D=64, tail=1000), D_phis=[4, 8, 16, 32, 64, 128],
-                  Ks=[2**i for i in range(2, 15)], search_D_phis=[4, 8, 16, 32, 64, 128], search_D_phi=32, search_seeds=3,
-                  K_range=(2, 2**15), corner=(2**14, 128), trend_iters=[25_000, 100_000, 400_000]),
+    "paper": dict(base=MemRun(N=256, iters=400_000, batch=128, width=256, D=64, tail=1000),
+                  D_phis=[4, 8, 16, 32, 64, 128], Ks=[2**i for i in range(2, 15)],
+                  search_D_phis=[4, 8, 16, 32, 64, 128], search_D_phi=32, search_seeds=3, K_range=(2, 2**15),
+                  corner=(2**14, 128), trend_iters=[25_000, 100_000, 400_000]),
 }
 
 
 def heatmap(base: MemRun, D_phis: list, Ks: list, jobs: int) -> dict:
     """Fig. 8d-e: L_train - L^2-Gen and L_gen - L^2-Gen (and the training criterion) over D_phi x K, seed 0."""
     runs = cli.parallel_map(train_mem, [replace(base, K=K, D_phi=d) for d in D_phis for K in Ks], jobs, "heat map runs")
-    shape = (len(D_phis), len(Ks))
-    return {"D_phi": D_phis, "K": Ks, **{key: np.array([r[key] for r in runs]).reshape(shape).tolist()
+    return {"D_phi": D_phis, "K": Ks, **{key: np.array([r[key] for r in runs]).reshape(len(D_phis), len(Ks)).tolist()
                                         for key in ("train_minus_2gen", "gen_minus_2gen", "criterion")}}
-
-
-def criterion(run: MemRun) -> float:
-    """The K2_hat criterion of one training: < L_train - L^{2-Gen} > over its last `tail` batches (< 0: beats 2-Gen)."""
-    return train_mem(run)["criterion"]
 
 
 def k2_search(job: tuple) -> dict:
@@ -247,7 +230,8 @@ def k2_searches(base: MemRun, depths: list, D_phis: list, seeds: list[int], K_ra
     "searches": [...]}. `done`: searches found earlier (their "run" configurations and K2_hat), reused
     instead of retrained, and kept in the result with the new ones (each search is deterministic)."""
     known = {_search_key(f["run"]): f for f in done}
-    for f in cli.parallel_map(k2_search, pending_searches(base, depths, D_phis, seeds, K_range, done), jobs, "K2_hat searches"):
+    todo = pending_searches(base, depths, D_phis, seeds, K_range, done)
+    for f in cli.parallel_map(k2_search, todo, jobs, "K2_hat searches"):
         known[_search_key(f["run"])] = f
     found = sorted(known.values(), key=lambda f: tuple(f["run"][k] for k in ("depth1", "depth2", "D_phi", "seed")))
     K2 = {}
@@ -265,7 +249,8 @@ def budget_trend(base: MemRun, K: int, D_phi: int, iters: list, jobs: int) -> di
     """The heat map's corner (large K, large D_phi) retrained at several budgets (the criterion always
     over the last 10% of the run): how fast L_train and L_gen approach 2-Gen with training."""
     runs = cli.parallel_map(train_mem, trend_runs(base, K, D_phi, iters), jobs, "trend runs", cost=iters)
-    return {"K": K, "D_phi": D_phi, "iters": iters, **{key: [r[key] for r in runs] for key in ("train_minus_2gen", "gen_minus_2gen")}}
+    return {"K": K, "D_phi": D_phi, "iters": iters,
+            **{key: [r[key] for r in runs] for key in ("train_minus_2gen", "gen_minus_2gen")}}
 
 
 def geometric_stats(values: list) -> tuple[float, float]:
@@ -274,8 +259,47 @@ def geometric_stats(values: list) -> tuple[float, float]:
     return float(2 ** logs.mean()), float(logs.std())
 
 
+# ----------------------------------------------------------------------------- figures
+
 TRAIN_GAP, GEN_GAP = r"$L_\mathrm{train} - L^\text{2-Gen}$", r"$L_\mathrm{gen} - L^\text{2-Gen}$"  # mathtext
 D_PHI, K2_HAT = r"$D_\phi$", r"$\hat K_2$"
+
+
+def save(fig, path: str):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def budget_note(preset: str, iters: int) -> str:
+    return (f"quick preset: {iters} iterations - how fast memorization happens, not the asymptotic capacity"
+            if preset == "quick" else f"{iters} iterations")
+
+
+def plot_k2_hat(ax, K2: dict):
+    """Fig. 8f: K2_hat against D_phi for every (l1, l2): geometric mean over seeds, error bars one standard
+    deviation of log2 K2_hat; gray dots: the seeds."""
+    for k, (depth, by_D) in enumerate(sorted(K2.items())):
+        D = sorted(by_D, key=int)
+        stats = [geometric_stats(by_D[d]) for d in D]
+        x = np.array([int(d) for d in D]) * 1.06 ** (k - 1.5)  # small offsets keep the error bars apart
+        mean, sd = np.array(stats).T  # (len(D),) each
+        line, = ax.plot(x, mean, "o-", label=f"({depth})")
+        ax.errorbar(x, mean, yerr=[mean * (1 - 2.0**-sd), mean * (2.0**sd - 1)], fmt="none", capsize=3,
+                    color=line.get_color())
+        for xi, d in zip(x, D):
+            ax.plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    D_phis = sorted({int(d) for by_D in K2.values() for d in by_D})
+    ax.set_xticks(D_phis, [str(d) for d in D_phis])
+    # K2_hat spans less than two octaves: ticks at 1, 1.25, 1.5, 1.75 x 2^k, not at the powers of 2 alone
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=2, subs=(1.0, 1.25, 1.5, 1.75)))
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.set_xlabel(D_PHI)
+    ax.set_ylabel(K2_HAT)
+    ax.legend(title=r"($l_1$, $l_2$)", fontsize=8)
+    ax.set_title(f"{K2_HAT} (geometric mean over seeds, $\\pm$1 sd of $\\log_2$)", fontsize=9)
 
 
 def plot_heatmaps(result: dict, path: str):
@@ -295,51 +319,17 @@ def plot_heatmaps(result: dict, path: str):
         ax.set_title(f"{title} (blue: beats 2-Gen)")
     plot_k2_hat(axes[2], result["K2_hat"])
     fig.suptitle(f"Minimal task-recognition head ({budget_note(result['preset'], result['iters'])})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return fig
-
-
-def budget_note(preset: str, iters: int) -> str:
-    return (f"quick preset: {iters} iterations - how fast memorization happens, not the asymptotic capacity"
-            if preset == "quick" else f"{iters} iterations")
-
-
-def plot_k2_hat(ax, K2: dict):
-    """Fig. 8f: K2_hat against D_phi for every (l1, l2): geometric mean over seeds, error bars one standard
-    deviation of log2 K2_hat; gray dots: the seeds."""
-    for k, (depth, by_D) in enumerate(sorted(K2.items())):
-        D = sorted(by_D, key=int)
-        stats = [geometric_stats(by_D[d]) for d in D]
-        x = np.array([int(d) for d in D]) * 1.06 ** (k - 1.5)  # small offsets keep the error bars apart
-        mean = np.array([m for m, _ in stats])
-        sd = np.array([s for _, s in stats])
-        line, = ax.plot(x, mean, "o-", label=f"({depth})")
-        ax.errorbar(x, mean, yerr=[mean * (1 - 2.0**-sd), mean * (2.0**sd - 1)], fmt="none", capsize=3, color=line.get_color())
-        for xi, d in zip(x, D):
-            ax.plot([xi] * len(by_D[d]), by_D[d], ".", color="gray", alpha=0.5)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    D_phis = sorted({int(d) for by_D in K2.values() for d in by_D})
-    ax.set_xticks(D_phis, [str(d) for d in D_phis])
-    # K2_hat spans less than two octaves: ticks at 1, 1.25, 1.5, 1.75 x 2^k, not at the powers of 2 alone
-    ax.yaxis.set_major_locator(ticker.LogLocator(base=2, subs=(1.0, 1.25, 1.5, 1.75)))
-    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-    ax.set_xlabel(D_PHI)
-    ax.set_ylabel(K2_HAT)
-    ax.legend(title=r"($l_1$, $l_2$)", fontsize=8)
-    ax.set_title(f"{K2_HAT} (geometric mean over seeds, $\\pm$1 sd of $\\log_2$)", fontsize=9)
 
 
 def plot_depths(result: dict, path: str):
     """Fig. 8f alone, for a --depths-only call (its budget in the title)."""
     fig, ax = plt.subplots(figsize=(6, 4.2))
     plot_k2_hat(ax, result["K2_hat"])
-    fig.suptitle(f"Minimal task-recognition head\n({budget_note(result['preset'], result['config']['iters'])})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    note = budget_note(result["preset"], result["config"]["iters"])
+    fig.suptitle(f"Minimal task-recognition head\n({note})", fontsize=9)
+    save(fig, path)
 
 
 def plot_trend(trend: dict, path: str):
@@ -356,9 +346,7 @@ def plot_trend(trend: dict, path: str):
     ax.set_title(f"Minimal task-recognition head, Fig. 8d-e's corner K = {trend['K']}, {D_PHI} = {trend['D_phi']}:\n"
                  "the loss gap to 2-Gen against the training budget", fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -369,7 +357,8 @@ def replot(figures: str, mode: str = "heatmaps", iters: int | None = None, path:
     or one line on what is missing or broken."""
     name, keys, draw, writer = {  # keys: what the plot reads; writer: the call that writes the JSON
         "heatmaps": ("mem_minimal", ("preset", "iters", "heatmap", "K2_hat"), plot_heatmaps, "mem_minimal.py"),
-        "trend": ("mem_trend", ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen"), plot_trend, "mem_minimal.py --trend"),
+        "trend": ("mem_trend", ("K", "D_phi", "iters", "train_minus_2gen", "gen_minus_2gen"), plot_trend,
+                  "mem_minimal.py --trend"),
         "depths": (f"mem_depths_{iters}", ("preset", "config", "K2_hat"), plot_depths,
                    f"mem_minimal.py --depths-only --iters {iters}")}[mode]
     path = path or os.path.join(figures, f"{name}.json")
@@ -379,6 +368,18 @@ def replot(figures: str, mode: str = "heatmaps", iters: int | None = None, path:
 
 
 SEARCH_NOTE = ", at most: a search ends early when K2_hat is outside its range"  # the estimate's, when it searches
+
+
+def search_trainings(K_lo: int, K_hi: int) -> int:
+    """The most trainings bisect_K makes over [K_lo, K_hi]: both ends, then a halving of the octaves between them
+    (fewer when the criterion fails at K_lo or holds at K_hi)."""
+    octaves = int(math.log2(K_hi)) - int(math.log2(K_lo))
+    return 2 + math.ceil(math.log2(octaves)) if octaves > 1 else 2
+
+
+def step_seconds(run: MemRun) -> float:
+    """Seconds a training step of `run` takes on one thread here (cli.step_seconds); D_phi moves it most (x1.5-2)."""
+    return cli.step_seconds(lambda n: train_mem(replace(run, iters=n, tail=1, eval_seqs=8)))
 
 
 def run_trend(preset: str, base: MemRun, P: dict, jobs: int, figures: str):
@@ -427,8 +428,7 @@ def run_heatmaps(preset: str, base: MemRun, P: dict, grid: dict, jobs: int, figu
     found = k2_searches(base, **grid, jobs=jobs)
     print(f"K2_hat searches done in {time.time() - t0:.0f} s:", json.dumps(found["K2_hat"]), flush=True)
     result = {"preset": preset, "iters": base.iters, "config": asdict(base),
-              "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found}
-    result["seconds"] = round(time.time() - t0, 1)
+              "heatmap": heatmap(base, P["D_phis"], P["Ks"], jobs), **found, "seconds": round(time.time() - t0, 1)}
     write_json(os.path.join(figures, "mem_minimal.json"), result, indent=1)
     plot_heatmaps(result, os.path.join(figures, "mem_heatmaps.png"))
     H = result["heatmap"]
@@ -447,23 +447,23 @@ def depth_pair(text: str) -> tuple[int, int]:
 
 
 def parse_args():
-    parser = cli.ArgumentParser(description="Minimal model of the task-recognition head: heat maps and K2_hat (Fig. 8d-f); "
-                                            "runs on the CPU, as one-thread processes.", runs=(
+    parser = cli.ArgumentParser(description="Minimal model of the task-recognition head: heat maps and K2_hat "
+                                            "(Fig. 8d-f); runs on the CPU, as one-thread processes.", runs=(
         "Default run: 31 min 54 s from a fresh clone on the 2-core development VM, its cores otherwise idle "
-        "(2026-11-26) (quick preset: 48 K2_hat searches, then the D_phi x K heat map; 1500 steps a run, N = 64, width "
-        "64); writes figures/mem_heatmaps.png and figures/mem_minimal.json.\n--replot: seconds, trains nothing."))
+        "(2026-11-26) (quick preset: 48 K2_hat searches, then the D_phi x K heat map; 1500 steps a run, N = 64, "
+        "width 64); writes figures/mem_heatmaps.png and figures/mem_minimal.json.\n--replot: seconds, trains nothing."))
     cli.add_preset(parser, PRESETS, "quick: 1500 steps, N = 64, width 64; paper: 4 x 10^5 steps, N = 256, width 256")
     parser.add_argument("--iters", type=cli.at_least(1), default=None,
                         help="iterations per run (default: quick 1500, paper 400000)")
     cli.add_jobs(parser)
     cli.add_threads(parser)
     cli.add_figures(parser)
-    cli.add_replot(parser, "FIGURES/mem_minimal.json; with --trend mem_trend.json, with --depths-only "
-                           "mem_depths_<iters>.json", "a figure (mem_heatmaps.png, mem_trend.png, mem_depths_<iters>.png)")
+    cli.add_replot(parser, "FIGURES/mem_minimal.json; with --trend mem_trend.json, with --depths-only mem_depths_"
+                           "<iters>.json", "a figure (mem_heatmaps.png, mem_trend.png, mem_depths_<iters>.png)")
     parser.add_argument("--depths-only", action="store_true",
-                        help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), for budget "
-                             "studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, reusing the searches "
-                             "an earlier call with the same budget left there")
+                        help="only the K2_hat searches over (l1, l2) at the preset's search_D_phi (or --D-phis), "
+                             "for budget studies with --iters; writes FIGURES/mem_depths_<iters>.json and .png, "
+                             "reusing the searches an earlier call with the same budget left there")
     parser.add_argument("--D-phis", type=cli.at_least(1), nargs="+", default=None,
                         help="D_phi values of the K2_hat searches (default: quick 2 8 32 128, paper 4..128)")
     parser.add_argument("--trend", action="store_true", help="only the heat map's large-K, large-D_phi corner at the "

@@ -21,7 +21,7 @@ def seqs(B=4, N=25, seed=0):
 @pytest.mark.parametrize("depth1, depth2", [(1, 1), (1, 2), (2, 1), (2, 2)])
 def test_shapes_and_pair_lookup_equals_the_direct_evaluation(depth1, depth2):
     g = torch.Generator().manual_seed(1)
-    model = TaskHead(D=8, D_phi=6, width=16, depth1=depth1, depth2=depth2, generator=g)
+    model = TaskHead(10, D=8, D_phi=6, width=16, depth1=depth1, depth2=depth2, generator=g)
     s = seqs()
     logits, phi = model(s, return_phi=True)
     assert logits.shape == (4, 25, 10) and phi.shape == (4, 25, 6)
@@ -36,7 +36,7 @@ def test_shapes_and_pair_lookup_equals_the_direct_evaluation(depth1, depth2):
 
 
 def test_running_mean_is_causal():
-    model = TaskHead(D=8, D_phi=6, width=16)
+    model = TaskHead(10, D=8, D_phi=6, width=16)
     s = seqs()
     _, phi = model(s, return_phi=True)
     for n in [0, 5, 23]:
@@ -73,6 +73,16 @@ def test_binary_search_on_a_monotone_criterion():
     assert K2 == pytest.approx(2**5.25)
     assert bisect_K(MemRun(), 2, 64, lambda r: -1.0)[0] == pytest.approx(64 * math.sqrt(2))
     assert bisect_K(MemRun(), 4, 64, lambda r: 1.0)[0] == pytest.approx(4 / math.sqrt(2))
+
+
+def test_binary_search_asks_powers_of_two_and_a_tie_does_not_beat_2gen():
+    """The probes, in order: both ends, then the middle octave of the bracket. A criterion of exactly 0 at the first
+    middle (K = 64) does not beat 2-Gen (strictly < 0 does), so the search goes on below 64, not above it."""
+    history = bisect_K(MemRun(), 2, 2048, lambda r: math.log2(r.K) - 5.5)[1]
+    assert [K for K, _ in history] == [2, 2048, 64, 8, 16, 32]
+    K2, history = bisect_K(MemRun(), 2, 2048, lambda r: math.log2(r.K) - 6)
+    assert [K for K, _ in history] == [2, 2048, 64, 8, 16, 32] and K2 == pytest.approx(64)
+    assert bisect_K(MemRun(), 4, 64, lambda r: 0.0)[0] == pytest.approx(4 / math.sqrt(2))  # a tie at K_lo: below
 
 
 def test_runs_depend_only_on_their_seed(same_numbers):
