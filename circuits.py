@@ -8,6 +8,7 @@ of an edge is the batch mean of D_KL^{S_N}(pi_theta || pi~_theta), pi~ the outpu
     python circuits.py                  # quick runs K = 4, 64, 1024, trained first if missing
     python circuits.py --preset paper   # the paper's K = 1024 and 128 runs (missing ones need a GPU)
     python circuits.py --replot         # only redraw the figure from FIGURES/circuits.json
+    python circuits.py --ledger circuits_paper   # the paper-scale runs (campaigns/) from their ledger
 
 It writes figures/circuits.png and .json, the repository's committed copies; --figures DIR writes
 elsewhere. Tracing runs on the CPU: ~3 min for the four phases on 2 cores, plus ~5-10 min for each quick
@@ -24,6 +25,7 @@ would mix two phases, so the ratio (stated with each phase, with the margin in n
 in their phase, from any of the runs. task_vectors.py keeps the paper's rule (lowest_divergence_checkpoint): its
 patching needs a checkpoint in its one run and compares it with every memorizing predictor.
 """
+import argparse
 import os
 import time
 
@@ -35,8 +37,12 @@ from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from analysis.edges import EDGES, SOURCES, TARGETS, parse_edge, run_edges
+import train
 from analysis.runs import TRAIN_TIME, closest_predictor, find_run, load_run, train_run
+from analysis.thresholds import finite_json
 from bayes import PREDICTORS, kl_div
+from campaigns import records
+from campaigns.specs import LEDGERS
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import LABELS
@@ -358,6 +364,56 @@ def replot(path: str):
     print(f"wrote {png} from {path}")
 
 
+def circuit_phases(spec: dict, piece: dict) -> dict:
+    """The piece's traced phases under circuits.py's rule, applied today to the ledger's rows: a phase with no checkpoint
+    in it is no_checkpoint's entry, the ledger's trace of it kept apart ("ledger_trace", not drawn); a phase
+    traced at another checkpoint than the rule's keeps its trace, with the rule's checkpoint and a note saying so.
+    circuit: the figure's edges, chosen once (circuit_edges)."""
+    named = {run: f"K{spec['Ks'][run]}" for run in piece["runs"]}
+    rows = {named[run]: piece["runs"][run]["rows"] for run in piece["runs"]}
+    phases = {}
+    for ph, d in piece["phases"].items():
+        traced = {**d, "run": named.get(d["run"], d["run"])}
+        if "importance" in d:
+            row = next(r for r in rows[traced["run"]] if r["step"] == d["step"])
+            ratio, margin = closeness(row, ph)
+            traced.update(ratio=ratio, margin=margin, circuit=circuit_edges(d["importance"]))
+        found = phase_checkpoint(rows, ph)
+        if found is None:
+            phases[ph] = no_checkpoint(rows, ph) | ({"ledger_trace": traced} if "importance" in d else {})
+            if "importance" in d:
+                phases[ph]["note"] = (f"the ledger's trace ({traced['run']} step {d['step']}, x{traced['ratio']:.2f}) "
+                                      "is in the JSON, not drawn")
+            continue
+        run, row = found
+        phases[ph] = traced
+        if (run, row["step"]) != (traced["run"], d["step"]):
+            ratio = closeness(row, ph)[0]
+            traced["rule_checkpoint"] = {"run": run, "step": row["step"], "ratio": ratio}
+            traced["note"] = f"not the rule's checkpoint ({run} step {row['step']}, x{ratio:.2f}: not traced)"
+    return phases
+
+
+def ledger_figures(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict:
+    """--ledger: a circuits campaign's circuits (Figs. 3, A2, A3: figures/<name>.png and .json) and each run's Fig. 2a
+    (fig2a_*_K<K>.png) from ledgers/<name>.json alone (its task vectors: task_vectors.py --ledger)."""
+    spec, ledger = records.pieces_of(name, ("circuits",), ledgers)
+    piece = ledger["pieces"][0]
+    rows = {run: piece["runs"][run]["rows"] for run in piece["runs"]}
+    phases = circuit_phases(spec, piece)
+    cli.writable_dir(figures, "--figures")
+    plot_circuits(phases, os.path.join(figures, f"{name}.png"))
+    for run, cfg in piece["runs"].items():
+        config = train.Config(**{**cfg["config"], "out": ""})
+        train.plot_run(rows[run], config, os.path.join(figures, f"{name.replace('circuits', 'fig2a')}_K{config.K}.png"))
+    result = {"iters": spec["iters"], "Ks": spec["Ks"], "phases": phases, "margins": records.margins(rows, piece["phases"]),
+              "final": {run: {k: rs[-1][k] for k in ("step", "train_loss", "gen_loss", "kl_1gen", "kl_2gen", "kl_1mem",
+                                                        "kl_2mem", "phi_beta_2")} for run, rs in rows.items()},
+              "pieces": records.stamps(ledger["pieces"])}
+    write_json(os.path.join(figures, f"{name}.json"), finite_json(result), indent=1)
+    return result
+
+
 def trace_circuits(args):
     """The command: the preset's runs (or --runs), found or trained, each phase's checkpoint traced edge by edge
     (trace_phases); figures/circuits.png and .json."""
@@ -372,11 +428,19 @@ def trace_circuits(args):
                  f"{args.figures}/circuits.png and .json{committed}")
     runs = {str(key): train_run(key, preset) if missing else run for key, (run, missing) in found.items()}
     t0 = time.time()
-    phases = trace_phases(runs, args.n_seqs, args.seed)
+    phases = trace_phases(runs, args.n_seqs, args.seed, args.phases)
     plot_circuits(phases, os.path.join(args.figures, "circuits.png"))
     write_json(os.path.join(args.figures, "circuits.json"),
                {"preset": preset, "n_seqs": args.n_seqs, "seed": args.seed, "edges": list(EDGES), "phases": phases}, indent=1)
     print(f"traced in {time.time() - t0:.0f} s; wrote {args.figures}/circuits.png and circuits.json")
+
+
+def phase_list(text: str) -> tuple[str, ...]:
+    """An argparse type, --phases: distinct names of PREDICTORS, in PREDICTORS' order."""
+    names = [t.strip() for t in text.split(",")]
+    if not names or set(names) - set(PREDICTORS) or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"distinct names among {', '.join(PREDICTORS)}, got {text!r}")
+    return tuple(p for p in PREDICTORS if p in names)
 
 
 def main():
@@ -398,9 +462,17 @@ def main():
                         help="held-out sequences from S to trace on (the paper: 512)")
     parser.add_argument("--seed", type=cli.at_least(0), default=0, help="generator seed of the held-out sequences "
                         "(the models keep their runs' seeds)")
+    parser.add_argument("--phases", type=phase_list, default=PREDICTORS, help="comma-separated phases to trace, of "
+                        f"{', '.join(PREDICTORS)} (default: all four)")
+    parser.add_argument("--ledger", default=None, metavar="CAMPAIGN", help="only draw a paper-scale circuits campaign's "
+                        "figures, FIGURES/CAMPAIGN.png and .json and its runs' Fig. 2a, from ledgers/CAMPAIGN.json")
     cli.add_threads(parser)
     args = parser.parse_args()
     cli.set_threads(args.threads)
+    if args.ledger is not None:
+        ledger_figures(args.ledger, args.figures)
+        print(f"wrote {args.figures}/{args.ledger}.png and .json from ledgers/{args.ledger}.json")
+        return
     cli.writable_dir(args.figures, "--figures")
     if args.replot is not None:
         replot(cli.replot_path(args, "circuits.json"))

@@ -18,9 +18,11 @@ previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injectio
     python k1.py search --replot           # redraw figures/k1.png from figures/k1.json
     python k1.py grid --K 45,64,96         # probes on a fixed (condition, K, seed) grid, no search
     python k1.py summary bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
+    python k1.py ledger k1_paper           # the paper-scale searches (campaigns/) from ledgers/k1_paper.json
 
-The estimators (the binary search) are in analysis/estimators.py; runners/probes.py schedules the probes, campaigns/campaign.py the
-paper-scale ones across GPU leases.
+The estimators (the binary search) are in analysis/estimators.py; runners/probes.py schedules the probes,
+campaigns/campaign.py the paper-scale ones across GPU leases, whose ledgers `ledger` draws (reweight_paper: Fig. 7c
+on a fixed grid at w = 1/10; tau_paper: Fig. 7b over 64 seeds).
 """
 import json
 import os
@@ -33,34 +35,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.runs import read_metrics
-from analysis.thresholds import PHI_STAR, add_run_flags, common_args, finite_json, generalizes, max_phi_beta, tau_2gen
+from analysis.thresholds import (PHI_STAR, add_run_flags, common_args, finite_json, generalizes, grid_brackets,
+                                 grid_table, k1_runs, tau_2gen)
+from campaigns import records
+from campaigns.specs import LEDGERS, grid_records
 from plumbing import cli
 from plumbing.rundir import write_json
-from runners.probes import CONDITIONS, finished, probe_command, probe_config, run_probes, search_K1
+from runners.probes import CONDITIONS, K1_PRESETS, finished, probe_command, probe_config, run_probes, search_K1
 
-PRESETS = {  # K1*
-    # sized for the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one core
-    # and large K still form the induction head well inside the budget (at N = 32, K = 256 does not within 1500
-    # steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
-    "quick": dict(N=64, batch=64, lr=3e-3, iters=1200, eval_every=50, eval_dense=128, evals=4, eval_train=128,
-                  eval_gen=128, lo=16, hi=256, ratio=1.5, seeds=4, perturbed_seeds=2, weight=0.5, tau_seeds=6,
-                  tau_iters=1200),
-    # the paper: N = 256, 10^4 steps, phi_beta every 100 steps on 4096 sequences, 16 seeds (4 per
-    # perturbation), w = 1/10, 64 seeds for tau_2gen followed for 5 x 10^4 steps
-    "paper": dict(N=256, batch=128, lr=1e-3, iters=10_000, eval_every=100, eval_dense=4096, evals=4, eval_train=1024,
-                  eval_gen=1024, lo=16, hi=4096, ratio=1.0, seeds=16, perturbed_seeds=4, weight=0.1, tau_seeds=64,
-                  tau_iters=50_000),
-}
+COLORS = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}  # the conditions, in every panel
 
 
 # ----------------------------------------------------------------------------- the search (Figs. 7a-c, A9)
-
-
-def k1_runs(outcomes: dict) -> list[dict]:
-    """Per probe (Figs. 7a, A9): its K, seed and condition, max_t phi_beta(2), min_t L_gen and tau_2gen."""
-    return [{"K": K, "seed": seed, "condition": cond, "max_phi_beta": max_phi_beta(rows),
-             "min_gen_loss": min(r["gen_loss"] for r in rows), "tau_2gen": tau_2gen(rows)}
-            for (cond, K, seed), rows in sorted(outcomes.items())]
 
 
 def k1_result(preset: str, p: dict, plan: dict[str, list[int]], searches: dict, runs: list[dict]) -> dict:
@@ -76,7 +62,7 @@ def k1_result(preset: str, p: dict, plan: dict[str, list[int]], searches: dict, 
 
 def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None = None) -> list[int | None]:
     """tau_2gen of tau_seeds control runs at one K (Fig. 7b), each followed for tau_iters steps."""
-    p = PRESETS[preset]
+    p = K1_PRESETS[preset]
     where = root if p["tau_iters"] == p["iters"] else os.path.join(root, "tau")  # same runs as the search's: reuse
     cfgs = [probe_config(preset, p, "control", K, seed, where, iters=p["tau_iters"], device=device)
             for seed in range(p["tau_seeds"])]
@@ -118,7 +104,6 @@ def plot_k1(result: dict, path: str):
     near K1*) and Fig. 7c (K1* per condition and seed)."""
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
-    colors = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}
     curves, drawn = [], []  # drawn: the conditions with a seed whose K1* is known (the others have no K - K1*)
     for cond in result["K1_star"]:
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
@@ -128,7 +113,7 @@ def plot_k1(result: dict, path: str):
             rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
             curves.append(([r["K"] - K1[cond, seed] for r in rs], [r["max_phi_beta"] for r in rs],
                            [r["min_gen_loss"] for r in rs],
-                           dict(color=colors[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)))
+                           dict(color=COLORS[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)))
     draw_phi_beta_and_loss(axes, curves, result["phi_star"], "min_t L_gen")
     for ax in axes[:2]:
         ax.axvline(0.5, color="gray", ls=":", lw=1)
@@ -138,7 +123,7 @@ def plot_k1(result: dict, path: str):
     axes[0].set_title("Fig. 7a: the induction head appears above K1*")
     axes[1].set_title("Fig. A9: generalization loss drops above K1*")
     for cond in drawn:
-        axes[0].plot([], [], color=colors[cond], label=cond)
+        axes[0].plot([], [], color=COLORS[cond], label=cond)
     axes[0].legend(fontsize=8, title=" ".join(f"{c}: no K1* in range" for c in result["K1_star"] if c not in drawn) or None,
                    title_fontsize=7)
     draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
@@ -149,12 +134,12 @@ def plot_k1(result: dict, path: str):
         xs = i + np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [i]
         for x, v, b in zip(xs, values, bounds):
             if v is not None:
-                axes[3].plot(x, v, "o", color=colors[cond])
+                axes[3].plot(x, v, "o", color=COLORS[cond])
             else:  # outside the searched range: drawn at its edge
-                axes[3].plot(x, lo if b == "below" else hi, "v" if b == "below" else "^", color=colors[cond], mfc="none")
+                axes[3].plot(x, lo if b == "below" else hi, "v" if b == "below" else "^", color=COLORS[cond], mfc="none")
         found = [v for v in values if v is not None]
         if found:
-            axes[3].hlines(statistics.median(found), i - 0.3, i + 0.3, color=colors[cond])
+            axes[3].hlines(statistics.median(found), i - 0.3, i + 0.3, color=COLORS[cond])
     axes[3].set_xticks(range(len(result["K1_star"])),
                        [f"{c}\n(w = {result['weight']})" if c == "reweight" else c for c in result["K1_star"]])
     axes[3].plot([], [], "^", color="gray", mfc="none", label=f"K1* >= {hi}: no 2-Gen even at K = {hi}")
@@ -177,7 +162,7 @@ def k1(args):
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
         cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_k1)
         return
-    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1")
+    preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1")
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
@@ -212,35 +197,10 @@ def k1(args):
 # ----------------------------------------------------------------------------- a fixed grid (Figs. 7a, A9; 7c per seed)
 
 
-def grid_table(members: list[dict]) -> dict:
-    """Per K of a fixed (K, seed) grid: the seeds' max phi_beta(2) over the dense readouts, their L_gen and how
-    many formed the induction head. members: {"K", "seed", "max_phi_beta", "gen_loss", "gen_loss_2gen"}."""
-    table = {}
-    for m in sorted(members, key=lambda m: (m["K"], m["seed"])):
-        row = table.setdefault(m["K"], {"seed": [], "max_phi_beta": [], "gen_loss": [], "gen_loss_2gen": m["gen_loss_2gen"]})
-        row["seed"].append(m["seed"])
-        row["max_phi_beta"].append(m["max_phi_beta"])
-        row["gen_loss"].append(m["gen_loss"])
-    for row in table.values():
-        row["heads"] = sum(v > PHI_STAR for v in row["max_phi_beta"])
-    return table
-
-
 def bench_members(grid: dict) -> list[dict]:
     """grid_table's members from a train.py grid's summary (bench/results/*_k1_grid_*.json): L_gen at the end."""
     return [{"K": m["K"], "seed": m["seed"], "max_phi_beta": m["max_phi_beta_2_dense"], "gen_loss": m["gen_loss"],
              "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
-
-
-def grid_brackets(table: dict) -> dict[int, list]:
-    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
-    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
-    brackets = {}
-    for seed in sorted({s for row in table.values() for s in row["seed"]}):
-        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
-        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
-        brackets[seed] = [max(below) if below else None, min(above) if above else None]
-    return brackets
 
 
 def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
@@ -318,7 +278,7 @@ def summary(args):
 def k1_grid(args):
     """K1* probes on a fixed (condition, K, seed) grid, no search: per run max phi_beta(2), min L_gen and
     tau_2gen; per condition and seed the bracket of K1* the grid gives (Fig. 7a and, per seed, Fig. 7c)."""
-    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k1grid")
+    preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1grid")
     Ks = cli.parse_list("--K", args.K)
     conditions = [c.strip() for c in args.conditions.split(",")]
     if any(c not in CONDITIONS for c in conditions):
@@ -360,6 +320,136 @@ def k1_grid(args):
     print(f"wrote {args.figures}/{args.name}.png and .json in {result['minutes_this_call']} min")
 
 
+# ----------------------------------------------------------------------------- the paper-scale campaigns' figures
+
+
+def plot_k1_ledger(result: dict, path: str):
+    """Fig. 7a (max phi_beta(2) against K), A9 (min L_gen against K) per seed, and each seed's K1* or bracket. A
+    condition none of whose searches has a probe yet has no legend entry and no column: the figure names it as not
+    started."""
+    started = {c: rows for c, rows in result["seeds"].items() if any(r["probes"] for r in rows)}
+    waiting = [f"{c} ({len(rows)} seeds)" for c, rows in result["seeds"].items() if c not in started]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for cond in started:
+        for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
+            rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
+            style = dict(color=COLORS[cond], marker=".", lw=0.8, alpha=0.7)
+            axes[0].plot([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], **style)
+            axes[1].plot([r["K"] for r in rs], [r["min_gen_loss"] for r in rs], **style)
+        axes[0].plot([], [], color=COLORS[cond], label=cond)
+    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label=f"phi_beta* = {result['phi_star']}")
+    for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("K")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=9, title=f"not started: {', '.join(waiting)}" if waiting else None, title_fontsize=9)
+    axes[0].set_title("Fig. 7a: max phi_beta(2) per probe")
+    axes[1].set_title("Fig. A9: min L_gen per probe")
+    ax = axes[2]
+    ticks = []
+    for i, (cond, rows) in enumerate(started.items()):
+        drawn = [r for r in rows if r["probes"]]  # a search with no probe yet has nothing to draw
+        xs = i + np.linspace(-0.25, 0.25, len(drawn)) if len(drawn) > 1 else [i]
+        for x, r in zip(xs, drawn):
+            lo, hi = r["bracket"]
+            if r["done"] and r.get("K1_star") is not None:
+                ax.plot(x, r["K1_star"], "o", color=COLORS[cond])
+            else:  # a search still running (or outside [lo, hi]): its bracket
+                ax.vlines(x, lo or result["search"]["lo"] / 1.3, hi or result["search"]["hi"] * 1.3, color=COLORS[cond],
+                          lw=2, alpha=0.5)
+        if result["median_K1_star"].get(cond) is not None:
+            ax.hlines(result["median_K1_star"][cond], i - 0.3, i + 0.3, color=COLORS[cond])
+        ended = sum(r["done"] for r in rows)
+        ticks.append(f"{cond}: {ended} ended, {len(drawn) - ended} running"
+                     + (f", {len(rows) - len(drawn)} not started" if len(drawn) < len(rows) else ""))
+    ax.axhline(94, color="gray", ls=":", lw=1, label="the paper's K1* ~ 94")
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=9)
+    ax.set_xlim(-0.5, len(ticks) - 0.5)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("K1* (dot) or its bracket so far (bar)")
+    ax.set_title("Fig. 7c: K1* per seed\n(line: median of the ended searches)")
+    ax.legend(fontsize=8)
+    done = sum(r["done"] for rows in result["seeds"].values() for r in rows)
+    total = sum(len(rows) for rows in result["seeds"].values())
+    fig.suptitle(f"K1* at the paper's scale (N = {result['N']}, {result['iters']} steps per probe): {done}/{total} "
+                 f"searches ended, {len(result['runs'])} probes", fontsize=14)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def draw_reweight(spec: dict, rows: list[dict], figures: str, name: str) -> dict:
+    """Fig. 7c on the fixed grid of a reweighting campaign: per condition Fig. 7a / A9 (grid_table, plot_grid, to
+    figures/<name>_<condition>.png) and each seed's K1* bracket, in the figure's title and the JSON. rows:
+    campaigns.records.grid_runs."""
+    tables, brackets, iters = {}, {}, {}
+    for cond in spec["conditions"]:
+        mine = [r for r in rows if r["condition"] == cond]
+        if not mine:  # not trained yet
+            continue
+        tables[cond] = grid_table(mine)
+        brackets[cond] = grid_brackets(tables[cond])
+        iters[cond] = mine[0]["iters"]
+        w = f" (w = {spec['train']['weight']})" if cond == "reweight" else ""
+        title = (f"{cond}{w}, {iters[cond]} steps, N = {spec['train']['N']}; K1* bracket per seed: "
+                 + ", ".join(f"seed {s} ({lo}, {hi}]" for s, (lo, hi) in brackets[cond].items()))
+        plot_grid({cond: tables[cond]}, title, os.path.join(figures, f"{name}_{cond}.png"))
+    return {"preset": spec["preset"], "N": spec["train"]["N"], "weight": spec["train"]["weight"],
+            "phi_star": PHI_STAR, "iters": iters, "K1_bracket": brackets, "K": tables, "runs": rows}
+
+
+def draw_tau(spec: dict, rows: list[dict], members: list[dict], path: str) -> dict:
+    """Fig. 7b from a tau campaign: the seeds' tau_2gen at one K in tau_bins, those that never entered 2-Gen counted
+    apart (draw_tau_histogram); beside it every seed's phi_beta(2) against step. rows: records.grid_runs; members:
+    the ledger's runs (their dense readouts)."""
+    taus = [r["tau_2gen"] for r in rows]
+    K, iters = spec["Ks"][0], rows[0]["iters"]
+    edges = tau_bins(iters)
+    counts = np.histogram([t for t in taus if t is not None], edges)[0]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    draw_tau_histogram(axes[0], taus, iters, K)
+    for m in sorted(members, key=lambda m: m["seed"]):
+        reached = tau_2gen(m["dense"]) is not None
+        axes[1].plot([r["step"] for r in m["dense"]], [r["phi_beta_2"] for r in m["dense"]], lw=0.6, alpha=0.6,
+                     color="tab:blue" if reached else "tab:orange")
+    axes[1].axhline(PHI_STAR, color="gray", ls="--", lw=1)
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("phi_beta(2)")
+    axes[1].set_title("each seed (blue: entered 2-Gen, orange: never)")
+    fig.suptitle(f"tau_2gen at K = {K}, N = {spec['train']['N']}, {iters} steps, phi_beta(2) every "
+                 f"{spec['train']['eval_every']} steps on {spec['train']['eval_dense']} sequences", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return {"preset": spec["preset"], "K": K, "iters": iters, "N": spec["train"]["N"], "phi_star": PHI_STAR,
+            "seed": [r["seed"] for r in rows], "tau_2gen": taus, "max_phi_beta": [r["max_phi_beta"] for r in rows],
+            "bins": edges.tolist(), "counts": counts.tolist(), "never": sum(t is None for t in taus)}
+
+
+def ledger_figures(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict:
+    """The `ledger` command: a K1* campaign's figures/<name>.png (reweighting: <name>_<condition>.png) and
+    figures/<name>.json from ledgers/<name>.json alone; returns what the JSON holds."""
+    spec, ledger = records.pieces_of(name, ("k1", "reweight", "tau"), ledgers)
+    cli.writable_dir(figures, "--figures")
+    if spec["kind"] == "k1":
+        result = records.k1_search(spec, ledger)
+        plot_k1_ledger(result, os.path.join(figures, f"{name}.png"))
+    elif spec["report"] == "reweight":
+        result = {**draw_reweight(spec, records.grid_runs(ledger), figures, name),
+                  "pieces": records.stamps(ledger["pieces"], "members")}
+    else:
+        result = {**draw_tau(spec, records.grid_runs(ledger), grid_records(ledger), os.path.join(figures, f"{name}.png")),
+                  "pieces": records.stamps(ledger["pieces"], "members")}
+    write_json(os.path.join(figures, f"{name}.json"), finite_json(result), indent=1)
+    return result
+
+
+def ledger(args):
+    """The `ledger` command: ledger_figures, and where it wrote."""
+    ledger_figures(args.campaign, args.figures, args.ledgers)
+    print(f"wrote {args.figures}/{args.campaign}*.png and {args.campaign}.json from {args.ledgers}/{args.campaign}.json")
+
+
 # ----------------------------------------------------------------------------- the command line
 
 
@@ -372,7 +462,7 @@ def add_search(sub):
                             "over 6 seeds); writes figures/k1.png and figures/k1.json, and the probes' runs "
                             "runs/k1_quick/<condition>/K<K>_s<seed>/ (config.json, metrics.jsonl, ckpt.pt, "
                             "model_<step>.pt).\n--replot: seconds, trains nothing.")
-    cli.add_preset(p, PRESETS, "quick: calibrated on the CPU, N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU")
+    cli.add_preset(p, K1_PRESETS, "quick: calibrated on the CPU, N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1_<preset>)")
     cli.add_device(p)
     cli.add_jobs(p)
@@ -394,7 +484,7 @@ def add_grid(sub):
                             "is 4 control probes and 4 reweighted ones, w = 1/2, of twice the steps, two at a time) "
                             "(quick preset); writes figures/k1_grid.png and figures/k1_grid.json (--name), and the runs "
                             "runs/k1grid_quick_w0.5/<condition>/K<K>_s<seed>/ (as search's).")
-    cli.add_preset(p, PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
+    cli.add_preset(p, K1_PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
     p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
     p.add_argument("--conditions", default="control,reweight", help="comma-separated subset of control, reweight, inject")
     p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
@@ -414,6 +504,18 @@ def add_summary(sub):
     cli.add_figures(p)
 
 
+def add_ledger(sub):
+    """k1.py ledger (ledger): its flags."""
+    p = sub.add_parser("ledger", help="Figs. 7a-c, A9 at the paper's scale from a campaign's ledger (campaigns/)",
+                       runs="Default run: none, the campaign is required; about 5 s on the 2-core development VM (an "
+                            "estimate: a process's imports, ~4 s there by tests/stand_ins.py, and one figure), trains "
+                            "nothing; writes figures/<campaign>.png (reweight_paper: one per condition) and "
+                            "figures/<campaign>.json from ledgers/<campaign>.json.")
+    p.add_argument("campaign", help="k1_paper (the searches), reweight_paper (Fig. 7c's grid) or tau_paper (Fig. 7b)")
+    p.add_argument("--ledgers", default=LEDGERS, help="where the ledgers are (default ledgers/)")
+    cli.add_figures(p)
+
+
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
         "Default run: k1.py search, 31 min 39 s from a fresh clone on the 2-core development VM (2026-11-26); writes "
@@ -422,9 +524,10 @@ def main():
     add_search(sub)
     add_grid(sub)
     add_summary(sub)
+    add_ledger(sub)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"search": k1, "grid": k1_grid, "summary": summary}[args.command](args)
+    {"search": k1, "grid": k1_grid, "summary": summary, "ledger": ledger}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ of train.py runs, one run directory per model.
     python sweep.py --K 64,80 --seeds 0-15 --resume           # continue a killed grid
     python sweep.py --plot-only --out runs/sweep              # only draw the heat maps from the runs in OUT
     python sweep.py --replot figures/fig2bc.json              # only redraw them from their numbers
+    python sweep.py --ledger sweep_paper                      # the paper-scale grid's (campaigns/) from its ledger
 
 Every model is the single run of train.py with its K and seed (`python train.py --K 64 --seed 3` trains the same).
 On CUDA the grid trains in one process as ensembles of --group models (runners/grids.py); on a CPU as one-thread
@@ -26,6 +27,9 @@ from matplotlib.colors import LogNorm
 
 import train
 from analysis import runs
+from analysis.thresholds import finite_json
+from campaigns import records
+from campaigns.specs import LEDGERS, grid_records
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import LABELS
@@ -134,6 +138,23 @@ def draw_sweep(summary: dict, path: str):
     plt.close(fig)
 
 
+def ledger_figures(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict:
+    """--ledger: Figs. 2b, 2c of a sweep campaign, figures/<name>.png and .json, from ledgers/<name>.json alone: the
+    seeds trained so far averaged at each K (sweep_summary, draw_sweep)."""
+    spec, ledger = records.pieces_of(name, ("sweep",), ledgers)
+    by_K = {}
+    for m in sorted(grid_records(ledger), key=lambda m: (m["K"], m["seed"])):
+        by_K.setdefault(m["K"], []).append((m["config"], m["full"]))
+    summary = sweep_summary(by_K)
+    cli.writable_dir(figures, "--figures")
+    draw_sweep(summary, os.path.join(figures, f"{name}.png"))
+    result = {"preset": spec["preset"], "iters": spec["train"]["iters"], **summary,
+              "seeds": {K: [cfg["seed"] for cfg, _ in members] for K, members in by_K.items()},
+              "pieces": records.stamps(ledger["pieces"], "members")}
+    write_json(os.path.join(figures, f"{name}.json"), finite_json(result), indent=1)
+    return result
+
+
 # ----------------------------------------------------------------------------- command line
 
 
@@ -155,9 +176,15 @@ def main():
     parser.add_argument("--plot", action="store_true", help="draw FIGURES/fig2bc.png after a grid given by --K too")
     parser.add_argument("--plot-only", action="store_true", help="only draw the heat maps from the runs in OUT")
     cli.add_replot(parser, "FIGURES/fig2bc.json", "the heat maps from their numbers")
+    parser.add_argument("--ledger", default=None, metavar="CAMPAIGN", help="only draw a paper-scale sweep campaign's "
+                        "heat maps, FIGURES/CAMPAIGN.png and .json, from ledgers/CAMPAIGN.json (e.g. sweep_paper)")
     args = parser.parse_args()
     if args.replot is not None:
         cli.replot(args, "fig2bc.json", ("K", "step") + tuple(k for k, _ in SWEEP_KEYS), "sweep.py", draw_sweep)
+        return
+    if args.ledger is not None:
+        ledger_figures(args.ledger, args.figures)
+        print(f"wrote {args.figures}/{args.ledger}.png and .json from ledgers/{args.ledger}.json")
         return
     args.out = args.out or OUT
     cli.set_threads(args.threads)

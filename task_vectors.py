@@ -28,6 +28,7 @@ In 2-Mem, Att2 averages MLP1's pair embeddings over the sequence, phi_n = (1/n) 
     python task_vectors.py                   # quick runs: geometry and patching at K = 16, information at K = 4, 16, 64
     python task_vectors.py --preset paper    # the paper's runs: K = 128, information at K = 32, 64, 128 (GPU to train)
     python task_vectors.py --replot          # only redraw the figure from FIGURES/task_vectors.json
+    python task_vectors.py --ledger circuits_paper   # the paper-scale run's (campaigns/), from its ledger
 
 It writes figures/task_vectors.png and .json, the repository's committed copies; --figures DIR writes
 elsewhere. The experiments run on the CPU, ~3 min on 2 cores, plus ~5 min for each quick run they have
@@ -51,6 +52,8 @@ from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
 from analysis.edges import run_edges
 from analysis.runs import TRAIN_TIME, closest_predictor, find_run, load_run, train_run
 from bayes import PREDICTORS, kl_div, mixed_mem
+from campaigns import records
+from campaigns.specs import LEDGERS
 from markov import TaskSet, sample_sequences
 from plumbing import cli
 from plumbing.rundir import write_atomic
@@ -406,6 +409,17 @@ def experiments(run: str, info_runs: list[str], per_chain: int, n_patch: int, se
     return json.loads(text)
 
 
+def ledger_figures(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict:
+    """--ledger: the task vectors of a circuits campaign's memorizing run (Figs. 4, A8), figures/task_vectors_*.png
+    and .json (circuits_paper: task_vectors_paper), from ledgers/<name>.json alone."""
+    result = records.pieces_of(name, ("circuits",), ledgers)[1]["pieces"][0]["task_vectors"]
+    out = os.path.join(figures, name.replace("circuits", "task_vectors"))
+    cli.writable_dir(figures, "--figures")
+    plot(result, f"{out}.png")
+    write_atomic(f"{out}.json", json.dumps(result, indent=1))
+    return result
+
+
 # ----------------------------------------------------------------------------- command line
 
 PRESET_RUNS = {"quick": {"run": 16, "Ks": "4,16,64"},  # the paper: patching at K = 128, t-SNE "up to K = 128"
@@ -434,6 +448,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--per-chain", type=cli.at_least(2), default=64, help="geometry: sequences per chain")
     parser.add_argument("--patch-seqs", type=cli.at_least(1), default=256, help="patching: sequences in S_A and in S_B")
     parser.add_argument("--seed", type=cli.at_least(0), default=0, help="sequences, t-SNE and Monte Carlo draws")
+    parser.add_argument("--ledger", default=None, metavar="CAMPAIGN", help="only draw a paper-scale circuits campaign's "
+                        "task vectors, FIGURES/task_vectors_*.png and .json, from ledgers/CAMPAIGN.json")
     cli.add_threads(parser, 1, "; t-SNE always runs on one, which keeps its layout the same from run to run")
     args = parser.parse_args(argv)
     preset = cli.preset(args.preset)
@@ -441,6 +457,11 @@ def main(argv: list[str] | None = None):
     Ks = cli.parse_list("--Ks", Ks_text, rule="K of the information runs: integers >= 2")
     if min(Ks) < 2:
         raise ValueError(f"--Ks: K must be >= 2 (with one chain there is none to recognize), got {Ks_text!r}")
+    if args.ledger is not None:
+        ledger_figures(args.ledger, args.figures)
+        print(f"wrote {args.figures}/{args.ledger.replace('circuits', 'task_vectors')}.png and .json from "
+              f"ledgers/{args.ledger}.json")
+        return
     cli.writable_dir(args.figures, "--figures")  # before the runs it may train
     if args.replot is not None:
         cli.replot(args, "task_vectors.json", PLOTTED, "task_vectors.py", plot)

@@ -177,6 +177,38 @@ def generalizes(rows: list[dict]) -> bool:
 # ----------------------------------------------------------------------------- what k1.py and k2.py share
 
 
+def k1_runs(outcomes: dict) -> list[dict]:
+    """Per probe (Figs. 7a, A9): its K, seed and condition, max_t phi_beta(2), min_t L_gen and tau_2gen."""
+    return [{"K": K, "seed": seed, "condition": cond, "max_phi_beta": max_phi_beta(rows),
+             "min_gen_loss": min(r["gen_loss"] for r in rows), "tau_2gen": tau_2gen(rows)}
+            for (cond, K, seed), rows in sorted(outcomes.items())]
+
+
+def grid_table(members: list[dict]) -> dict:
+    """Per K of a fixed (K, seed) grid: the seeds' max phi_beta(2) over the dense readouts, their L_gen and how
+    many formed the induction head. members: {"K", "seed", "max_phi_beta", "gen_loss", "gen_loss_2gen"}."""
+    table = {}
+    for m in sorted(members, key=lambda m: (m["K"], m["seed"])):
+        row = table.setdefault(m["K"], {"seed": [], "max_phi_beta": [], "gen_loss": [], "gen_loss_2gen": m["gen_loss_2gen"]})
+        row["seed"].append(m["seed"])
+        row["max_phi_beta"].append(m["max_phi_beta"])
+        row["gen_loss"].append(m["gen_loss"])
+    for row in table.values():
+        row["heads"] = sum(v > PHI_STAR for v in row["max_phi_beta"])
+    return table
+
+
+def grid_brackets(table: dict) -> dict[int, list]:
+    """Per seed of a grid_table: K1*'s bracket [the largest K without the induction head, the smallest K with it]
+    (None where the grid has no such K; the first above the second where the seed is not monotone in K)."""
+    brackets = {}
+    for seed in sorted({s for row in table.values() for s in row["seed"]}):
+        head = {K: row["max_phi_beta"][row["seed"].index(seed)] > PHI_STAR for K, row in table.items() if seed in row["seed"]}
+        below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
+        brackets[seed] = [max(below) if below else None, min(above) if above else None]
+    return brackets
+
+
 def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
     """The flags k1 and k2 share, checked: (preset, root, the preset's values, jobs, device, seeds); --jobs is
     checked by its parser (add_run_flags)."""

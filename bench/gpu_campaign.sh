@@ -8,25 +8,24 @@
 #      reweight_paper sweep_paper"): `python -m campaigns call`, pieces of one ensemble of up to SLOTS models (default 64)
 #      filled across the campaigns (the searches' next probes, the grids' runs that train the same way, then wider
 #      rounds of the searches), while the next piece fits the time left before TOTAL seconds from the start (default
-#      540) less REPORTS seconds (default 30) for the reports, each piece's time predicted from the pieces the
-#      ledgers measured on this card (specs.piece_rate)
-#   3. after every piece, the ledgers (and at the end the reports' figures) packed into $OUT/campaign.tar.gz, so a
-#      call cut short returns every piece it finished; the log is $OUT/campaign.log
+#      540), each piece's time predicted from the pieces the ledgers measured on this card (specs.piece_rate)
+#   3. after every piece, the ledgers packed into $OUT/campaign.tar.gz, so a call cut short returns every piece it
+#      finished; the log is $OUT/campaign.log. The figures are drawn here, afterwards, from the ledgers (each
+#      campaign's script: `python -m campaigns status <campaign>` names it)
 # A circuits campaign is a piece of its own: CAMPAIGNS=circuits_mem_paper TESTS=0 TOTAL=560 runs it with `run`.
 # Pass COMMIT=$(git rev-parse HEAD) where the copy on the card has no .git. Stage limits: tests 150 s, walk 60 s,
-# the campaigns (their reports included) TOTAL less the time spent, so the whole stays under TOTAL + 15 s.
-# Unpack here with: tar -xzf <files_at>/campaign.tar.gz   (ledgers/ and figures/ of the repository)
+# the campaigns TOTAL less the time spent, so the whole stays under TOTAL + 15 s.
+# Unpack here with: tar -xzf <files_at>/campaign.tar.gz   (ledgers/ of the repository)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu_campaign}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 TOTAL=${TOTAL:-540}
-REPORTS=${REPORTS:-30}
 LOG="$OUT/campaign.log"
 source bench/gpu_common.sh
 stage() { echo "== $1 (at ${SECONDS}s)" | tee -a "$LOG"; }
-pack() { $PY -c "import campaign; campaign.pack('$OUT', ['$1'], 'ledgers', 'figures')"; }  # OUT/campaign.tar.gz
+pack() { $PY -c "from campaigns import campaign; campaign.pack('$OUT', ['$1'], 'ledgers')"; }  # OUT/campaign.tar.gz
 
 stage card
 echo "$HEADER" | tee -a "$LOG"
@@ -47,19 +46,16 @@ CAMPAIGNS=${CAMPAIGNS:-k1_paper tau_paper reweight_paper sweep_paper}
 left=$((TOTAL - SECONDS))
 if [ "$engine_ok" = 1 ] && [ "$left" -gt 60 ]; then
     case "$CAMPAIGNS" in
-        # the run gets the time left less REPORTS, and its ledger is packed before the report (REPORTS seconds; a
-        # report cut short is redrawn from the ledger on any machine)
-        circuits_*) stage "campaign $CAMPAIGNS ($left s left, $REPORTS s of them for the report)"
-            budget=$($PY -c "print(round(($left - $REPORTS - 5) / 60, 2))")
-            timeout "$((left - REPORTS))" $PY -m campaigns run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
+        # one piece: training, then circuits.py and task_vectors.py on the runs; the ledger packed after it
+        circuits_*) stage "campaign $CAMPAIGNS ($left s left)"
+            budget=$($PY -c "print(round(($left - 5) / 60, 2))")
+            timeout "$left" $PY -m campaigns run $CAMPAIGNS --budget-min "$budget" 2>&1 | grep -v "^step " | tee -a "$LOG"
             echo "run: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
-            pack "$CAMPAIGNS"
-            timeout "$REPORTS" $PY -m campaigns report $CAMPAIGNS 2>&1 | tail -n 3 | tee -a "$LOG"
             pack "$CAMPAIGNS";;
         *) stage "campaigns $CAMPAIGNS in one process ($left s left)"
             budget=$($PY -c "print(round(($left - 5) / 60, 2))")
             timeout "$left" $PY -m campaigns call $CAMPAIGNS --budget-min "$budget" --slots "${SLOTS:-64}" \
-                --report-seconds "$REPORTS" --out "$OUT" 2>&1 | grep -v "^step " | tee -a "$LOG"
+                --out "$OUT" 2>&1 | grep -v "^step " | tee -a "$LOG"
             echo "campaigns: exit ${PIPESTATUS[0]}" | tee -a "$LOG";;
     esac
 else

@@ -13,7 +13,7 @@
 #
 #     bash bench/gpu_session.sh                 # run(command="COMMIT=<sha> bash bench/gpu_session.sh", timeout_s=590)
 #     STAGES=campaign bash bench/gpu_session.sh   # a second call on the same machine: skip the check
-# Here, afterwards: tar -xzf <files_at>/campaign.tar.gz; python -m campaigns report <campaign>.
+# Here, afterwards: tar -xzf <files_at>/campaign.tar.gz; python -m campaigns status <campaign> names its figures' command.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu_session}

@@ -1,16 +1,16 @@
 """Campaigns: the paper-scale experiments run a piece at a time, on GPU leases of a few minutes, with a ledger that
-accumulates in the repository (engine; the experiments themselves are k1.py's, k2.py's, circuits.py's and
-task_vectors.py's).
+accumulates in the repository (engine; the experiments themselves, and their figures, are k1.py's, sweep.py's,
+circuits.py's and task_vectors.py's).
 
 A lent GPU comes for ~10 minutes a command, and its run directories are gone after the call. So each piece
 trains, evaluates and analyses within one call, and appends what the analysis needs to ledgers/<campaign>.json:
-configs, readouts and losses, circuit edges, task-vector results; never checkpoints. The figures are drawn from
-the ledger, so they can be redrawn on any machine.
+configs, readouts and losses, circuit edges, task-vector results; never checkpoints. Each figure script draws its
+campaigns from their ledgers (campaigns/records.py: what they read), so the figures are drawn on any machine.
 
     python -m campaigns status k1_paper                  # what is done, what remains
     python -m campaigns run k1_paper --budget-min 6       # the next pieces that fit 6 minutes (GPU)
     python -m campaigns call k1_paper tau_paper reweight_paper --budget-min 8 --out OUT   # one process, full ensembles
-    python -m campaigns report k1_paper                   # figures/k1_paper.png and .json from the ledger
+    python k1.py ledger k1_paper                          # figures/k1_paper.png and .json from the ledger
 
 What each campaign trains and keeps, and what a piece costs, is campaigns/specs.py's; this file runs them. The sizes
 of the pieces come from the seconds the committed ledgers measured (SPECS says how); on a card that has
@@ -18,8 +18,8 @@ measured pieces of the campaign, the spec's predictions are calibrated by them (
 ensemble and a factor on the spec's seconds, fit by least squares, plus the fit's largest overrun).
 
 circuits_paper  Figs. 3, 4, A2, A3, A8 at the paper's scale: K = 1024 (1-Gen, 2-Gen) and K = 128 (1-Mem, 2-Mem),
-                seed 0, trained together for `iters` steps, then circuits.py's circuits and task_vectors.py's
-                experiments on them in the same call. One piece.
+                seed 0, trained together for `iters` steps, then circuits.py and task_vectors.py run on them
+                (each its own command, `analyse`) in the same call. One piece.
 circuits_mem_paper
                 the same for K = 128 alone (1-Mem, 2-Mem), 10^5 steps: circuits_paper's K = 128 is in neither
                 phase at 3 x 10^4 (its ledger). One piece, a call of its own (~8 min predicted).
@@ -29,35 +29,39 @@ k1_paper        Figs. 7a, A9, 7c: K1* per seed by binary search over integer K (
                 fit the budget.
 grids           fixed lists of (condition, K, seed) runs with given train settings; a piece is as many runs as fit
                 the budget, in the spec's order, trained together (ensembles on CUDA, one-thread processes on a
-                CPU); the ledger keeps per run its config, dense readouts and full evaluations. Each has its report
-                (campaigns/reports.py):
+                CPU); the ledger keeps per run its config, dense readouts and full evaluations. Each is drawn by
+                its figure's script (records.drawn_by):
   reweight_paper  Fig. 7c at the paper's w = 1/10: K = 94, 128, 192 x 2 seeds, 10^5 steps (x 1/w) against the
                   control's 10^4; per condition Fig. 7a / A9 (max phi_beta(2), L_gen) and each seed's K1* bracket.
   tau_paper       Fig. 7b: tau_2gen at K = 94 over 64 seeds, 10^4 steps, 'never' counted.
   sweep_paper     Figs. 2b, 2c: K = 2^3..2^10 x 2 seeds, 3 x 10^4 steps with 40 full evaluations: the heat maps
                   of the divergences to the four predictors and the readouts.
 The tests run CPU-sized stand-ins of each kind through the same code (tests/stand_ins.py: a campaign interrupted
-after every piece gives the same ledger and figures as one uninterrupted call; the reports on known ledgers).
+after every piece gives the same ledger and figures as one uninterrupted call; the figures on known ledgers).
 """
 import datetime
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import time
 from typing import NamedTuple
 
-import circuits
-import task_vectors
+import torch
+
 import train
-from analysis import runs, thresholds
-from campaigns import reports
+from analysis import runs
+from campaigns.records import drawn_by
 from campaigns.specs import (DENSE_KEYS, LEDGERS, METRIC_KEYS, SPECS, calibration, card, compact, config_record,
                              grid_config, grid_cost, grid_ensembles, grid_keys, grid_pending, grid_records, k1_configs,
                              k1_ensembles, k1_pending, k1_piece_cost, k1_state, ledger_path, load_ledger, nominal_rate,
                              piece_rate, save_ledger, stamp)
 from plumbing import cli
-from plumbing.rundir import write_json
 from runners import grids, probes
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where the figure scripts are
 
 # ----------------------------------------------------------------------------- training a campaign's pieces
 
@@ -118,8 +122,18 @@ def run_pieces(ledger: dict, device: str, deadline: float, max_runs: int, max_pi
 # ----------------------------------------------------------------------------- circuits and task vectors
 
 
-def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: float, figures: str,
-                 ledgers: str) -> str:
+def analyse(script: str, root: str, written: str, *flags) -> dict:
+    """The JSON `written` that a figure script writes when run on the campaign's trained runs, in its own process
+    (a figure script's command line is its interface: campaigns import none), with every core of this machine."""
+    out = os.path.join(root, os.path.splitext(script)[0])
+    command = [sys.executable, os.path.join(REPO, script), *map(str, flags), "--figures", out,
+               "--threads", str(torch.get_num_threads())]
+    subprocess.run(command, check=True)
+    with open(os.path.join(out, written)) as f:
+        return json.load(f)
+
+
+def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: float, ledgers: str) -> str:
     if ledger["pieces"]:
         return "nothing left: the runs are trained and traced"
     # training, then tracing and task vectors (seconds_analysis: circuits_paper's spec, fixed by its ledger, has none)
@@ -135,17 +149,19 @@ def circuits_run(spec: dict, ledger: dict, root: str, device: str, deadline: flo
     rows = grids.train_ensemble(list(cfgs.values()), os.path.join(root, "ckpt_circuits.pt"), overwrite=True)
     seconds_train = time.time() - t0
     run_dirs = {name: cfg.out for name, cfg in cfgs.items()}
-    # a memorizing run alone (circuits_mem_*) is traced in the memorizing phases only
-    traced = circuits.PREDICTORS if "gen" in run_dirs else ("1mem", "2mem")
-    phases = circuits.trace_phases(run_dirs, spec["trace_seqs"], seed=0, phases=traced)
+    # the figures' own commands on the trained runs: circuits.py traces the phases (a memorizing run alone,
+    # circuits_mem_*, in the memorizing phases only), task_vectors.py runs its experiments on the memorizing run
+    traced = "1gen,2gen,1mem,2mem" if "gen" in run_dirs else "1mem,2mem"
+    phases = analyse("circuits.py", root, "circuits.json", "--runs", ",".join(run_dirs.values()), "--phases", traced,
+                     "--n-seqs", spec["trace_seqs"], "--seed", 0, "--preset", spec["preset"])["phases"]
     kind = {d: name for name, d in run_dirs.items()}  # "gen" or "mem"
     piece = {"runs": {name: {"config": config_record(cfg), "rows": compact([r for r in rs if not r.get("dense")], METRIC_KEYS)}
                       for (name, cfg), rs in zip(cfgs.items(), rows)},
              "phases": {ph: {**d, "run": kind[d["run"]]} for ph, d in phases.items()},
              "seconds_train": round(seconds_train, 1)}
-    tv_dir = os.path.join(root, "task_vectors")
-    os.makedirs(tv_dir, exist_ok=True)
-    result = task_vectors.experiments(run_dirs["mem"], [run_dirs["mem"]], spec["tv_per_chain"], spec["tv_patch_seqs"], 0, tv_dir)
+    result = analyse("task_vectors.py", root, "task_vectors.json", "--run", run_dirs["mem"], "--runs", run_dirs["mem"],
+                     "--per-chain", spec["tv_per_chain"], "--patch-seqs", spec["tv_patch_seqs"], "--seed", 0,
+                     "--preset", spec["preset"])
     piece["task_vectors"] = {k: v for k, v in result.items() if k not in ("seconds", "runs")}  # t-SNE layouts included
     ledger["pieces"].append({**piece, **stamp(device, time.time() - t0, spec["iters"] * len(cfgs))})
     save_ledger(ledger, ledgers)
@@ -232,9 +248,9 @@ def record_piece(slots: list[Slot], rows: list[list[dict]], ledgers: dict, devic
         save_ledger(ledgers[name], ledgers_dir)
 
 
-def pack(out: str, names: list[str], ledgers_dir: str, figures: str):
-    """out/campaign.tar.gz, written atomically: the campaigns' ledgers and figures as the repository keeps them
-    (ledgers/<name>.json, figures/<name>*), so that a call cut short returns every piece it finished."""
+def pack(out: str, names: list[str], ledgers_dir: str):
+    """out/campaign.tar.gz, written atomically: the campaigns' ledgers as the repository keeps them
+    (ledgers/<name>.json), so that a call cut short returns every piece it finished."""
     os.makedirs(out, exist_ok=True)
     tmp = os.path.join(out, "campaign.tar.gz.tmp")
     with tarfile.open(tmp, "w:gz") as tar:
@@ -242,10 +258,6 @@ def pack(out: str, names: list[str], ledgers_dir: str, figures: str):
             path = ledger_path(name, ledgers_dir)
             if os.path.exists(path):
                 tar.add(path, arcname=os.path.join("ledgers", os.path.basename(path)))
-            if os.path.isdir(figures):
-                for f in sorted(os.listdir(figures)):
-                    if f.startswith(name) or f.startswith(name.replace("circuits", "task_vectors")):
-                        tar.add(os.path.join(figures, f), arcname=os.path.join("figures", f))
     os.replace(tmp, os.path.join(out, "campaign.tar.gz"))
 
 
@@ -256,19 +268,17 @@ def check_fillable(names: list[str]):
 
 
 def call(names: list[str], budget_min: float, device: str, root: str, jobs: int = 1, slots: int = 64,
-         max_pieces: int = 10**6, figures: str = "figures", ledgers_dir: str = LEDGERS, out: str | None = None,
-         report_seconds: float = 30) -> str:
+         max_pieces: int = 10**6, ledgers_dir: str = LEDGERS, out: str | None = None) -> str:
     """One call of several k1 and grid campaigns in one process: pieces of one filled ensemble each (fill), while the
-    next fits the time left before the budget's end less report_seconds (piece_rate on this card, else the lead
-    campaign's own rate), then the reports. After every piece the ledgers are saved and, with out, packed into
-    out/campaign.tar.gz; the reports are packed with them at the end."""
+    next fits the time left before the budget's end (piece_rate on this card, else the lead campaign's own rate).
+    After every piece the ledgers are saved and, with out, packed into out/campaign.tar.gz."""
     check_fillable(names)
     ledgers = {name: load_ledger(name, ledgers_dir) for name in names}
-    deadline = time.time() + 60 * budget_min - report_seconds
+    deadline = time.time() + 60 * budget_min
     if os.path.isdir(root):  # run directories of an earlier call are never reused: the ledgers are the record
         shutil.rmtree(root)
     if out:  # what the call starts from, should its first piece not end
-        pack(out, names, ledgers_dir, figures)
+        pack(out, names, ledgers_dir)
     message, done = "", 0
     for done in range(max_pieces):
         piece = fill(names, ledgers, slots, root, device)
@@ -290,16 +300,11 @@ def call(names: list[str], budget_min: float, device: str, root: str, jobs: int 
         seconds = time.time() - t0
         record_piece(piece, rows, ledgers, device, seconds, f"{datetime.datetime.now().isoformat()}#{done}", ledgers_dir)
         if out:
-            pack(out, names, ledgers_dir, figures)
+            pack(out, names, ledgers_dir)
         print(f"piece {done + 1} done in {seconds:.0f} s (predicted {predicted:.0f}); "
               f"{sum(slot.cfg.iters for slot in piece) / seconds:.0f} model-steps/s", flush=True)
     else:
         message = f"{max_pieces} pieces done"
-    for name in names:
-        if ledgers[name]["pieces"]:
-            report(name, figures, ledgers_dir)
-    if out:
-        pack(out, names, ledgers_dir, figures)
     return message
 
 
@@ -307,7 +312,7 @@ def call(names: list[str], budget_min: float, device: str, root: str, jobs: int 
 
 
 def run(name: str, budget_min: float, device: str, root: str, jobs: int = 1, max_probes: int = 10**6,
-        max_pieces: int = 10**6, figures: str = "figures", ledgers: str = LEDGERS) -> str:
+        max_pieces: int = 10**6, ledgers: str = LEDGERS) -> str:
     """The next pieces of campaign `name` that fit budget_min minutes; appends them to its ledger. max_probes: at
     most this many runs a piece (k1 probes, grid runs)."""
     ledger = load_ledger(name, ledgers)
@@ -316,7 +321,7 @@ def run(name: str, budget_min: float, device: str, root: str, jobs: int = 1, max
     if os.path.isdir(root):  # run directories of an earlier call are never reused: the ledger is the record
         shutil.rmtree(root)
     if spec["kind"] == "circuits":
-        return circuits_run(spec, ledger, root, device, deadline, figures, ledgers)
+        return circuits_run(spec, ledger, root, device, deadline, ledgers)
     if spec["kind"] == "k1":
         return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "probe",
                           lambda: k1_pending(spec, ledger), lambda keys: k1_piece_cost(spec, keys),
@@ -324,23 +329,6 @@ def run(name: str, budget_min: float, device: str, root: str, jobs: int = 1, max
     return run_pieces(ledger, device, deadline, max_probes, max_pieces, ledgers, "run",
                       lambda: grid_pending(spec, ledger), lambda keys: grid_cost(spec, keys),
                       lambda keys: grid_ensembles(spec, keys), lambda keys: grid_train(spec, keys, root, device, jobs))
-
-
-def report(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict | None:
-    """figures/<name>.png and .json (and their companions) from the ledger alone; None while it has no piece."""
-    ledger, spec = load_ledger(name, ledgers), SPECS[name]
-    if not ledger["pieces"]:
-        return None
-    os.makedirs(figures, exist_ok=True)
-    if spec["kind"] == "k1":
-        result = reports.k1_search(spec, *k1_state(spec, ledger), ledger["pieces"])
-        reports.plot_k1_campaign(result, os.path.join(figures, f"{name}.png"))
-    elif spec["kind"] == "circuits":
-        result = reports.circuits_report(spec, ledger["pieces"], figures, name)
-    else:
-        result = reports.GRID[spec["report"]](spec, grid_records(ledger), ledger["pieces"], figures, name)
-    write_json(os.path.join(figures, f"{name}.json"), thresholds.finite_json(result), indent=1)
-    return result
 
 
 def estimate(ledger: dict, keys: list, cost, ensembles) -> str:
@@ -354,6 +342,12 @@ def estimate(ledger: dict, keys: list, cost, ensembles) -> str:
 
 
 def status(name: str, ledgers: str = LEDGERS) -> str:
+    """What is done and what remains, and the command that draws the figures."""
+    return f"{progress(name, ledgers)}; figures: {drawn_by(name)}"
+
+
+def progress(name: str, ledgers: str = LEDGERS) -> str:
+    """The pieces in the ledger, the runs done and pending, and the next piece's predicted time."""
     ledger, spec = load_ledger(name, ledgers), SPECS[name]
     done = f"{len(ledger['pieces'])} pieces in {ledger_path(name, ledgers)}"
     if spec["kind"] == "circuits":
@@ -375,14 +369,14 @@ def status(name: str, ledgers: str = LEDGERS) -> str:
 
 def main():
     gpu = "paper-scale GPU jobs: on an H100 a k1_paper piece of 1-8 probes took 41-106 s, 2026-11-27"
-    figures = "figures/<campaign>.json and figures/<campaign>.png (reweight_paper: reweight_paper_<condition>.png instead"
     parser = cli.ArgumentParser(prog="campaigns", description=__doc__.split("\n\n")[0], runs=(
-        "Default run: none, a command is required: status about 5 s and report at most about 30 s on the 2-core "
-        f"development VM, run and call up to their --budget-min minutes ({gpu}); writes ledgers/<campaign>.json, "
-        "figures/<campaign>.png and .json, scratch runs in runs/campaign_<campaign>/ (each command's --help: which)."))
+        "Default run: none, a command is required: status about 5 s on the 2-core development VM, run and call up to "
+        f"their --budget-min minutes ({gpu}); writes ledgers/<campaign>.json, scratch runs in "
+        "runs/campaign_<campaign>/ (each command's --help: which). The figures: each campaign's script (status names "
+        "it)."))
     sub = parser.add_subparsers(dest="command", required=True)
-    for command, text, runs in (
-            ("status", "what is done and what remains",
+    for command, text, timing in (
+            ("status", "what is done and what remains, and the command that draws its figures",
              "Default run: about 5 s on the 2-core development VM (an estimate: a process's imports, ~4 s there by "
              "tests/stand_ins.py), trains nothing; writes nothing, reads ledgers/<campaign>.json."),
             ("run", "run the next pieces that fit the budget, appending to the ledger",
@@ -390,14 +384,10 @@ def main():
              "ledgers/<campaign>.json after every piece, scratch runs in runs/campaign_<campaign>/ (emptied by the "
              "next call)."),
             ("call", "one process for several k1 and grid campaigns: pieces of one filled ensemble each",
-             f"Default run: none, --budget-min is required: up to that many minutes, the last 30 s (--report-seconds) "
-             f"kept for the reports ({gpu}); writes ledgers/<campaign>.json after every piece, scratch runs in "
-             f"runs/campaign_<the campaigns joined by _>/, at the end {figures}); with --out OUT/campaign.tar.gz too."),
-            ("report", "draw the campaign's figures and JSON from its ledger",
-             "Default run: at most about 30 s on the 2-core development VM (an estimate: the 30 s call keeps for its "
-             f"reports, --report-seconds), trains nothing; writes {figures}; circuits_*: also fig2a_*_K<K>.png and "
-             "task_vectors_*.png and .json) from ledgers/<campaign>.json.")):
-        p = sub.add_parser(command, help=text, runs=runs)
+             f"Default run: none, --budget-min is required: up to that many minutes ({gpu}); writes "
+             "ledgers/<campaign>.json after every piece, scratch runs in runs/campaign_<the campaigns joined by _>/; "
+             "with --out OUT/campaign.tar.gz too.")):
+        p = sub.add_parser(command, help=text, runs=timing)
         if command == "call":
             p.add_argument("campaigns", nargs="+", choices=list(SPECS), metavar="campaign",
                            help="k1 and grid campaigns, in the order their runs fill a piece")
@@ -416,35 +406,25 @@ def main():
                            help="k1 and grid campaigns: at most this many runs (probes, grid runs) a piece")
         if command == "call":
             p.add_argument("--slots", type=cli.at_least(1), default=64, help="models in a piece's ensemble (default 64)")
-            p.add_argument("--out", default=None, help="pack the ledgers and figures into OUT/campaign.tar.gz after "
-                           "every piece (a call cut short returns what it finished)")
-            p.add_argument("--report-seconds", type=float, default=30, help="seconds kept for the reports at the end")
-        if command in ("run", "call", "report"):
-            cli.add_figures(p)
+            p.add_argument("--out", default=None, help="pack the ledgers into OUT/campaign.tar.gz after every piece (a "
+                           "call cut short returns what it finished)")
     args = parser.parse_args()
     if args.command == "status":
         print(status(args.campaign, args.ledgers))
-    elif args.command in ("run", "call"):
-        if not args.budget_min > 0:
-            raise ValueError(f"--budget-min must be > 0, got {args.budget_min}")
-        device = cli.device(args.device)
-        names = args.campaigns if args.command == "call" else [args.campaign]
-        if args.command == "call":
-            check_fillable(names)
-        root = args.root or os.path.join("runs", f"campaign_{'_'.join(names)}")
-        cli.announce(SPECS[names[0]]["preset"], f"campaigns {', '.join(names)}, {args.budget_min} min on {device}, "
-                     f"scratch runs in {root}", ", ".join(ledger_path(name, args.ledgers) for name in names))
-        if args.command == "call":
-            if not args.report_seconds >= 0:
-                raise ValueError(f"--report-seconds must be >= 0, got {args.report_seconds}")
-            print(call(names, args.budget_min, device, root, args.jobs, args.slots, args.max_pieces, args.figures,
-                       args.ledgers, args.out, args.report_seconds))
-        else:
-            print(run(args.campaign, args.budget_min, device, root, args.jobs, args.max_probes, args.max_pieces,
-                      args.figures, args.ledgers))
-        for name in names:
-            print(status(name, args.ledgers))
+        return
+    if not args.budget_min > 0:
+        raise ValueError(f"--budget-min must be > 0, got {args.budget_min}")
+    device = cli.device(args.device)
+    names = args.campaigns if args.command == "call" else [args.campaign]
+    if args.command == "call":
+        check_fillable(names)
+    root = args.root or os.path.join("runs", f"campaign_{'_'.join(names)}")
+    cli.announce(SPECS[names[0]]["preset"], f"campaigns {', '.join(names)}, {args.budget_min} min on {device}, "
+                 f"scratch runs in {root}", ", ".join(ledger_path(name, args.ledgers) for name in names))
+    if args.command == "call":
+        print(call(names, args.budget_min, device, root, args.jobs, args.slots, args.max_pieces, args.ledgers, args.out))
     else:
-        result = report(args.campaign, args.figures, args.ledgers)
-        print(f"wrote {args.figures}/{args.campaign}.png and .json" if result else "the ledger has no piece yet")
-
+        print(run(args.campaign, args.budget_min, device, root, args.jobs, args.max_probes, args.max_pieces,
+                  args.ledgers))
+    for name in names:
+        print(status(name, args.ledgers))

@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import torch
 
-import k1
 import train
 from analysis import thresholds
 from plumbing.rundir import write_json
@@ -31,7 +30,7 @@ LEDGERS = "ledgers"
 #   bench/results/2026-11-27_h100_campaign_d.log) and task_vectors.experiments on the K = 128 run in 111 s.
 K1_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00086)
 FULL_RATE = dict(seconds_per_ensemble=38, seconds_per_model_step=0.00111)
-K1_PROBE = dict(k1.PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
+K1_PROBE = dict(probes.K1_PRESETS["paper"], bf16=True)  # the paper's K1* protocol (its "weight" is w = 1/10)
 SPECS = {
     "circuits_paper": dict(kind="circuits", preset="paper", Ks={"gen": 1024, "mem": 128}, seed=0, iters=30_000,
                            train=dict(evals=40, bf16=True), trace_seqs=512, tv_per_chain=16, tv_patch_seqs=256,

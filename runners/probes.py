@@ -25,6 +25,20 @@ from runners import grids
 
 CONDITIONS = ("control", "reweight", "inject")
 
+K1_PRESETS = {  # the K1* probe's protocol (k1.py; campaigns/specs.py's paper campaigns)
+    # sized for the 2-core CPU (README): N = 64, batch 64 and lr 3e-3 so that a probe takes ~1.5 min of one core
+    # and large K still form the induction head well inside the budget (at N = 32, K = 256 does not within 1500
+    # steps); the reweighting is milder than the paper's (its 1/w budget multiplies the cost)
+    "quick": dict(N=64, batch=64, lr=3e-3, iters=1200, eval_every=50, eval_dense=128, evals=4, eval_train=128,
+                  eval_gen=128, lo=16, hi=256, ratio=1.5, seeds=4, perturbed_seeds=2, weight=0.5, tau_seeds=6,
+                  tau_iters=1200),
+    # the paper: N = 256, 10^4 steps, phi_beta every 100 steps on 4096 sequences, 16 seeds (4 per
+    # perturbation), w = 1/10, 64 seeds for tau_2gen followed for 5 x 10^4 steps
+    "paper": dict(N=256, batch=128, lr=1e-3, iters=10_000, eval_every=100, eval_dense=4096, evals=4, eval_train=1024,
+                  eval_gen=1024, lo=16, hi=4096, ratio=1.0, seeds=16, perturbed_seeds=4, weight=0.1, tau_seeds=64,
+                  tau_iters=50_000),
+}
+
 
 def run_config(preset: str, p: dict, K: int | float, seed: int, out: str, **flags) -> train.Config:
     """The train.py run of one (K, seed) of an experiment preset p: p's values of train.Config's fields,

@@ -135,6 +135,11 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("k2.py", ["sweep", "--preset", "paper", "--device", "cpu"], ["paper preset needs a GPU"]),
     ("k2.py", ["dtau", "no-such-dir"], ["no run directories"]),
     ("circuits.py", ["--seed", "-1"], ["--seed"]),
+    ("circuits.py", ["--phases", "2gen,3gen"], ["--phases", "3gen"]),
+    ("k1.py", ["ledger", "sweep_paper"], ["sweep_paper", "not a campaign this script draws", "k1_paper"]),
+    ("sweep.py", ["--ledger", "k1_paper"], ["k1_paper", "not a campaign this script draws", "sweep_paper"]),
+    ("sweep.py", ["--ledger", "sweep_paper"], ["no ledger ledgers/sweep_paper.json", "where the command runs"]),
+    ("task_vectors.py", ["--ledger", "nothing"], ["nothing", "circuits_paper"]),
     ("bench/bench_data.py", ["--threads", "0"], ["--threads"]),
     ("bench/bench_attention.py", ["--compile-jobs", "0"], ["--compile-jobs"]),
     ("bench/bench_attention.py", ["--previous", "missing.py"], ["--previous"]),
@@ -753,7 +758,7 @@ def test_the_default_threads_leave_the_busy_cores_alone(tmp_path, monkeypatch, l
 HELPED = ["train.py", "sweep.py", "circuits.py", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
           "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_dynamics.py", "sa_scaling.py", "tau_settings.py",
           "tau_velocities.py", "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run",
-          "campaigns call", "campaigns report"]
+          "campaigns call", "k1.py ledger"]
 
 
 @pytest.mark.parametrize("command", HELPED)

@@ -1,13 +1,17 @@
-"""The paper-scale figures come from the committed ledgers (campaign.report): redrawn from ledgers/ on any machine,
+"""The paper-scale figures come from the committed ledgers (each drawn by its figure script, records.drawn_by's
+command): redrawn from ledgers/ on any machine,
 their JSON equals the committed figures/*.json, and the numbers the README and RESULTS.md quote from them are
 there. A new piece in a ledger changes the figures and these numbers together: redraw, then update the text and
 the pins below."""
 import json
 import os
+import shlex
+import subprocess
+import sys
 
 import pytest
 
-from campaigns import campaign
+from campaigns import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,8 +23,12 @@ def committed(name: str) -> dict:
 
 @pytest.mark.parametrize("name, files", [("k1_paper", ["k1_paper.json"]),
                                          ("circuits_paper", ["circuits_paper.json", "task_vectors_paper.json"])])
-def test_a_report_redraws_the_committed_figures(tmp_path, same_numbers, name, files):
-    campaign.report(name, figures=str(tmp_path), ledgers=os.path.join(ROOT, "ledgers"))
+def test_the_scripts_redraw_the_committed_figures(tmp_path, same_numbers, name, files):
+    """The commands `python -m campaigns status` names, run as a reader would (with --figures elsewhere)."""
+    for command in records.drawn_by(name).split("; "):
+        python, script, *flags = shlex.split(command)
+        subprocess.run([sys.executable, script, *flags, "--figures", str(tmp_path)], cwd=ROOT, check=True,
+                       capture_output=True)
     for file in files:
         with open(tmp_path / file) as f:
             assert same_numbers(json.load(f), committed(file)), file

@@ -1,7 +1,7 @@
 """The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (sweep.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
-sequences the predictors were given. And the layout of figures/k1_paper.png (reports.plot_k1_campaign)."""
+sequences the predictors were given. And the layout of figures/k1_paper.png (k1.plot_k1_ledger)."""
 import json
 import os
 import types
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import bayes
+import k1
 import predictor_scaling
 import sweep
 from bayes import PREDICTORS
-from campaigns import reports
 from markov import TaskSet
 from plumbing import cli
 
@@ -137,8 +137,8 @@ def test_k1_paper_draws_only_started_conditions_and_nothing_is_clipped(monkeypat
         result = json.load(f)
     assert not any(r["probes"] for r in result["seeds"]["inject"])  # the case drawn here
     figures = []
-    monkeypatch.setattr(reports.plt, "close", figures.append)
-    reports.plot_k1_campaign(result, os.devnull)
+    monkeypatch.setattr(k1.plt, "close", figures.append)
+    k1.plot_k1_ledger(result, os.devnull)
     fig = figures[0]
     legend = fig.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["control", "phi_beta* = 0.45"]

@@ -299,7 +299,7 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
     round(median(3, 7, 4)) = 4, where seed 0 (K1* = 3) enters 2-Gen at step 50 and seed 1 (K1* = 7) never."""
     preset = dict(N=8, batch=4, lr=1e-3, iters=100, eval_every=50, eval_dense=4, evals=1, eval_train=4, eval_gen=4,
                   lo=2, hi=9, ratio=1.0, seeds=3, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=200)
-    monkeypatch.setitem(k1.PRESETS, "quick", preset)
+    monkeypatch.setitem(k1.K1_PRESETS, "quick", preset)
     for module in (k1, probes):  # the searches' rounds (runners/probes.py) and Fig. 7b's runs (k1.py)
         monkeypatch.setattr(module, "run_probes", lambda cfgs, jobs: [probe_rows(c) for c in cfgs])
     args = type("Args", (), dict(replot=None, preset="quick", root=str(tmp_path / "runs"), jobs=1, print_commands=False,

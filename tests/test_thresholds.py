@@ -127,7 +127,7 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     known answer whatever the tiny runs learn."""
     tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
-    monkeypatch.setitem(k1.PRESETS, "quick", tiny)
+    monkeypatch.setitem(k1.K1_PRESETS, "quick", tiny)
     monkeypatch.setattr(thresholds, "max_phi_beta", lambda rows: 1.0 if rows[0]["K"] > 4 else 0.0)
     monkeypatch.setattr(runs, "read_metrics", _with_K(runs.read_metrics))  # as runners/probes.py reads the probes
     monkeypatch.chdir(tmp_path)
@@ -178,7 +178,7 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     K > 3 + 2 seed, reweight: K > 5 + 2 seed); figure and JSON; a rerun trains nothing."""
     tiny = dict(N=8, batch=4, lr=1e-3, iters=6, eval_every=3, eval_dense=4, evals=1, eval_train=4, eval_gen=4, lo=2, hi=9,
                 ratio=1.0, seeds=2, perturbed_seeds=1, weight=0.5, tau_seeds=2, tau_iters=6)
-    monkeypatch.setitem(k1.PRESETS, "quick", tiny)
+    monkeypatch.setitem(k1.K1_PRESETS, "quick", tiny)
 
     def read(run_dir, dense=False, read_metrics=runs.read_metrics):  # rows that carry their run's K, seed and w
         cfg, rows = read_metrics(run_dir, dense)
@@ -188,7 +188,7 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
         return 1.0 if rows[0]["K"] > (3 if rows[0]["w"] == 1 else 5) + 2 * rows[0]["seed"] else 0.0
 
     monkeypatch.setattr(runs, "read_metrics", read)
-    monkeypatch.setattr(k1, "max_phi_beta", rule)
+    monkeypatch.setattr(thresholds, "max_phi_beta", rule)
     figures = []
     monkeypatch.setattr(k1.plt, "close", figures.append)
     monkeypatch.chdir(tmp_path)
