@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from analysis.estimators import median_ci
 from analysis.fresh_chains import fresh_batch
-from analysis.transformer_tau import (TRAINING, phi_beta_last, last_position, model_for, read_record, rounded_run,
-                                      train_one, transformer_summary)
+from analysis.transformer_tau import (PATHS, TRAINING, phi_beta_last, last_position, model_for, read_record,
+                                      rounded_run, train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
@@ -55,6 +55,18 @@ def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
                       for g in grads])
         out[name] = {"value": float(q.detach()), "velocity": float(v.mean()),
                      "se": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
+    return out
+
+
+def delta_paths(params: dict, batches: list) -> dict:
+    """delta's velocity in the transformer, -dL/dP1[1] per unit of learning rate (L: the last position's loss), split
+    by the use of layer 1's output that carries it (transformer_tau.PATHS: layer 2's query, keys and values, the
+    skip past layer 2); the four sum to delta's velocity. {path: {"velocity", "se"}} over the equal-sized batches."""
+    out = {}
+    for path in PATHS:
+        v = np.array([-float(torch.autograd.grad(F.cross_entropy(last_position(params, c, path)[0], y),
+                                                 params["att1.P"])[0][0, 1]) for c, y in batches])
+        out[path] = {"velocity": float(v.mean()), "se": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
     return out
 
 
@@ -132,6 +144,7 @@ def _measure_job(job: tuple) -> dict:
                 loss = lambda c, y: F.cross_entropy(last_position(params, c)[0], y)  # noqa: E731
                 rows[t] = velocities(loss, transformer_coordinates(template, params, context), params, batches)
                 rows[t]["P1"] = params["att1.P"][0, :8].tolist()
+                rows[t]["delta_paths"] = delta_paths(params, batches)
 
         run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure))
         out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
@@ -160,9 +173,24 @@ def theory_slope(name: str, Ns) -> float:
     return float(power * np.polyfit(np.log(Ns), np.log([harmonic(int(N)) / N for N in Ns]), 1)[0])
 
 
+def stage_slopes(by_N: dict, stages: int, read) -> list[dict]:
+    """Per stage of the runs {N: [run, ...]}: {"N", "velocities" (per N, the seeds'), "median", "slope"}, read(one
+    time's measurement) the velocity, slope that of log |median| against log N (None with fewer than two nonzero)."""
+    Ns, out = sorted(by_N), []
+    for i in range(stages):
+        v = {N: [read(m["times"][sorted(m["times"], key=int)[i]]) for m in by_N[N]] for N in Ns}
+        median = [float(np.median(v[N])) for N in Ns]
+        ok = [j for j, x in enumerate(median) if x != 0]
+        slope = float(np.polyfit(np.log([Ns[j] for j in ok]), np.log([abs(median[j]) for j in ok]), 1)[0]) \
+            if len(ok) >= 2 else None
+        out.append({"N": Ns, "velocities": [v[N] for N in Ns], "median": median, "slope": slope})
+    return out
+
+
 def measure_summary(measured: list, record: dict) -> dict:
     """{model: {coordinate: [per stage: {"N", "velocities" (per N, the seeds'), "median", "slope", "theory"}]}}: the
-    slope of log |median velocity| against log N beside the theory's; "early_phi": phi_beta(2)'s early rate per N
+    slope of log |median velocity| against log N beside the theory's; "delta_paths" (transformer): delta's velocity
+    through each use of layer 1's output, as stage_slopes; "early_phi": phi_beta(2)'s early rate per N
     (its least-squares slope over the measurement run, which ends at half the head's time or tau) and the slope of
     its medians against log(H_N / N) (the theory: 2); "record_match": the largest difference between a transformer
     measurement run's losses and the committed record's run of its (N, seed) (the same run: 0 to rounding)."""
@@ -172,19 +200,13 @@ def measure_summary(measured: list, record: dict) -> dict:
         Ns = sorted({m["N"] for m in runs})
         by_N = {N: [m for m in runs if m["N"] == N] for N in Ns}
         stages = min(len(m["times"]) for m in runs)
-        row = {}
-        for name in runs[0]["times"][next(iter(runs[0]["times"]))]:
-            if name == "P1":
-                continue
-            row[name] = []
-            for i in range(stages):
-                v = {N: [m["times"][sorted(m["times"], key=int)[i]][name]["velocity"] for m in by_N[N]] for N in Ns}
-                median = [float(np.median(v[N])) for N in Ns]
-                ok = [j for j, x in enumerate(median) if x != 0]
-                slope = float(np.polyfit(np.log([Ns[j] for j in ok]), np.log([abs(median[j]) for j in ok]), 1)[0]) \
-                    if len(ok) >= 2 else None
-                row[name].append({"N": Ns, "velocities": [v[N] for N in Ns], "median": median, "slope": slope,
-                                  "theory": theory_slope(name, Ns)})
+        first = runs[0]["times"][next(iter(runs[0]["times"]))]
+        row = {name: [{**s, "theory": theory_slope(name, Ns)}
+                      for s in stage_slopes(by_N, stages, lambda r, name=name: r[name]["velocity"])]
+               for name in first if name not in ("P1", "delta_paths")}
+        if all("delta_paths" in r for m in runs for r in m["times"].values()):
+            row["delta_paths"] = {p: stage_slopes(by_N, stages, lambda r, p=p: r["delta_paths"][p]["velocity"])
+                                  for p in PATHS}
         rates = {N: [float(np.polyfit(m["t"], m["phi"], 1)[0]) for m in by_N[N]] for N in Ns}
         medians = [float(np.median(rates[N])) for N in Ns]
         row["early_phi"] = {"N": Ns, "rates": [rates[N] for N in Ns], "median": medians,
@@ -206,6 +228,8 @@ def measure_summary(measured: list, record: dict) -> dict:
 COORDINATE_LABELS = {"beta": "beta (transformer: layer 2's induction score via the embeddings)",
                      "delta": "delta = P1[1], layer 1's lag-1 bias", "phi_beta2": "phi_beta(2), the induction readout",
                      "phi_delta1": "phi_delta(1), layer 1 on the previous position"}
+PATH_LABELS = {"query": "layer 2's query", "key": "layer 2's keys", "value": "layer 2's values",
+               "skip": "the skip past layer 2"}  # the uses of layer 1's output (transformer_tau.PATHS)
 
 
 def plot_velocities(summary: dict, fractions, path: str):
@@ -213,7 +237,8 @@ def plot_velocities(summary: dict, fractions, path: str):
     the run (fractions of the head's time or tau; open markers: the velocity is negative), the transformer in black,
     the SA-transformer in blue, and the theory's scaling through the SA's (or the transformer's) middle stage."""
     names = list(COORDINATE_LABELS)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.4))
+    paths = summary.get("transformer", {}).get("delta_paths")
+    fig, axes = plt.subplots(1, len(names) + bool(paths), figsize=(4.2 * (len(names) + bool(paths)), 4.4))
     for ax, name in zip(axes, names):
         for model, colour in (("transformer", "k"), ("sa", "tab:blue")):
             for i, stage in enumerate(summary.get(model, {}).get(name, [])):
@@ -240,11 +265,32 @@ def plot_velocities(summary: dict, fractions, path: str):
         ax.set_xlabel("N")
         ax.set_title(COORDINATE_LABELS[name], fontsize=9)
         ax.legend(fontsize=6.5, loc="lower left")
+    if paths:
+        draw_delta_paths(axes[-1], paths, summary["transformer"]["delta"][-1], fractions[-1])
     axes[0].set_ylabel("|d q / d t| per unit of learning rate (median of seeds)")
     fig.suptitle("How fast the theory's coordinates move on the plateau (open markers: moving down)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def draw_delta_paths(ax, paths: dict, total: dict, fraction: float):
+    """The transformer's delta velocity at the last stage split by the use of layer 1's output that carries it
+    (delta_paths' medians against N; open markers: negative), beside its total."""
+    Ns = np.array(total["N"], float)
+    ax.plot(Ns, np.abs(total["median"]), "k-", lw=2, alpha=0.4, label="all paths (delta's velocity)")
+    for i, (path, label) in enumerate(PATH_LABELS.items()):
+        stage = paths[path][-1]
+        ax.plot(Ns, np.abs(stage["median"]), "-", color=f"C{i}", label=label + ("" if stage["slope"] is None else
+                                                                              f", slope {stage['slope']:.2f}"))
+        for n, m in zip(Ns, stage["median"]):
+            ax.plot(n, abs(m), "o", color=f"C{i}", mfc=f"C{i}" if m > 0 else "none")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(Ns, [str(int(N)) for N in Ns])
+    ax.set_xlabel("N")
+    ax.set_title(f"transformer: delta's velocity by path, at {fraction:g} x head", fontsize=9)
+    ax.legend(fontsize=6.5, loc="lower left")
 
 
 def velocity_table(measured: dict) -> list[str]:
@@ -261,6 +307,14 @@ def velocity_table(measured: dict) -> list[str]:
                                for f, st in zip(fractions, stages) if f > 0)
             rows.append(f"| {label} | {'SA-transformer' if model == 'sa' else 'transformer'} | {slopes} | "
                         f"{num(stages[0]['theory'])} |")
+    paths = measured["summary"].get("transformer", {}).get("delta_paths", {})
+    total = measured["summary"].get("transformer", {}).get("delta", [{}])[-1].get("median")
+    for path, stages in paths.items():
+        slopes = ", ".join(num(st["slope"]) + (" (−)" if any(m < 0 for m in st["median"]) else "")
+                           for f, st in zip(fractions, stages) if f > 0)
+        share = ", ".join(num(m / t) for m, t in zip(stages[-1]["median"], total))
+        rows.append(f"| delta's velocity through {PATH_LABELS[path]} (its share of delta's at {fractions[-1]:g} x, "
+                    f"per N: {share}) | transformer | {slopes} | — |")
     for model in ("sa", "transformer"):
         early = measured["summary"].get(model, {}).get("early_phi")
         if early:
@@ -295,10 +349,16 @@ def main():
         "runs/tau_velocities/measure_<model>_N<N>_s<seed>.json, figures/tau_velocities.png and "
         "figures/tau_velocities.json.\n--replot: seconds, trains nothing."))
     parser.add_argument("--root", default=os.path.join("runs", "tau_velocities"), help="where each run's JSON goes")
+    parser.add_argument("--models", default="sa,transformer", help="comma-separated subset of sa, transformer to run")
+    parser.add_argument("--N", default=",".join(map(str, MEASURE["N"])), help="comma-separated subset of "
+                        f"{', '.join(map(str, MEASURE['N']))} to run (the summary reads every run under --root)")
     cli.add_jobs(parser)
     cli.add_figures(parser)
     cli.add_replot(parser, "FIGURES/tau_velocities.json", "the figure")
     args = parser.parse_args()
+    models, Ns = args.models.split(","), cli.parse_list("--N", args.N)
+    if set(models) - {"sa", "transformer"} or set(Ns) - set(MEASURE["N"]):
+        raise ValueError(f"--models: sa, transformer; --N: of {list(MEASURE['N'])}; got {args.models!r}, {args.N!r}")
     cli.writable_dir(args.figures, "--figures")
     path = os.path.join(args.figures, "tau_velocities.json")
     if args.replot is not None:
@@ -308,9 +368,8 @@ def main():
         return
     os.makedirs(args.root, exist_ok=True)
     times = stage_times(args.figures)
-    jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") for N in MEASURE["N"]
-            for seed in MEASURE["seeds"]
-            if not os.path.exists(run_path(args.root, model, N, seed))]
+    jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") if model in models
+            for N in Ns for seed in MEASURE["seeds"] if not os.path.exists(run_path(args.root, model, N, seed))]
     print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
           f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
     cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs", cost=[job_cost(j) for j in jobs])

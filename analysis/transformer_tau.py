@@ -94,11 +94,17 @@ def tau_2gen_drop(run: dict) -> dict:
 # ----------------------------------------------------------------------------- the model at the last position
 
 
-def last_position(params: dict, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+PATHS = ("query", "key", "value", "skip")  # the uses of layer 1's output x1: layer 2's query (at the last position),
+# its keys and values (every position), and the residual stream past layer 2 into MLP2 and the unembedding
+
+
+def last_position(params: dict, seqs: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (B, C), A (B, N)): model(seqs)[:, -1] of the transformer without MLP1 and with position biases, and
     its layer-2 attention at the last position, from its parameters by name (dict(model.named_parameters()), or
     stacked ones under vmap). Layer 2's query, MLP2 and the unembedding run at the last position only:
-    non-autoregressive training reads nothing else, and MLP2 on all N positions was half the cost."""
+    non-autoregressive training reads nothing else, and MLP2 on all N positions was half the cost. path (one of
+    PATHS): the same numbers, with gradients into layer 1 through that use of x1 alone (the others detached); the
+    four paths' gradients on a layer-1 parameter sum to its gradient (the chain rule over x1's uses)."""
     B, N = seqs.shape
     x0 = F.embedding(seqs, params["W_E.weight"])  # (B, N, D)
     h = layer_norm(x0)
@@ -106,11 +112,15 @@ def last_position(params: dict, seqs: torch.Tensor) -> tuple[torch.Tensor, torch
     A1 = torch.softmax(attention_scores(q[:, None], k[:, None], params["att1.P"][:, :N]), -1)[:, 0]  # (B, N, N)
     x1 = x0 + A1 @ v  # no MLP1
     h = layer_norm(x1)
-    q = F.linear(h[:, -1], params["att2.W_Q.weight"])  # (B, D): the last position's query
-    k, v = F.linear(h, params["att2.W_K.weight"]), F.linear(h, params["att2.W_V.weight"])
+
+    def use(name: str, x: torch.Tensor) -> torch.Tensor:  # x as that use of x1 sees it
+        return x if path in (None, name) else x.detach()
+
+    q = F.linear(use("query", h)[:, -1], params["att2.W_Q.weight"])  # (B, D): the last position's query
+    k, v = F.linear(use("key", h), params["att2.W_K.weight"]), F.linear(use("value", h), params["att2.W_V.weight"])
     scores = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1]) + params["att2.P"][0, :N].flip(0)  # + P[N-1-j]
     A2 = torch.softmax(scores, -1)  # (B, N)
-    y2 = x1[:, -1] + (A2.unsqueeze(1) @ v).squeeze(1)  # (B, D)
+    y2 = use("skip", x1)[:, -1] + (A2.unsqueeze(1) @ v).squeeze(1)  # (B, D)
     mlp2 = F.linear(F.gelu(F.linear(layer_norm(y2), params["mlp2.W_in.weight"])), params["mlp2.W_out.weight"])
     return F.linear(y2 + mlp2, params["W_U.weight"]), A2
 

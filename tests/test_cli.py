@@ -148,6 +148,8 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("sa_dynamics.py", ["--jobs", "0"], ["--jobs"]),
     ("sa_scaling.py", ["--jobs", "0"], ["--jobs"]),
     ("tau_settings.py", ["--N", "1"], ["--N 1", "at least 2"]),
+    ("tau_velocities.py", ["--models", "sa,x"], ["--models", "'sa,x'"]),
+    ("tau_velocities.py", ["--N", "48"], ["--N", "'48'"]),
     ("tau_settings.py", ["--settings", "record", "--N", "512x"], ["--N", "'512x' cannot be read"]),
     # abbreviated flags (values that fail fast should an abbreviation be taken for the flag again)
     ("k2.py", ["sweep", "--see", "x"], ["unrecognized arguments: --see x"]),  # a sub-command's flags too

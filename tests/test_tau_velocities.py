@@ -143,3 +143,56 @@ def test_the_velocities_scaling_against_N_and_phis_early_rate_against_HN_over_N(
                                                                 1)[0])
     assert out["early_phi"]["slope_vs_HN_over_N"] == pytest.approx(2.0, abs=0.02)
     assert "record_match" not in out
+
+
+def test_the_paths_of_layer_1s_output_split_its_gradient_exactly():
+    """last_position(path=...): the same logits, and gradients into layer 1 through that use of x1 alone; the four
+    paths' gradients on every layer-1 parameter sum to the full gradient (to float32's rounding), each path's is
+    nonzero on a random model (a detach that bites), and a layer-2 parameter's gradient is the full one on every path."""
+    model, params = random_transformer(12, 3)
+    context, target = fc.fresh_batch(32, 12, torch.Generator().manual_seed(4))
+    full_logits = st.last_position(params, context)[0]
+    layer1 = ["att1.P", "att1.W_Q.weight", "att1.W_K.weight", "att1.W_V.weight", "W_E.weight"]
+    full = torch.autograd.grad(F.cross_entropy(full_logits, target), [params[n] for n in layer1 + ["att2.W_K.weight"]])
+    parts = []
+    for path in st.PATHS:
+        logits = st.last_position(params, context, path)[0]
+        assert torch.equal(logits, full_logits)
+        grads = torch.autograd.grad(F.cross_entropy(logits, target), [params[n] for n in layer1 + ["att2.W_K.weight"]],
+                                    allow_unused=True)
+        assert all(float(g.abs().max()) > 1e-4 for g in grads[:4]), path  # P, W_Q, W_K, W_V of layer 1
+        torch.testing.assert_close(grads[-1], full[-1], rtol=1e-5, atol=1e-8)  # layer 2's: every path's is the full one
+        parts.append(grads[:-1])
+    for name, total, *each in zip(layer1, full, *parts):
+        torch.testing.assert_close(sum(each), total, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_delta_paths_sum_to_deltas_velocity():
+    """delta_paths' four velocities sum to delta's from `velocities` on the same batches (whose sign says it is
+    -dL/dP1[1]), path by path the mean over the batches of -dL/dP1[1] through that use."""
+    model, params = random_transformer(10, 5)
+    batches = [fc.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (6, 7)]
+    loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
+    delta = tv.velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]["velocity"]
+    paths = tv.delta_paths(params, batches)
+    assert set(paths) == set(st.PATHS)
+    assert sum(p["velocity"] for p in paths.values()) == pytest.approx(delta, rel=1e-4, abs=1e-9)
+    by_hand = np.mean([-float(torch.autograd.grad(F.cross_entropy(st.last_position(params, c, "key")[0], y),
+                                                  params["att1.P"])[0][0, 1]) for c, y in batches])
+    assert paths["key"]["velocity"] == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_the_summary_and_table_split_deltas_velocity_by_path():
+    """delta_paths summarised per stage as the coordinates are (slopes of the seeds' medians against log N), and the
+    table's share of delta's velocity per N at the last stage."""
+    Ns = (32, 64, 128)
+    runs = [measured("transformer", N, s, lambda N, i: -N ** -0.5, lambda N: 1.0) for N in Ns for s in (0, 1)]
+    power = {"query": -1.0, "key": -0.5, "value": 0.0, "skip": -2.0}
+    for run in runs:
+        for stage in run["times"].values():
+            stage["delta_paths"] = {p: {"velocity": run["N"] ** power[p], "se": 0.0} for p in st.PATHS}
+    out = tv.measure_summary(runs, {})["transformer"]
+    assert [out["delta_paths"][p][-1]["slope"] for p in st.PATHS] == pytest.approx([-1.0, -0.5, 0.0, -2.0], abs=1e-9)
+    table = tv.velocity_table({"measure": {"fractions": [0.0, 0.25, 0.5]}, "summary": {"transformer": out}})
+    keys = next(row for row in table if "layer 2's keys" in row)
+    assert "per N: −1.00, −1.00, −1.00" in keys and "| −0.50, −0.50 |" in keys  # N^-0.5 / -N^-0.5; both stages
