@@ -44,6 +44,7 @@ from plumbing.rundir import write_json
 from runners.probes import CONDITIONS, K1_PRESETS, finished, probe_command, probe_config, run_probes, search_K1
 
 COLORS = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}  # the conditions, in every panel
+PAPER_K1 = 94  # the paper's K1* at N = 256 (Fig. 7), drawn beside the paper-scale searches
 
 
 # ----------------------------------------------------------------------------- the search (Figs. 7a-c, A9)
@@ -330,18 +331,17 @@ def plot_k1_ledger(result: dict, path: str):
     started = {c: rows for c, rows in result["seeds"].items() if any(r["probes"] for r in rows)}
     waiting = [f"{c} ({len(rows)} seeds)" for c, rows in result["seeds"].items() if c not in started]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    curves = []
     for cond in started:
+        axes[0].plot([], [], color=COLORS[cond], label=cond)
         for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
             rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
-            style = dict(color=COLORS[cond], marker=".", lw=0.8, alpha=0.7)
-            axes[0].plot([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], **style)
-            axes[1].plot([r["K"] for r in rs], [r["min_gen_loss"] for r in rs], **style)
-        axes[0].plot([], [], color=COLORS[cond], label=cond)
-    axes[0].axhline(result["phi_star"], color="gray", ls="--", lw=1, label=f"phi_beta* = {result['phi_star']}")
-    for ax, label in ((axes[0], "max_t phi_beta(2)"), (axes[1], "min_t L_gen")):
+            curves.append(([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], [r["min_gen_loss"] for r in rs],
+                           dict(color=COLORS[cond], marker=".", lw=0.8, alpha=0.7)))
+    draw_phi_beta_and_loss(axes, curves, result["phi_star"], "min_t L_gen")
+    for ax in axes[:2]:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("K")
-        ax.set_ylabel(label)
     axes[0].legend(fontsize=9, title=f"not started: {', '.join(waiting)}" if waiting else None, title_fontsize=9)
     axes[0].set_title("Fig. 7a: max phi_beta(2) per probe")
     axes[1].set_title("Fig. A9: min L_gen per probe")
@@ -362,7 +362,7 @@ def plot_k1_ledger(result: dict, path: str):
         ended = sum(r["done"] for r in rows)
         ticks.append(f"{cond}: {ended} ended, {len(drawn) - ended} running"
                      + (f", {len(rows) - len(drawn)} not started" if len(drawn) < len(rows) else ""))
-    ax.axhline(94, color="gray", ls=":", lw=1, label="the paper's K1* ~ 94")
+    ax.axhline(PAPER_K1, color="gray", ls=":", lw=1, label=f"the paper's K1* ~ {PAPER_K1}")
     ax.set_xticks(range(len(ticks)), ticks, fontsize=9)
     ax.set_xlim(-0.5, len(ticks) - 0.5)
     ax.set_yscale("log", base=2)

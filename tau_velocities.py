@@ -370,7 +370,7 @@ def main():
     times = stage_times(args.figures)
     jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") if model in models
             for N in Ns for seed in MEASURE["seeds"] if not os.path.exists(run_path(args.root, model, N, seed))]
-    print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; N = {list(MEASURE['N'])}, "
+    print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; {', '.join(models)}, N = {Ns}, "
           f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
     cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs", cost=[job_cost(j) for j in jobs])
     measured = collect_measurements(args.root, args.figures)
