@@ -430,10 +430,12 @@ def tau_velocities():
         return [model[name][i]["slope"] for i in stages]
 
     late = [i for i in stages if d["measure"]["fractions"][i] >= 0.25]
+    keys = [k / t for k, t in zip(tr["delta_paths"]["key"][-1]["median"], tr["delta"][-1]["median"])]  # its share
     return [f(max(slopes(sa, "beta")), 2), f(min(slopes(sa, "beta")), 2), f(max(slopes(sa, "delta")), 2),
             f(min(slopes(sa, "delta")), 2), f(sa["early_phi"]["slope_vs_HN_over_N"], 2),
             f(d["measure"]["fractions"][late[0]], 2)] + [f(tr["delta"][i]["slope"], 2) for i in late] \
-        + [n(min(tr["delta"][0]["N"])), n(max(tr["delta"][0]["N"])), f(tr["early_phi"]["slope_vs_HN_over_N"], 2)]
+        + [n(min(tr["delta"][0]["N"])), n(max(tr["delta"][0]["N"])), f(tr["early_phi"]["slope_vs_HN_over_N"], 2)] \
+        + [n(round(100 * min(keys))), n(round(100 * max(keys))), f(tr["delta_paths"]["skip"][-1]["slope"], 2)]
 
 
 GALLERY = {
@@ -986,7 +988,15 @@ def test_the_measurement_as_results_states_it_is_its_file():
     assert f"N φ<sub>δ</sub>(1) is {f(min(scaled), 2)}–{f(max(scaled), 2)} at every N" in text
     assert f"(H<sub>N</sub> / N)<sup>{f(sa['early_phi']['slope_vs_HN_over_N'], 2)}</sup>, the derived 2" in text
     assert f"{f(tr['early_phi']['slope_vs_HN_over_N'], 2)} in the measurement runs" in text
-    assert sum(r["model"] == "transformer" for r in d["runs"]) == 7 and "15 runs" in text  # N = 256: seed 0 alone
+    assert sum(r["model"] == "transformer" for r in d["runs"]) == 8 and "16 runs" in text
+    paths, total = tr["delta_paths"], tr["delta"][plateau[-1]]
+    share = [k / t for k, t in zip(paths["key"][-1]["median"], total["median"])]
+    assert (f"**{n(round(100 * min(share)))}–{n(round(100 * max(share)))} % of it comes through layer 2's keys**, "
+            + ", ".join(f(m * 1e4, 1) for m in paths["key"][-1]["median"])) in text
+    assert f"(slope {f(paths['key'][-1]['slope'], 2)}: flat)" in text
+    assert f"falls as {sup(paths['skip'][-1]['slope'])} ({f(paths['skip'][-1]['median'][0] * 1e4, 2)} → " \
+           f"{f(paths['skip'][-1]['median'][-1] * 1e4, 2)} × 10<sup>−4</sup>; {sup(paths['skip'][1]['slope'])} and " \
+           f"{sup(paths['skip'][2]['slope'])} at 0.1 and 0.25)" in text
 
 
 def test_the_ladders_prose_in_results_is_its_file():
