@@ -59,14 +59,14 @@ def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
 
 
 def delta_paths(params: dict, batches: list) -> dict:
-    """delta's velocity in the transformer, -dL/dP1[1] per unit of learning rate (L: the last position's loss), split
-    by the use of layer 1's output that carries it (transformer_tau.PATHS: layer 2's query, keys and values, the
-    skip past layer 2); the four sum to delta's velocity. {path: {"velocity", "se"}} over the equal-sized batches."""
+    """delta's velocity in the transformer (`velocities` of P1[1], L the last position's loss) split by the use of
+    layer 1's output that carries it (transformer_tau.PATHS: layer 2's query, keys and values, the skip past layer 2);
+    the four sum to delta's velocity. {path: {"velocity", "se"}} over the equal-sized batches."""
     out = {}
     for path in PATHS:
-        v = np.array([-float(torch.autograd.grad(F.cross_entropy(last_position(params, c, path)[0], y),
-                                                 params["att1.P"])[0][0, 1]) for c, y in batches])
-        out[path] = {"velocity": float(v.mean()), "se": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
+        loss = lambda c, y, path=path: F.cross_entropy(last_position(params, c, path)[0], y)  # noqa: E731
+        row = velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]
+        out[path] = {"velocity": row["velocity"], "se": row["se"]}
     return out
 
 
