@@ -17,14 +17,13 @@ previous-token attention by w (slower 2-Gen; iterations x 1/w) and task injectio
     python k1.py search --print-commands   # the paper preset's runs, one command line each
     python k1.py search --replot           # redraw figures/k1.png from figures/k1.json
     python k1.py grid --K 45,64,96         # probes on a fixed (condition, K, seed) grid, no search
-    python k1.py summary bench/results/2026-11-26_h100_k1_grid_d.json   # Fig. 7a / A9 of the H100 grid
+    python k1.py grid --replot figures/k1_grid_h100.json   # redraw a grid (this one trained on an H100)
     python k1.py ledger k1_paper           # the paper-scale searches (campaigns/) from ledgers/k1_paper.json
 
 The estimators (the binary search) are in analysis/estimators.py; runners/probes.py schedules the probes,
 campaigns/campaign.py the paper-scale ones across GPU leases, whose ledgers `ledger` draws (reweight_paper: Fig. 7c
 on a fixed grid at w = 1/10; tau_paper: Fig. 7b over 64 seeds).
 """
-import json
 import os
 import shlex
 import statistics
@@ -100,60 +99,105 @@ def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
     ax.legend(fontsize=8)
 
 
-def plot_k1(result: dict, path: str):
-    """Fig. 7a (max phi_beta against K - K1*, per seed), Fig. A9 (min L_gen against K - K1*), Fig. 7b (tau_2gen
-    near K1*) and Fig. 7c (K1* per condition and seed)."""
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
-    K1 = {(c, s): v for c, values in result["K1_star"].items() for s, v in enumerate(values)}
-    curves, drawn = [], []  # drawn: the conditions with a seed whose K1* is known (the others have no K - K1*)
-    for cond in result["K1_star"]:
-        for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
-            if K1[cond, seed] is None:
-                continue
-            drawn += [cond] * (cond not in drawn)
-            rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
-            curves.append(([r["K"] - K1[cond, seed] for r in rs], [r["max_phi_beta"] for r in rs],
-                           [r["min_gen_loss"] for r in rs],
+def seed_rows(result: dict) -> dict[str, list[dict]]:
+    """Per condition, each seed's search as Fig. 7c draws it: {"seed", "done", "K1_star" (None outside [lo, hi] or
+    still running), "bound" ("below", "above" or None), "bracket" (so far), "probes"}. A campaign's result holds these
+    rows (records.k1_search); a search's (k1_result) holds per-condition lists of its ended searches, read here."""
+    if "K1_star" not in result:
+        return result["seeds"]
+    rows = {}
+    for c, seeds in result["seeds"].items():
+        rows[c] = [{"seed": s, "done": True, "K1_star": v, "bound": b, "bracket": [v, above],
+                    "probes": sum(r["condition"] == c and r["seed"] == s for r in result["runs"])}
+                   for s, v, b, above in zip(seeds, result["K1_star"][c], result["bounds"][c], result["above"][c])]
+    return rows
+
+
+def draw_K1_per_seed(ax, rows: dict[str, list[dict]], result: dict):
+    """Fig. 7c on ax: per condition with a probe each seed's K1* (dot), a search that ended outside [lo, hi] as a
+    triangle at that edge, one still running as a bar over its bracket so far; the median of the K1* found (line)."""
+    lo, hi = result["search"]["lo"], result["search"]["hi"]
+    ticks, edges = [], set()
+    begun = {cond: seeds for cond, seeds in rows.items() if any(r["probes"] for r in seeds)}  # the others: no column
+    for i, (cond, seeds) in enumerate(begun.items()):
+        started = [r for r in seeds if r["probes"]]
+        xs = i + np.linspace(-0.2, 0.2, len(started)) if len(started) > 1 else [i]
+        for x, r in zip(xs, started):
+            if r["K1_star"] is not None:
+                ax.plot(x, r["K1_star"], "o", color=COLORS[cond])
+            elif r["done"]:  # outside the searched range: drawn at its edge
+                edges.add(r["bound"])
+                ax.plot(x, lo if r["bound"] == "below" else hi, "v" if r["bound"] == "below" else "^",
+                        color=COLORS[cond], mfc="none")
+            else:
+                below, above = r["bracket"]
+                ax.vlines(x, below or lo / 1.3, above or hi * 1.3, color=COLORS[cond], lw=2, alpha=0.5)
+        found = [r["K1_star"] for r in started if r["K1_star"] is not None]
+        if found:
+            ax.hlines(statistics.median(found), i - 0.3, i + 0.3, color=COLORS[cond])
+        ended, waiting = sum(r["done"] for r in seeds), len(seeds) - len(started)
+        ticks.append((f"{cond}\n(w = {result['weight']})" if cond == "reweight" else cond)
+                     + ("" if ended == len(seeds) else f"\n{ended} ended, {len(started) - ended} running"
+                        + (f", {waiting} not started" if waiting else "")))
+    if "above" in edges:
+        ax.plot([], [], "^", color="gray", mfc="none", label=f"K1* >= {hi}: no 2-Gen even at K = {hi}")
+    if "below" in edges:
+        ax.plot([], [], "v", color="gray", mfc="none", label=f"K1* < {lo}: 2-Gen already at K = {lo}")
+    if result["preset"] == "paper":
+        ax.axhline(PAPER_K1, color="gray", ls=":", lw=1, label=f"the paper's K1* ~ {PAPER_K1}")
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=9)
+    ax.set_xlim(-0.5, len(ticks) - 0.5)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(lo / 1.3, hi * 1.3)
+    ax.set_ylabel("K1* (dot) or its bracket so far (bar)")
+    ax.set_title("Fig. 7c: K1* per seed and condition (line: median)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower right")
+
+
+def plot_search(result: dict, path: str):
+    """Figs. 7a and A9 (max_t phi_beta(2) and min_t L_gen against K - K1*, each seed shifted by its own K1* as in the
+    paper), Fig. 7b (tau_2gen near K1*) where the result holds it, and Fig. 7c (draw_K1_per_seed). result: a search's
+    (k1_result, with "tau_2gen") or a campaign's (records.k1_search). A condition with no curve is named in Fig. 7a's
+    legend, with why: not started, no search ended yet, or K1* outside the searched range."""
+    rows = seed_rows(result)
+    tau = result.get("tau_2gen")  # a campaign's tau_2gen histogram is a campaign of its own (draw_tau)
+    fig, axes = plt.subplots(1, 4 if tau else 3, figsize=(20 if tau else 15, 4.6))
+    curves, missing = [], []
+    for cond, seeds in rows.items():
+        shifted = [r for r in seeds if r["K1_star"] is not None]
+        if shifted:
+            axes[0].plot([], [], color=COLORS[cond], label=cond)
+        else:
+            missing.append(f"{cond}: " + ("not started" if not any(r["probes"] for r in seeds) else
+                                          "no K1* in range" if all(r["done"] for r in seeds) else "no search ended"))
+        for r in shifted:
+            rs = sorted((p for p in result["runs"] if p["condition"] == cond and p["seed"] == r["seed"]),
+                        key=lambda p: p["K"])
+            curves.append(([p["K"] - r["K1_star"] for p in rs], [p["max_phi_beta"] for p in rs],
+                           [p["min_gen_loss"] for p in rs],
                            dict(color=COLORS[cond], marker=".", lw=1, alpha=0.8 if cond == "control" else 0.5)))
     draw_phi_beta_and_loss(axes, curves, result["phi_star"], "min_t L_gen")
+    shifts = [x for c in curves for x in c[0]]
     for ax in axes[:2]:
         ax.axvline(0.5, color="gray", ls=":", lw=1)
         ax.set_xscale("symlog", linthresh=8)
-        ax.set_xticks([-100, -10, 0, 10, 100], ["-100", "-10", "0", "10", "100"])
+        ticks = [t for t in (-1000, -100, -10, 0, 10, 100, 1000) if shifts and min(shifts) <= t <= max(shifts)]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("K - K1* (each seed shifted by its own K1*)")
     axes[0].set_title("Fig. 7a: the induction head appears above K1*")
     axes[1].set_title("Fig. A9: generalization loss drops above K1*")
-    for cond in drawn:
-        axes[0].plot([], [], color=COLORS[cond], label=cond)
-    axes[0].legend(fontsize=8, title=" ".join(f"{c}: no K1* in range" for c in result["K1_star"] if c not in drawn) or None,
-                   title_fontsize=7)
-    draw_tau_histogram(axes[2], result["tau_2gen"]["tau"], result["tau_2gen"]["iters"], result["tau_2gen"]["K"])
-    lo, hi = result["search"]["lo"], result["search"]["hi"]
-    for i, cond in enumerate(result["K1_star"]):
-        values = result["K1_star"][cond]
-        bounds = result["bounds"][cond]
-        xs = i + np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [i]
-        for x, v, b in zip(xs, values, bounds):
-            if v is not None:
-                axes[3].plot(x, v, "o", color=COLORS[cond])
-            else:  # outside the searched range: drawn at its edge
-                axes[3].plot(x, lo if b == "below" else hi, "v" if b == "below" else "^", color=COLORS[cond], mfc="none")
-        found = [v for v in values if v is not None]
-        if found:
-            axes[3].hlines(statistics.median(found), i - 0.3, i + 0.3, color=COLORS[cond])
-    axes[3].set_xticks(range(len(result["K1_star"])),
-                       [f"{c}\n(w = {result['weight']})" if c == "reweight" else c for c in result["K1_star"]])
-    axes[3].plot([], [], "^", color="gray", mfc="none", label=f"K1* >= {hi}: no 2-Gen even at K = {hi}")
-    axes[3].plot([], [], "v", color="gray", mfc="none", label=f"K1* < {lo}: 2-Gen already at K = {lo}")
-    axes[3].legend(fontsize=8, loc="lower right")
-    axes[3].set_yscale("log", base=2)
-    axes[3].set_ylim(lo / 1.3, hi * 1.3)
-    axes[3].set_ylabel("K1* (largest K without 2-Gen)")
-    axes[3].set_title("Fig. 7c: K1* per seed and condition (bar: median)")
-    fig.suptitle(f"K1*: binary search per seed, rule max phi_beta(2) > {result['phi_star']} within {result['iters']} steps "
-                 f"(preset {result['preset']}, N = {result['N']})", fontsize=12)
+    axes[0].legend(fontsize=8, title="; ".join(missing) or None, title_fontsize=8)
+    if tau:
+        draw_tau_histogram(axes[2], tau["tau"], tau["iters"], tau["K"])
+    draw_K1_per_seed(axes[-1], rows, result)
+    done = sum(r["done"] for seeds in rows.values() for r in seeds)
+    total = sum(len(seeds) for seeds in rows.values())
+    fig.suptitle(f"K1* per seed: max phi_beta(2) > {result['phi_star']} within {result['iters']} steps (preset "
+                 f"{result['preset']}, N = {result['N']}); {done}/{total} searches ended, {len(result['runs'])} probes",
+                 fontsize=14)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -161,7 +205,7 @@ def k1(args):
     """The `search` command: a K1* search per (condition, seed) (Fig. 7a's criterion, analysis/thresholds.py), then
     tau_2Gen's histogram at the control's median K1* (Fig. 7b); figures/k1.png and .json (--replot: from the JSON)."""
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
-        cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_k1)
+        cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_search)
         return
     preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1")
     conditions = args.conditions.split(",")
@@ -187,7 +231,7 @@ def k1(args):
     result = {**k1_result(preset, p, plan, found["searches"], k1_runs(found["outcomes"])),
               "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus},
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
-    plot_k1(result, os.path.join(args.figures, "k1.png"))
+    plot_search(result, os.path.join(args.figures, "k1.png"))
     write_json(os.path.join(args.figures, "k1.json"), result, indent=1)
     for c in K1:
         print(f"K1* {c}: {K1[c]} (median {statistics.median([v for v in K1[c] if v is not None] or [float('nan')])})")
@@ -196,12 +240,6 @@ def k1(args):
 
 
 # ----------------------------------------------------------------------------- a fixed grid (Figs. 7a, A9; 7c per seed)
-
-
-def bench_members(grid: dict) -> list[dict]:
-    """grid_table's members from a train.py grid's summary (bench/results/*_k1_grid_*.json): L_gen at the end."""
-    return [{"K": m["K"], "seed": m["seed"], "max_phi_beta": m["max_phi_beta_2_dense"], "gen_loss": m["gen_loss"],
-             "gen_loss_2gen": m["gen_loss_2gen"]} for m in grid["members"].values()]
 
 
 def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
@@ -222,14 +260,13 @@ def draw_brackets(ax, brackets: dict[str, dict], Ks: list):
     ax.set_title("Fig. 7c: where each seed's K1* lies\n(largest K without the head, smallest K with it)", fontsize=10)
 
 
-def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = "L_gen at the end",
-              brackets: dict[str, dict] | None = None):
-    """Fig. 7a / A9 of fixed grids, one table (grid_table's) per condition: max phi_beta(2) and L_gen against K,
-    one line per seed (one condition: a colour per seed; several: a colour per condition, a marker per seed),
-    each seed drawn at the K it has (a grid still being trained lacks some); with brackets ({condition: {seed:
-    grid_brackets' [lo, hi]}}) a third panel, Fig. 7c per seed: the interval of K that holds each seed's K1*."""
+def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str, brackets: dict[str, dict]):
+    """Figs. 7a / A9 of a fixed grid, one table (grid_table's) per condition: max phi_beta(2) and L_gen (loss_label
+    says which) against K, one line per seed (one condition: a colour per seed; several: a colour per condition, a
+    marker per seed), each seed drawn at the K it has (a grid still being trained lacks some); Fig. 7c per seed from
+    brackets ({condition: {seed: grid_brackets' [lo, hi]}}): the interval of K that holds each seed's K1*."""
     Ks = sorted({K for table in tables.values() for K in table})
-    fig, axes = plt.subplots(1, 3 if brackets else 2, figsize=(15 if brackets else 10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     markers, curves = ".osd^v", []
     for c, (condition, table) in enumerate(tables.items()):
         for i, seed in enumerate(sorted({s for row in table.values() for s in row["seed"]})):
@@ -249,36 +286,41 @@ def plot_grid(tables: dict[str, dict], title: str, path: str, loss_label: str = 
         ax.legend(fontsize=7)
     axes[0].set_title("Fig. 7a: the induction head forms above K1*", fontsize=10)
     axes[1].set_title("Fig. A9: L_gen drops to 2-Gen above K1*", fontsize=10)
-    if brackets:
-        draw_brackets(axes[2], brackets, Ks)
+    draw_brackets(axes[2], brackets, Ks)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def summary(args):
-    """Figs. 7a / A9 of a fixed (K, seed) grid from its bench summary JSON: what it reads and writes first, then
-    each K's max phi_beta(2)."""
-    with open(args.json) as f:
-        grid = json.load(f)
-    cli.writable_dir(args.figures, "--figures")
-    name = args.name
-    print(f"{args.json}: a fixed (K, seed) grid on {grid['device']}, Figs. 7a / A9; writing "
-          f"{args.figures}/{name}.png and .json", flush=True)
-    table = grid_table(bench_members(grid))
-    title = textwrap.fill(f"{grid['device']}: {grid['command']}", 120)
-    plot_grid({"control": table}, title, os.path.join(args.figures, f"{name}.png"))
-    write_json(os.path.join(args.figures, f"{name}.json"),
-               {"source": args.json, "device": grid["device"], "command": grid["command"], "K": table}, indent=1)
-    for K, row in table.items():
-        print(f"K = {K}: max phi_beta(2) {row['max_phi_beta']}, induction head in {row['heads']}/{len(row['seed'])}")
-    print(f"wrote {args.figures}/{name}.png and .json")
+def grid_title(result: dict) -> str:
+    """A grid's figure title: its protocol, and where a grid trained elsewhere ("source": the summary it was read
+    from) ran."""
+    title = f"K1* on a fixed grid (preset {result['preset']}, N = {result['N']}, {result['iters']} steps"
+    if "reweight" in result["table"]:
+        title += f"; reweight: w = {result['weight']:g}, x {1 / result['weight']:g} steps"
+    title += ")"
+    if "source" in result:
+        title += "\n" + textwrap.fill(f"trained on {result['device']}: {result['command']}", 150)
+    return title
+
+
+def plot_grid_record(result: dict, path: str):
+    """Figs. 7a, A9 and 7c per seed from a grid's JSON (k1_grid's; `grid --replot`)."""
+    tables = {c: {int(K): row for K, row in table.items()} for c, table in result["table"].items()}
+    plot_grid(tables, grid_title(result), path, result["loss"], result["brackets"])
 
 
 def k1_grid(args):
     """K1* probes on a fixed (condition, K, seed) grid, no search: per run max phi_beta(2), min L_gen and
-    tau_2gen; per condition and seed the bracket of K1* the grid gives (Fig. 7a and, per seed, Fig. 7c)."""
+    tau_2gen; per condition and seed the bracket of K1* the grid gives (Fig. 7a and, per seed, Fig. 7c). --replot:
+    the figure from the JSON a grid wrote."""
+    if args.replot is not None:
+        cli.replot(args, f"{args.name}.json", ("table", "brackets", "preset", "N", "iters", "loss"), "k1.py grid",
+                   plot_grid_record)
+        return
+    if args.K is None:
+        raise ValueError("--K: the grid's K are required, e.g. --K 45,64,96 (or --replot to redraw a grid's JSON)")
     preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1grid")
     Ks = cli.parse_list("--K", args.K)
     conditions = [c.strip() for c in args.conditions.split(",")]
@@ -304,14 +346,11 @@ def k1_grid(args):
         cfg = cfg_of[probe["condition"], probe["K"], probe["seed"]]
         probe["gen_loss_2gen"], probe["iters"] = read_metrics(cfg.out)[1][-1]["gen_loss_2gen"], cfg.iters
     tables = {c: grid_table([dict(r, gen_loss=r["min_gen_loss"]) for r in probes if r["condition"] == c]) for c in conditions}
-    result = {"preset": preset, "N": p["N"], "iters": p["iters"], "weight": weight, "K": Ks, "seeds": seeds,
-              "runs": probes, "table": tables, "brackets": {c: grid_brackets(t) for c, t in tables.items()},
-              "minutes_this_call": round((time.time() - t0) / 60, 1)}
-    title = (f"K1* on a fixed grid (preset {preset}, N = {p['N']}, {p['iters']} steps; reweight: w = {weight:g}, "
-             f"x {1 / weight:g} steps)")
-    plot_grid(tables, title, os.path.join(args.figures, f"{args.name}.png"), loss_label="min_t L_gen",
-              brackets=result["brackets"])
-    write_json(os.path.join(args.figures, f"{args.name}.json"), finite_json(result), indent=1)
+    result = finite_json({"preset": preset, "N": p["N"], "iters": p["iters"], "weight": weight, "K": Ks, "seeds": seeds,
+                          "runs": probes, "table": tables, "brackets": {c: grid_brackets(t) for c, t in tables.items()},
+                          "loss": "min_t L_gen", "minutes_this_call": round((time.time() - t0) / 60, 1)})
+    plot_grid_record(result, os.path.join(args.figures, f"{args.name}.png"))
+    write_json(os.path.join(args.figures, f"{args.name}.json"), result, indent=1)
     for c in conditions:
         for K, row in tables[c].items():
             taus = [r["tau_2gen"] for r in probes if r["condition"] == c and r["K"] == K]
@@ -324,78 +363,14 @@ def k1_grid(args):
 # ----------------------------------------------------------------------------- the paper-scale campaigns' figures
 
 
-def plot_k1_ledger(result: dict, path: str):
-    """Fig. 7a (max phi_beta(2) against K), A9 (min L_gen against K) per seed, and each seed's K1* or bracket. A
-    condition none of whose searches has a probe yet has no legend entry and no column: the figure names it as not
-    started."""
-    started = {c: rows for c, rows in result["seeds"].items() if any(r["probes"] for r in rows)}
-    waiting = [f"{c} ({len(rows)} seeds)" for c, rows in result["seeds"].items() if c not in started]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    curves = []
-    for cond in started:
-        axes[0].plot([], [], color=COLORS[cond], label=cond)
-        for seed in sorted({r["seed"] for r in result["runs"] if r["condition"] == cond}):
-            rs = sorted((r for r in result["runs"] if r["condition"] == cond and r["seed"] == seed), key=lambda r: r["K"])
-            curves.append(([r["K"] for r in rs], [r["max_phi_beta"] for r in rs], [r["min_gen_loss"] for r in rs],
-                           dict(color=COLORS[cond], marker=".", lw=0.8, alpha=0.7)))
-    draw_phi_beta_and_loss(axes, curves, result["phi_star"], "min_t L_gen")
-    for ax in axes[:2]:
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("K")
-    axes[0].legend(fontsize=9, title=f"not started: {', '.join(waiting)}" if waiting else None, title_fontsize=9)
-    axes[0].set_title("Fig. 7a: max phi_beta(2) per probe")
-    axes[1].set_title("Fig. A9: min L_gen per probe")
-    ax = axes[2]
-    ticks = []
-    for i, (cond, rows) in enumerate(started.items()):
-        drawn = [r for r in rows if r["probes"]]  # a search with no probe yet has nothing to draw
-        xs = i + np.linspace(-0.25, 0.25, len(drawn)) if len(drawn) > 1 else [i]
-        for x, r in zip(xs, drawn):
-            lo, hi = r["bracket"]
-            if r["done"] and r.get("K1_star") is not None:
-                ax.plot(x, r["K1_star"], "o", color=COLORS[cond])
-            else:  # a search still running (or outside [lo, hi]): its bracket
-                ax.vlines(x, lo or result["search"]["lo"] / 1.3, hi or result["search"]["hi"] * 1.3, color=COLORS[cond],
-                          lw=2, alpha=0.5)
-        if result["median_K1_star"].get(cond) is not None:
-            ax.hlines(result["median_K1_star"][cond], i - 0.3, i + 0.3, color=COLORS[cond])
-        ended = sum(r["done"] for r in rows)
-        ticks.append(f"{cond}: {ended} ended, {len(drawn) - ended} running"
-                     + (f", {len(rows) - len(drawn)} not started" if len(drawn) < len(rows) else ""))
-    ax.axhline(PAPER_K1, color="gray", ls=":", lw=1, label=f"the paper's K1* ~ {PAPER_K1}")
-    ax.set_xticks(range(len(ticks)), ticks, fontsize=9)
-    ax.set_xlim(-0.5, len(ticks) - 0.5)
-    ax.set_yscale("log", base=2)
-    ax.set_ylabel("K1* (dot) or its bracket so far (bar)")
-    ax.set_title("Fig. 7c: K1* per seed\n(line: median of the ended searches)")
-    ax.legend(fontsize=8)
-    done = sum(r["done"] for rows in result["seeds"].values() for r in rows)
-    total = sum(len(rows) for rows in result["seeds"].values())
-    fig.suptitle(f"K1* at the paper's scale (N = {result['N']}, {result['iters']} steps per probe): {done}/{total} "
-                 f"searches ended, {len(result['runs'])} probes", fontsize=14)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def draw_reweight(spec: dict, rows: list[dict], figures: str, name: str) -> dict:
-    """Fig. 7c on the fixed grid of a reweighting campaign: per condition Fig. 7a / A9 (grid_table, plot_grid, to
-    figures/<name>_<condition>.png) and each seed's K1* bracket, in the figure's title and the JSON. rows:
-    campaigns.records.grid_runs."""
-    tables, brackets, iters = {}, {}, {}
-    for cond in spec["conditions"]:
-        mine = [r for r in rows if r["condition"] == cond]
-        if not mine:  # not trained yet
-            continue
-        tables[cond] = grid_table(mine)
-        brackets[cond] = grid_brackets(tables[cond])
-        iters[cond] = mine[0]["iters"]
-        w = f" (w = {spec['train']['weight']})" if cond == "reweight" else ""
-        title = (f"{cond}{w}, {iters[cond]} steps, N = {spec['train']['N']}; K1* bracket per seed: "
-                 + ", ".join(f"seed {s} ({lo}, {hi}]" for s, (lo, hi) in brackets[cond].items()))
-        plot_grid({cond: tables[cond]}, title, os.path.join(figures, f"{name}_{cond}.png"))
-    return {"preset": spec["preset"], "N": spec["train"]["N"], "weight": spec["train"]["weight"],
-            "phi_star": PHI_STAR, "iters": iters, "K1_bracket": brackets, "K": tables, "runs": rows}
+def campaign_grid(spec: dict, rows: list[dict]) -> dict:
+    """A reweighting campaign's fixed grid (Fig. 7c at w = 1/10) as `grid` writes one: per condition trained so far its
+    table (grid_table) and each seed's K1* bracket (grid_brackets). rows: campaigns.records.grid_runs."""
+    tables = {c: grid_table([r for r in rows if r["condition"] == c]) for c in spec["conditions"]
+              if any(r["condition"] == c for r in rows)}
+    return {"preset": spec["preset"], "N": spec["train"]["N"], "iters": spec["train"]["iters"],
+            "weight": spec["train"]["weight"], "K": spec["Ks"], "seeds": spec["seeds"], "loss": "L_gen at the end",
+            "table": tables, "brackets": {c: grid_brackets(t) for c, t in tables.items()}, "runs": rows}
 
 
 def draw_tau(spec: dict, rows: list[dict], members: list[dict], path: str) -> dict:
@@ -427,16 +402,16 @@ def draw_tau(spec: dict, rows: list[dict], members: list[dict], path: str) -> di
 
 
 def ledger_figures(name: str, figures: str = "figures", ledgers: str = LEDGERS) -> dict:
-    """The `ledger` command: a K1* campaign's figures/<name>.png (reweighting: <name>_<condition>.png) and
-    figures/<name>.json from ledgers/<name>.json alone; returns what the JSON holds."""
+    """The `ledger` command: a K1* campaign's figures/<name>.png and figures/<name>.json from ledgers/<name>.json
+    alone; returns what the JSON holds."""
     spec, ledger = records.pieces_of(name, ("k1", "reweight", "tau"), ledgers)
     cli.writable_dir(figures, "--figures")
     if spec["kind"] == "k1":
         result = records.k1_search(spec, ledger)
-        plot_k1_ledger(result, os.path.join(figures, f"{name}.png"))
+        plot_search(result, os.path.join(figures, f"{name}.png"))
     elif spec["report"] == "reweight":
-        result = {**draw_reweight(spec, records.grid_runs(ledger), figures, name),
-                  "pieces": records.stamps(ledger["pieces"], "members")}
+        result = {**campaign_grid(spec, records.grid_runs(ledger)), "pieces": records.stamps(ledger["pieces"], "members")}
+        plot_grid_record(result, os.path.join(figures, f"{name}.png"))
     else:
         result = {**draw_tau(spec, records.grid_runs(ledger), grid_records(ledger), os.path.join(figures, f"{name}.png")),
                   "pieces": records.stamps(ledger["pieces"], "members")}
@@ -483,25 +458,16 @@ def add_grid(sub):
                             "estimate from search's 31 min 39 s for 34 probes, ~1.4 min of one core per 1200 steps: a K "
                             "is 4 control probes and 4 reweighted ones, w = 1/2, of twice the steps, two at a time) "
                             "(quick preset); writes figures/k1_grid.png and figures/k1_grid.json (--name), and the runs "
-                            "runs/k1grid_quick_w0.5/<condition>/K<K>_s<seed>/ (as search's).")
+                            "runs/k1grid_quick_w0.5/<condition>/K<K>_s<seed>/ (as search's).\n--replot: seconds, "
+                            "trains nothing.")
     cli.add_preset(p, K1_PRESETS, "the K1* presets (quick: N = 64, 1200 steps; paper: N = 256, 10^4 steps, needs a GPU)")
-    p.add_argument("--K", required=True, help="the grid's K, e.g. 45,64,96")
+    p.add_argument("--K", default=None, help="the grid's K, e.g. 45,64,96 (required unless --replot)")
     p.add_argument("--conditions", default="control,reweight", help="comma-separated subset of control, reweight, inject")
     p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
     p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
     add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
-
-
-def add_summary(sub):
-    """k1.py summary (summary): its flags."""
-    p = sub.add_parser("summary", help="Figs. 7a / A9 of a fixed (K, seed) grid from its summary JSON (bench/results/*_k1_grid_*.json)",
-                       runs="Default run: none, the JSON is required; about 5 s on the 2-core development VM (an "
-                            "estimate: a process's imports, ~4 s there by tests/stand_ins.py, and one figure), trains "
-                            "nothing; writes figures/k1_grid_h100.png and figures/k1_grid_h100.json (--name).")
-    p.add_argument("json", help="the grid's summary, e.g. bench/results/2026-11-26_h100_k1_grid_d.json")
-    p.add_argument("--name", default="k1_grid_h100", help="the figure's name: FIGURES/NAME.png and .json")
-    cli.add_figures(p)
+    cli.add_replot(p, "FIGURES/NAME.json", "Figs. 7a, A9 and 7c per seed (NAME.png)")
 
 
 def add_ledger(sub):
@@ -509,7 +475,7 @@ def add_ledger(sub):
     p = sub.add_parser("ledger", help="Figs. 7a-c, A9 at the paper's scale from a campaign's ledger (campaigns/)",
                        runs="Default run: none, the campaign is required; about 5 s on the 2-core development VM (an "
                             "estimate: a process's imports, ~4 s there by tests/stand_ins.py, and one figure), trains "
-                            "nothing; writes figures/<campaign>.png (reweight_paper: one per condition) and "
+                            "nothing; writes figures/<campaign>.png and "
                             "figures/<campaign>.json from ledgers/<campaign>.json.")
     p.add_argument("campaign", help="k1_paper (the searches), reweight_paper (Fig. 7c's grid) or tau_paper (Fig. 7b)")
     p.add_argument("--ledgers", default=LEDGERS, help="where the ledgers are (default ledgers/)")
@@ -519,15 +485,14 @@ def add_ledger(sub):
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
         "Default run: k1.py search, 31 min 39 s from a fresh clone on the 2-core development VM (2026-11-26); writes "
-        "figures/k1.png and figures/k1.json and its probes' runs under runs/k1_quick/ (grid, summary: their --help)."))
+        "figures/k1.png and figures/k1.json and its probes' runs under runs/k1_quick/ (grid, ledger: their --help)."))
     sub = parser.add_subparsers(dest="command", required=True)
     add_search(sub)
     add_grid(sub)
-    add_summary(sub)
     add_ledger(sub)
     args = parser.parse_args()
     cli.set_threads(getattr(args, "threads", None))
-    {"search": k1, "grid": k1_grid, "summary": summary, "ledger": ledger}[args.command](args)
+    {"search": k1, "grid": k1_grid, "ledger": ledger}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ def k1_search(spec: dict, ledger: dict) -> dict:
         below = [K for K, up in s.probes.items() if not up]
         above = [K for K, up in s.probes.items() if up]
         seeds.setdefault(cond, []).append({
-            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {}),
+            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {"K1_star": None, "bound": None}),
             "bracket": [max(below) if below else None, min(above) if above else None], "probes": len(s.probes)})
-    K1 = {c: [r.get("K1_star") for r in rows if r["done"]] for c, rows in seeds.items()}
+    K1 = {c: [r["K1_star"] for r in rows if r["done"]] for c, rows in seeds.items()}
     p = spec["probe"]
-    return {"preset": spec["preset"], "iters": p["iters"], "N": p["N"], "phi_star": thresholds.PHI_STAR,
+    return {"preset": spec["preset"], "iters": p["iters"], "N": p["N"], "weight": p["weight"], "phi_star": thresholds.PHI_STAR,
             "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": seeds,
             "median_K1_star": {c: statistics.median([v for v in vs if v is not None]) if any(v is not None for v in vs)
                                else None for c, vs in K1.items()},

@@ -246,19 +246,19 @@ def test_the_reweight_figure_draws_each_conditions_max_phi_beta_and_brackets_K1(
                for c in ("control", "reweight") for s in (0, 1) for K in (3, 6)]
     figures = tmp_path / "figures"
     result = k1.ledger_figures("reweight_tiny", str(figures), _ledger(tmp_path, "reweight_tiny", members))
-    assert result["K1_bracket"] == {"control": {0: [3, 6], 1: [3, 6]}, "reweight": {0: [6, None], 1: [3, 6]}}
-    control = result["K"]["control"]
+    assert result["brackets"] == {"control": {0: [3, 6], 1: [3, 6]}, "reweight": {0: [6, None], 1: [3, 6]}}
+    control = result["table"]["control"]
     assert control[6]["max_phi_beta"] == [0.6, 0.6] and control[3]["max_phi_beta"] == [0.3, 0.3]
     assert control[6]["gen_loss"] == [2.2, 2.1] and control[6]["heads"] == 2
-    assert result["K"]["reweight"][3]["heads"] == 0  # 0.45 is not above phi_beta* = 0.45
+    assert result["table"]["reweight"][3]["heads"] == 0  # 0.45 is not above phi_beta* = 0.45
     taus = {(r["condition"], r["K"], r["seed"]): r["tau_2gen"] for r in result["runs"]}
     assert taus["control", 6, 0] == 3 and taus["reweight", 6, 1] == 6 and taus["reweight", 3, 0] is None
-    tables = [table for args in drawn["plot_grid"] for table in args[0].values()]  # one condition per figure
-    assert tables == [result["K"]["control"], result["K"]["reweight"]]  # what the figures draw is what the JSON says
-    assert "seed 0 (6, None]" in drawn["plot_grid"][1][1]
-    assert (figures / "reweight_tiny_control.png").exists() and (figures / "reweight_tiny_reweight.png").exists()
+    (tables, title, _, loss, brackets), = drawn["plot_grid"]  # one figure: both conditions and the brackets
+    assert tables == result["table"] and brackets == result["brackets"]  # what the figure draws is what the JSON says
+    assert "reweight: w = 0.5, x 2 steps" in title and loss == "L_gen at the end"
+    assert (figures / "reweight_tiny.png").exists()
     saved = json.load(open(figures / "reweight_tiny.json"))
-    assert saved["K1_bracket"]["reweight"]["0"] == [6, None] and saved["K"]["control"]["6"]["heads"] == 2
+    assert saved["brackets"]["reweight"]["0"] == [6, None] and saved["table"]["control"]["6"]["heads"] == 2
 
 
 def test_the_tau_figure_counts_never_apart_and_draws_its_histogram(tmp_path, drawn):

@@ -758,7 +758,7 @@ def test_the_default_threads_leave_the_busy_cores_alone(tmp_path, monkeypatch, l
 # ----------------------------------------------------------------------------- what a default run costs
 
 HELPED = ["train.py", "sweep.py", "circuits.py", "task_vectors.py", "k1.py", "k1.py search", "k1.py grid",
-          "k1.py summary", "k2.py", "k2.py sweep", "k2.py dtau", "sa_dynamics.py", "sa_scaling.py", "tau_settings.py",
+          "k2.py", "k2.py sweep", "k2.py dtau", "sa_dynamics.py", "sa_scaling.py", "tau_settings.py",
           "tau_velocities.py", "mem_minimal.py", "predictor_scaling.py", "campaigns", "campaigns status", "campaigns run",
           "campaigns call", "k1.py ledger"]
 

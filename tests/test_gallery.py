@@ -216,7 +216,7 @@ def k1():
     median = statistics.median(d["K1_star"]["control"])
     assert d["bounds"]["inject"] == ["above"] * len(d["seeds"]["inject"])  # no seed forms the head at the top
     half, tenth = Fraction(d["weight"]).limit_denominator(100), Fraction(w01["weight"]).limit_denominator(100)
-    brackets = list(grid_brackets(load("k1_grid_h100.json")["K"]).values())
+    brackets = list(grid_brackets(load("k1_grid_h100.json")["table"]["control"]).values())
     common = max(set(brackets), key=brackets.count)
     assert (brackets.count(common), len(brackets)) == (3, 4)  # "for three seeds of four"
     return [n(median), n(d["search"]["hi"] / median), str(half.numerator), str(half.denominator), str(tenth.numerator),
@@ -224,7 +224,7 @@ def k1():
 
 
 def k1_grid_h100():
-    K = load("k1_grid_h100.json")["K"]
+    K = load("k1_grid_h100.json")["table"]["control"]
     Ks = sorted(K, key=int)
     return [n(K[k]["heads"]) for k in Ks] + [n(len(K[Ks[0]]["seed"]))] + Ks
 

@@ -1,7 +1,7 @@
 """The numbers behind two figures that no other test reads back: Fig. 2b-c's grid (sweep.plot_sweep's JSON: seed
 means per (K, step), n_A as a fraction of N) on hand-written run directories, and the appendix figure "Scaling of
 the four predictor losses" (predictor_scaling.scaling_with_K / scaling_with_N) against the losses recomputed from the very
-sequences the predictors were given. And the layout of figures/k1_paper.png (k1.plot_k1_ledger)."""
+sequences the predictors were given. And the layout of figures/k1_paper.png (k1.plot_search)."""
 import json
 import os
 import types
@@ -138,13 +138,13 @@ def test_k1_paper_draws_only_started_conditions_and_nothing_is_clipped(monkeypat
     assert not any(r["probes"] for r in result["seeds"]["inject"])  # the case drawn here
     figures = []
     monkeypatch.setattr(k1.plt, "close", figures.append)
-    k1.plot_k1_ledger(result, os.devnull)
+    k1.plot_search(result, os.devnull)
     fig = figures[0]
     legend = fig.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["control", "phi_beta* = 0.45"]
-    assert legend.get_title().get_text() == "not started: inject (4 seeds)"
+    assert legend.get_title().get_text() == "inject: not started"
     ticks = [t.get_text() for t in fig.axes[2].get_xticklabels()]
-    assert ticks == ["control: 3 ended, 5 running, 8 not started"]
+    assert ticks == ["control\n3 ended, 5 running, 8 not started"]
     assert fig._suptitle.get_fontsize() >= 14
     renderer = fig.canvas.get_renderer()
     box = fig.bbox

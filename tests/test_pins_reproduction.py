@@ -301,14 +301,19 @@ def test_k1_searches_replayed_from_their_probes():
     assert asked == set(up)
 
 
-def test_k1_grid_h100_from_its_bench_summary(tmp_path, monkeypatch, capsys):
-    """`python k1.py grid bench/results/2026-11-26_h100_k1_grid_d.json --name k1_grid_h100`: the table of Fig. 7a
-    (max phi_beta(2), L_gen, the heads per K; README: the head in 0, 1, 4, 4, 4 of 4 seeds) is the committed one."""
+def test_k1_grid_h100_from_its_bench_summary():
+    """figures/k1_grid_h100.json, the grid trained on an H100 by train.py: its table of Fig. 7a (max phi_beta(2) from
+    the dense readouts, L_gen at the end, the heads per K; README: the head in 0, 1, 4, 4, 4 of 4 seeds) and each
+    seed's K1* bracket, from the members of the summary it names."""
     d = committed("k1_grid_h100.json")
-    monkeypatch.chdir(ROOT)  # the command as run from the repository's root
-    k1.summary(argparse.Namespace(json=d["source"], figures=str(tmp_path), name="k1_grid_h100"))
-    assert json.loads((tmp_path / "k1_grid_h100.json").read_text()) == d
-    assert [row["heads"] for row in d["K"].values()] == [0, 1, 4, 4, 4]
+    with open(os.path.join(ROOT, d["source"])) as f:
+        bench = json.load(f)
+    assert (d["device"], d["command"]) == (bench["device"], bench["command"])
+    members = [{"K": m["K"], "seed": m["seed"], "max_phi_beta": m["max_phi_beta_2_dense"], "gen_loss": m["gen_loss"],
+                "gen_loss_2gen": m["gen_loss_2gen"]} for m in bench["members"].values()]
+    table = k1.grid_table(members)
+    assert as_json(table) == d["table"]["control"] and as_json(k1.grid_brackets(table)) == d["brackets"]["control"]
+    assert [row["heads"] for row in d["table"]["control"].values()] == [0, 1, 4, 4, 4]
 
 
 def test_k1_grid_w01_tables_and_brackets_from_its_runs():

@@ -30,9 +30,7 @@ TRAIN_TOP = {"markov", "bayes", "transformer", "evaluation", "plumbing.cli", "pl
 TRAIN_ENGINE = {"train": {"engine.ensemble"}}
 # the files past ~500 lines, and why a reader would accept it
 LONG = {"kernels/attention.py": "the fused attention as the Triton tutorials lay one out: forward and backward kernels, "
-                                "the autograd wrapper and the tile choice, top to bottom",
-        "k1.py": "Fig. 7 from its four sources (a search, a fixed grid, a bench grid's JSON, the paper-scale ledgers), "
-                 "drawn by one set of panels that no other file may hold, since nothing imports a figure script"}
+                                "the autograd wrapper and the tile choice, top to bottom"}
 MAX_LINES = 500
 
 

@@ -156,20 +156,27 @@ def _with_K(read_metrics):
     return read
 
 
-def test_the_grid_figure_counts_heads_per_K_and_keeps_seed_order(tmp_path):
-    """k1.py summary: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly)."""
-    members = {f"K{K}_s{s}": {"K": K, "seed": s, "max_phi_beta_2_dense": v, "gen_loss": 2.3 - v / 10, "gen_loss_2gen": 2.12}
-               for K, values in ((80, [0.2, PHI_STAR, 0.6]), (64, [0.1, 0.15, 0.2])) for s, v in reversed(list(enumerate(values)))}
-    table = k1.grid_table(k1.bench_members({"members": members}))
+def test_the_grid_table_counts_heads_per_K_keeps_seed_order_and_redraws(tmp_path, monkeypatch):
+    """A grid's table: per K the seeds' max phi_beta(2) in seed order and the number above phi_beta* (strictly);
+    `k1.py grid --replot` draws it, one line per seed, the grid's source in the title, the JSON left as it was."""
+    members = [{"K": K, "seed": s, "max_phi_beta": v, "gen_loss": 2.3 - v / 10, "gen_loss_2gen": 2.12}
+               for K, values in ((80, [0.2, PHI_STAR, 0.6]), (64, [0.1, 0.15, 0.2])) for s, v in reversed(list(enumerate(values)))]
+    table = k1.grid_table(members)
     assert list(table) == [64, 80]
     assert table[80]["seed"] == [0, 1, 2] and table[80]["max_phi_beta"] == [0.2, PHI_STAR, 0.6]
     assert table[80]["heads"] == 1 and table[64]["heads"] == 0
-    summary = tmp_path / "grid.json"
-    summary.write_text(json.dumps({"device": "card", "command": "python train.py", "members": members}))
-    args = type("Args", (), dict(json=str(summary), figures=str(tmp_path / "fig"), name="g"))
-    k1.summary(args)
-    assert json.load(open(tmp_path / "fig" / "g.json"))["K"]["80"]["heads"] == 1
-    assert (tmp_path / "fig" / "g.png").exists()
+    record = {"source": "bench/results/grid.json", "device": "card", "command": "python train.py --K 64,80", "preset": "paper",
+              "N": 256, "iters": 100, "loss": "L_gen at the end", "table": {"control": table},
+              "brackets": {"control": k1.grid_brackets(table)}}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(record))
+    figures = []
+    monkeypatch.setattr(k1.plt, "close", figures.append)
+    k1.k1_grid(argparse.Namespace(replot=str(path), name="k1_grid", figures=str(tmp_path)))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(record)) and (tmp_path / "g.png").exists()
+    fig = figures[0]
+    assert [line.get_ydata().tolist() for line in fig.axes[0].get_lines()[:3]] == [[0.1, 0.2], [0.15, PHI_STAR], [0.2, 0.6]]
+    assert "card: python train.py --K 64,80" in fig._suptitle.get_text() and fig.axes[1].get_ylabel() == "L_gen at the end"
 
 
 def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
@@ -194,7 +201,7 @@ def test_k1_grid_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = type("Args", (), dict(preset="quick", root=None, jobs=1, print_commands=False, K="2,4,6,8",
                                  conditions="control,reweight", weight=0.25, seeds="0,1", figures="figures",
-                                 name="grid", device=None))
+                                 name="grid", device=None, replot=None))
     k1.k1_grid(args)
     result = json.load(open(tmp_path / "figures" / "grid.json"))
     assert result["brackets"] == {"control": {"0": [2, 4], "1": [4, 6]}, "reweight": {"0": [4, 6], "1": [6, 8]}}
@@ -239,6 +246,32 @@ def test_k1_replot_draws_the_committed_json_with_a_legend_of_what_is_drawn(tmp_p
     assert "inject" not in labels and {"control", "reweight"} <= set(labels)
     assert legend.get_title().get_text() == "inject: no K1* in range"
     assert "wrote" in capsys.readouterr().out
+
+
+def test_the_search_figure_shifts_each_seed_by_its_own_K1_star(monkeypatch):
+    """Fig. 7a of a search over seeds 3 and 7 (not 0 and 1): each seed's curve against K - its K1*; a search still
+    running (a campaign's row) has no curve and a bar over its bracket in Fig. 7c."""
+    runs = [{"condition": "control", "seed": s, "K": K, "max_phi_beta": phi, "min_gen_loss": 2.3 - phi / 10}
+            for s, K, phi in ((3, 8, 0.1), (3, 16, 0.6), (7, 32, 0.2), (7, 64, 0.7), (7, 48, 0.4))]
+    result = {"preset": "quick", "iters": 100, "N": 64, "phi_star": PHI_STAR, "weight": 0.5,
+              "search": {"lo": 4, "hi": 128, "ratio": 1.0}, "seeds": {"control": [3, 7]},
+              "K1_star": {"control": [10, 48]}, "bounds": {"control": [None, None]}, "above": {"control": [11, 49]},
+              "runs": runs}
+    figures = []
+    monkeypatch.setattr(k1.plt, "close", figures.append)
+    k1.plot_search(result, os.devnull)
+    def curves(fig):  # the seeds' lines of Fig. 7a (the threshold and K1* guides have no markers)
+        return [list(line.get_xdata()) for line in fig.axes[0].get_lines() if line.get_marker() == "."]
+
+
+    assert curves(figures[0]) == [[-2, 6], [-16, 0, 16]]
+    rows = {"control": [{"seed": 3, "done": True, "K1_star": 10, "bound": None, "bracket": [10, 11], "probes": 2},
+                        {"seed": 7, "done": False, "K1_star": None, "bound": None, "bracket": [32, 64], "probes": 3}]}
+    k1.plot_search({**{k: v for k, v in result.items() if k not in ("K1_star", "bounds", "above")}, "seeds": rows},
+                   os.devnull)
+    assert curves(figures[1]) == [[-2, 6]]
+    (bar,) = figures[1].axes[2].collections[:1]
+    assert bar.get_segments()[0][:, 1].tolist() == [32, 64]
 
 
 # ----------------------------------------------------------------------------- the memorized fraction without its noise
