@@ -368,18 +368,17 @@ def write_figures(record: dict, out: str):
                       os.path.join(out, "sa_trajectories.png"))
 
 
-REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "runs")  # what write_figures reads
+REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "runs", "exponents", "I")  # write_figures' and exponent_checks'  
 
 
 def replot(path: str):
     """--replot [JSON]: the four figures from the JSON at path, beside it, each seed's exponents and the w-driven
-    theory's re-derived from the stored runs (exponent_checks; a record without exponents has none).
+    theory's re-derived from the stored runs (exponent_checks).
     A consistency check: the JSON is rewritten only when one of those numbers changed beyond float noise (keep)."""
     record = cli.read_json(path, REPLOTTED, "sa_dynamics.py")
     before = json.loads(json.dumps(record))
     with cli.drawing(path, "sa_dynamics.py"):
-        if "exponents" in record:
-            record.update(exponent_checks(record))
+        record.update(exponent_checks(record))
         record = settle(record, before)
         write_figures(record, os.path.dirname(path))
     keep(path, record, before, ", ".join(FIGURES), "each seed's exponents re-derived")

@@ -60,16 +60,14 @@ def train_tau_series(P: dict, jobs: int) -> dict:
     return {setting: dict(sorted(groups.items())) for setting, groups in by_N.items()}
 
 
-TAU_SERIES = ("tau", "tau_ablation", "tau_transformer")  # each fitted against N / log N (fit_tau)
+TAU_SERIES = ("tau", "tau_ablation")  # each fitted against N / log N (fit_tau)
 
 
 def scaling_summary(tau_runs: dict) -> dict:
     """tau_2Gen(N) of the SA-transformer (control, ablation) with their fits against N / log N, and the final losses
-    at the largest N. "tau_transformer" (fitted alike): the quick preset's transformer runs' first halfway crossings,
-    stored as numbers (the paper preset's runs are whole trajectories in "transformer_runs", merge_transformer_runs)."""
+    at the largest N (the transformer's runs are whole trajectories in "transformer_runs", merge_transformer_runs)."""
     out = {"tau": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs["control"].items()},
-           "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs["ablation"].items()},
-           "tau_transformer": {}}
+           "tau_ablation": {str(N): [r["tau"] for r in runs] for N, runs in tau_runs["ablation"].items()}}
     out["tau_fits"] = {key: fit_tau(out[key]) for key in TAU_SERIES}
     largest = tau_runs["control"][max(tau_runs["control"])]
     for key, level in (("final_loss", None), ("loss_2gen", "masked_loss_2gen"), ("loss_1gen", "masked_loss_1gen")):
@@ -117,15 +115,16 @@ def exponent_title(key: str, result: dict) -> str:
     three windows the fits were tried in and over the seeds, the full model's with w held at 1/3, and the paper's."""
     lines, windows = [], [f"{a:g}-{b:g}" for a, b in EXPONENT_WINDOWS]  # the first: the stated window
     for setting in ("control", "ablation"):
-        value = result.get(f"{key}_exponent_{setting}")
-        fits = list(result.get("exponents", {}).get(f"full_{setting}", {}).get(key, {}).values())  # the seeds' mean
-        seeds = result.get("exponents_seeds", {}).get(f"full_{setting}", {}).get(key, [])  # each seed's, stated window
-        ranges = ([f"in the {len(fits)} fit windows {min(fits):.2f} to {max(fits):.2f}"] if fits else []) \
-            + ([f"each of {len(seeds)} seeds alone {min(seeds):.2f} to {max(seeds):.2f}"] if seeds else [])
-        lines.append(f"{setting} t$^{{{value:.2f}}}$" + (f" ({'; '.join(ranges)})" if ranges else "")
+        value = result[f"{key}_exponent_{setting}"]
+        fits = list(result["exponents"][f"full_{setting}"][key].values())  # the seeds' mean, in each window
+        seeds = result["exponents_seeds"][f"full_{setting}"][key]  # each seed's, in the stated window
+        lines.append(f"{setting} t$^{{{value:.2f}}}$ (in the {len(fits)} fit windows {min(fits):.2f} to "
+                     f"{max(fits):.2f}; each of {len(seeds)} seeds alone {min(seeds):.2f} to {max(seeds):.2f})"
                      if value is not None and np.isfinite(value) else f"{setting}: not fitted")
-    paper, held = PAPER_EXPONENTS[key], next(iter(result.get("w_third", {}).get("exponents", {}).values()), {})
-    held = ", ".join(f"{setting} t$^{{{e[key][windows[0]]:.2f}}}$" for setting, e in held.items())
+    paper = PAPER_EXPONENTS[key]
+    held = ", ".join(f"{setting} t$^{{{e[key][windows[0]]:.2f}}}$"  # at the first N the runs with w held have
+                     for setting, e in next(iter(result["w_third"]["exponents"].values())).items()
+                     ) if "w_third" in result else ""
     return (f"$\\{key}(t)$ of the full model: the seeds' mean fitted as a power of t over t = {windows[0]} x tau\n"
             + "\n".join(lines) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
             + f"\n(fit windows: t = {', '.join(windows)} x the mean tau); paper: {paper[0]} (control), {paper[1]} (ablation)")
@@ -149,8 +148,10 @@ def draw_parameter(ax, key: str, dyn: dict, frozen: dict, result: dict):
         setting = name.removeprefix("frozen_")
         ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls="--", lw=1,
                   label=f"reduced, w frozen, {setting}")
-    held = result.get("w_third", {}).get("runs", {})  # the full model with w held at 1/3, at the dynamics runs' N
-    for setting, runs in (held.get(str(dyn["full_control"][0]["run"]["N"]), {}) if held else {}).items():
+    held = {}
+    if "w_third" in result:  # the full model with w held at 1/3, where it ran at the dynamics runs' N
+        held = result["w_third"]["runs"].get(str(dyn["full_control"][0]["run"]["N"]), {})
+    for setting, runs in held.items():
         ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
                   label=f"full, w held at 1/3, {setting}")
     t, mean = positive(dyn["full_control"], key)
@@ -165,62 +166,48 @@ def draw_parameter(ax, key: str, dyn: dict, frozen: dict, result: dict):
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)  # off the curves
 
 
-def draw_tau(ax, series: tuple, title: str, fit_kind: str, result: dict):
-    """Fig. 6c's panel of tau_2Gen against N for each (result key, setting) of series: the seeds and the fit, with
-    fit_kind "power": a power of N / log N with its own slope beside the paper's law as a reference; "law": the paper's
-    law alone."""
+def draw_tau(ax, result: dict):
+    """Fig. 6c top: the SA-transformer's tau_2Gen against N, control and ablation, each seed and the paper's law a N /
+    log N fitted (fit_tau), with the fitted power's slope."""
     slopes = []
-    for key, setting in series:
+    for key, setting in (("tau", "control"), ("tau_ablation", "ablation")):
         points = [(int(N), tau) for N, taus in result[key].items() for tau in taus if np.isfinite(tau)]
         fit = result["tau_fits"][key]
         if not points or not np.isfinite(fit["prefactor"]):
             continue
         ax.plot(*zip(*points), "o", color=SETTING_COLORS[setting], alpha=0.5, label=f"{setting} (seeds)")
         Ns = np.array(fit["N"], float)
-        if fit_kind == "power":
-            s, seeds = fit["slope_vs_N_over_logN"], fit["slope_vs_N_over_logN_seeds"]
-            ax.plot(Ns, fit["prefactor_vs_N_over_logN"] * (Ns / np.log(Ns)) ** s, "-", color=SETTING_COLORS[setting],
-                    label=f"fit: {fit['prefactor_vs_N_over_logN']:.3g} (N / log N)$^{{{s:.2f}}}$")
-            ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color="gray",
-                    label=f"paper's law: a N / log N, a = {fit['prefactor']:.0f} fitted")
-            slopes.append(f"slope vs N / log N {s:.2f}; each seed alone " + ", ".join(f"{v:.2f}" for v in seeds)
-                          + " (paper: 1)")
-        else:
-            ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=SETTING_COLORS[setting],
-                    label=f"{fit['prefactor']:.0f} N / log N")
-            slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
+        ax.plot(Ns, fit["prefactor"] * Ns / np.log(Ns), "--", color=SETTING_COLORS[setting],
+                label=f"{fit['prefactor']:.0f} N / log N")
+        slopes.append(f"{setting} {fit['slope_vs_N_over_logN']:.2f}")
     if not slopes:
-        why = "not run (add --transformer)" if not result[series[0][0]] else "no transition within the budget"
-        ax.text(0.5, 0.5, why, ha="center", transform=ax.transAxes)
-        ax.set_title(title)
+        ax.text(0.5, 0.5, "no transition within the budget", ha="center", transform=ax.transAxes)
+        ax.set_title("SA-transformer")
         return
-    Ns = sorted({int(N) for key, _ in series for N in result[key]})
+    Ns = sorted({int(N) for key in TAU_SERIES for N in result[key]})
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(Ns, [str(N) for N in Ns])
     ax.set_xlabel("N")
     ax.set_ylabel("tau_2Gen (iterations)")
-    ax.set_title(f"{title}\n{', '.join(slopes)}" if fit_kind == "power" else
-                 f"{title}\nslope vs N / log N: {', '.join(slopes)}",
-                 fontsize=10)
+    ax.set_title(f"SA-transformer\nslope vs N / log N: {', '.join(slopes)}", fontsize=10)
     ax.legend(fontsize=8)
 
 
 def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
     """Fig. 6b-c: beta and delta against t (draw_parameter) above; tau_2Gen against N below, of the SA-transformer
-    (control and ablation, Fig. 6c top; draw_tau) and of the transformer (Fig. 6c bottom; plot_transformer_tau, or the
-    first halfway crossings of a record without its runs). Returns the figure (closed)."""
+    (control and ablation, Fig. 6c top; draw_tau) and of the transformer (Fig. 6c bottom; plot_transformer_tau, where
+    the record holds its runs). Returns the figure (closed)."""
     fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
     axes = axes.ravel()
     for ax, key in zip(axes[:2], ("beta", "delta")):
         draw_parameter(ax, key, dyn, frozen, result)
-    draw_tau(axes[2], (("tau", "control"), ("tau_ablation", "ablation")), "SA-transformer", "law", result)
-    if result.get("transformer_tau"):  # the transformer's runs and their criterion
+    draw_tau(axes[2], result)
+    if "transformer_tau" in result:  # the transformer's runs and their criterion
         plot_transformer_tau(axes[3], result["transformer_tau"])
     else:
-        draw_tau(axes[3], (("tau_transformer", "control"),),
-                 "transformer, no MLP1, non-AR\nfirst halfway crossings (no trajectories stored, not re-read)",
-                 "power", result)
+        axes[3].text(0.5, 0.5, "not run (add --transformer)", ha="center", transform=axes[3].transAxes)
+        axes[3].set_title("transformer, no MLP1, non-AR")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -295,13 +282,15 @@ def plot_transformer_tau(ax, summary: dict):
 
 
 REPLOTTED = (*TAU_SERIES, "tau_fits")  # what plot_scaling reads of this script's part
+DYNAMICS_READ = ("runs", "exponents", "exponents_seeds", *(f"{key}_exponent_{setting}" for key in ("beta", "delta")
+                                                            for setting in ("control", "ablation")))  # and of sa_dynamics.py's
 
 
 def read_drawn(path: str) -> dict:
-    """The record at path, which must hold what replot draws: this script's part and sa_dynamics.py's runs (the beta
-    and delta panels')."""
+    """The record at path, which must hold what replot draws: this script's part and sa_dynamics.py's runs and
+    exponents (the beta and delta panels')."""
     result = cli.read_json(path, REPLOTTED, "sa_scaling.py")
-    cli.read_json(path, ("runs",), "sa_dynamics.py")
+    cli.read_json(path, DYNAMICS_READ, "sa_dynamics.py")
     return result
 
 
@@ -315,7 +304,7 @@ def replot(path: str):
     with cli.drawing(path, "sa_scaling.py"):
         if "transformer_runs" in result:
             result["transformer_tau"] = transformer_summary(result["transformer_runs"])
-        result["tau_fits"] = {key: fit_tau(result[key]) for key in TAU_SERIES}
+        result["tau_fits"].update({key: fit_tau(result[key]) for key in TAU_SERIES})  # what else it holds stays
         result = settle(result, before)
         plot_scaling(*dynamics_runs(result), result, os.path.join(os.path.dirname(path), "sa_scaling.png"))
     keep(path, result, before, "sa_scaling.png", "tau refitted")

@@ -360,8 +360,7 @@ def check_protocol(stored: dict, P: dict):
 def add_transformer_runs(result: dict, P: dict, jobs: int, device: str = "cpu", write=None):
     """Train the transformer at the (N, seed) of P that result (sa_scaling.json as loaded) holds no trajectory of
     and merge them in; write(result), if given, as runs finish (train_transformers' done). The record's runs must be
-    of P's protocol (check_protocol). The earlier record's runs that kept only tau (no trajectory:
-    "tau_transformer") are not runs here, and stay as they are."""
+    of P's protocol (check_protocol); the rest of the record stays as it is."""
     stored = result.get("transformer_runs", {})
     check_protocol(stored, P)
     todo = [(N, s) for N in P["N_transformer"] for s in range(P["seeds_transformer"]) if str(s) not in stored.get(str(N), {})]

@@ -66,7 +66,7 @@ def test_sa_scaling_replot_rewrites_its_json_for_a_new_number_not_for_float_nois
 
     def moved(taus):
         out = scaled(fit(taus), 1 + 1.2e-13)
-        if taus == old["tau_transformer"]:
+        if taus == old["tau_ablation"]:
             out["slope_vs_N"] += 1e-6
         return out
 
@@ -76,7 +76,7 @@ def test_sa_scaling_replot_rewrites_its_json_for_a_new_number_not_for_float_nois
     lines_after = (tmp_path / "sa_scaling.json").read_text().splitlines()
     assert len(lines_before) == len(lines_after)
     changed = [(a, b) for a, b in zip(lines_before, lines_after) if a != b]
-    slope = old["tau_fits"]["tau_transformer"]["slope_vs_N"]
+    slope = old["tau_fits"]["tau_ablation"]["slope_vs_N"]
     assert len(changed) == 1 and json.loads("{" + changed[0][1].rstrip(",") + "}")["slope_vs_N"] == pytest.approx(slope + 1e-6)
 
 

@@ -434,12 +434,19 @@ def test_scaling_summary_fits_each_series_and_the_figure_shows_both_settings(tmp
     out = sa.scaling_summary(tau_runs)
     assert out["tau_fits"]["tau"]["prefactor"] == pytest.approx(2.0 * 1.005)
     assert out["tau_fits"]["tau_ablation"]["prefactor"] == pytest.approx(4.0 * 1.005)
-    assert out["tau_transformer"] == {}  # the transformer's runs are kept elsewhere (transformer_runs)
+    assert sorted(out["tau_fits"]) == ["tau", "tau_ablation"]  # the transformer's runs are kept elsewhere (transformer_runs)
     assert out["final_loss"] == 2.01 and out["loss_2gen"] == 2.0
     dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
     frozen = {"frozen_control": [synthetic_run(1.0)], "frozen_ablation": [synthetic_run(2.0)]}
+    windows = {"0.05-0.5": 1.0, "0.02-0.3": 0.9, "0.1-0.7": 1.2}  # sa_dynamics.py's part: the exponents the titles give
+    out |= {"exponents": {f"full_{setting}": {"beta": windows, "delta": windows} for setting in ("control", "ablation")},
+            "exponents_seeds": {f"full_{setting}": {"beta": [0.95, 1.05], "delta": [0.8, 1.3]}
+                                for setting in ("control", "ablation")},
+            **{f"{key}_exponent_{setting}": 1.0 for key in ("beta", "delta") for setting in ("control", "ablation")}}
     fig = sa.plot_scaling(dyn, frozen, out, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
+    assert ("control t$^{1.00}$ (in the 3 fit windows 0.90 to 1.20; each of 2 seeds alone 0.80 to 1.30)"
+            in fig.axes[1].get_title())  # delta's panel: the seeds' spread of delta
     labels = [line.get_label() for line in fig.axes[2].get_lines()]
     assert labels == ["control (seeds)", "2 N / log N", "ablation (seeds)", "4 N / log N"]
     np.testing.assert_allclose(fig.axes[2].get_lines()[2].get_ydata(), [r["tau"] for N in (32, 64, 128) for r in tau_runs["ablation"][N]])
@@ -456,28 +463,6 @@ def test_last_position_logits_are_the_models_own_at_the_last_position():
         model.att2.P.normal_(0, 2, generator=g)
     seqs = batch(B=5, N=9, seed=12)
     torch.testing.assert_close(st.last_position_logits(model, seqs), model(seqs)[:, -1])
-
-
-def test_the_transformer_panel_draws_the_power_law_its_runs_give_and_the_papers_law():
-    """Fig. 6c bottom: quick transformer runs whose tau falls with N (here 4000 (N / log N)^-0.5) get the power law
-    in N / log N fitted to them, its slope and interval in the title (the numbers the README quotes), not only a
-    rising a N / log N line through them; the paper's law is drawn too, labelled as such."""
-    Ns = [24, 32, 48, 64]
-    laws = (("tau", 3.0, 0.8), ("tau_ablation", 4.0, 0.8), ("tau_transformer", 4000.0, -0.5))
-    result = {key: {str(N): [a * (N / math.log(N)) ** p] for N in Ns} for key, a, p in laws}
-    fits = {key: sa_fits.fit_tau(result[key]) for key, _, _ in laws}
-    assert fits["tau_transformer"]["prefactor_vs_N_over_logN"] == pytest.approx(4000.0)
-    assert fits["tau_transformer"]["slope_vs_N_over_logN"] == pytest.approx(-0.5)
-    result["tau_fits"] = fits
-    dyn = {name: [synthetic_run(1.0 + red + 2 * abl)] for name, (red, abl) in DYNAMICS.items()}
-    frozen = {"frozen_control": [synthetic_run(1.0)], "frozen_ablation": [synthetic_run(2.0)]}
-    ax = sa.plot_scaling(dyn, frozen, result, os.devnull).axes[3]
-    lines = {line.get_label(): line for line in ax.get_lines()}
-    fit_line = next(line for label, line in lines.items() if label.startswith("fit:"))
-    np.testing.assert_allclose(fit_line.get_ydata(), 4000.0 * (np.array(Ns, float) / np.log(Ns)) ** -0.5)
-    assert "slope vs N / log N -0.50; each seed alone -0.50 (paper: 1)" in ax.get_title()
-    law = next(line for label, line in lines.items() if label.startswith("paper's law"))
-    np.testing.assert_allclose(law.get_ydata(), fits["tau_transformer"]["prefactor"] * np.array(Ns) / np.log(Ns))
 
 
 def test_the_committed_transformer_panel_prints_the_slopes_the_readme_quotes(tmp_path):
@@ -540,8 +525,12 @@ def test_replot_draws_the_five_figures_from_the_json_alone(run, tmp_path):
     runs = {name: [sa_run(1.0, snaps=name == "full_control"), sa_run(1.5)] for name in DYNAMICS}
     runs.update(frozen_control=[sa_run(1.0)], frozen_ablation=[sa_run(2.0)])
     near = [-1.0, 0.0, 1.0]
-    taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4), ("tau_transformer", 30))}
-    result = {"F_d": [0.08 / 3**d for d in range(5)], "F1_exact": 0.08, "runs": runs, **taus,
+    taus = {key: {str(N): [a * N / math.log(N)] for N in Ns} for key, a in (("tau", 3), ("tau_ablation", 4))}
+    exponents = {name: sa_fits.summarize_exponents(rs, sa_fits.EXPONENT_WINDOWS) for name, rs in runs.items()}
+    dynamics = {"I": 0.01, "exponents": exponents, **{f"{key}_exponent_{setting}": exponents[f"full_{setting}"][key]["0.05-0.5"]
+                                                      for key in ("beta", "delta") for setting in ("control", "ablation")}}
+    dynamics.update(sd.exponent_checks({**dynamics, "runs": runs}))
+    result = {"F_d": [0.08 / 3**d for d in range(5)], "F1_exact": 0.08, "runs": runs, **taus, **dynamics,
               "tau_fits": {key: sa_fits.fit_tau(value) for key, value in taus.items()},
               "landscape": {"N": 8, "beta": [0.0, 1.0], "delta": [0.0, 1.0], "loss": [[2.3, 2.2], [2.2, 2.1]]},
               "landscape_origin": {"N": 8, "beta": near, "delta": near, "control": np.ones((3, 3)).tolist(),
@@ -586,7 +575,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     """--transformer-only: an (N, seed) whose trajectory is in the record is not trained again, the missing ones are
     (seed 1 at N = 32 beside a stored seed 0, and all of N = 128), with the preset's budget and device, each N's
     seeds in one call; the record is written after each N, runs kept by (N, seed) in increasing order, the criterion
-    re-read from them all; the legacy first crossings stay as they were."""
+    re-read from them all; what else the record holds stays as it was."""
     calls = []
 
     def fake(N, seeds, iters, eval_batch, device):  # train_seeds: the runs of one N
@@ -594,7 +583,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
         return [synthetic_transformer_run(N, s, drop=1000.0 + N, cap=iters) for s in seeds]
 
     monkeypatch.setattr(st, "train_seeds", fake)
-    record = {"tau_transformer": {"24": [100.0, 120.0]}}
+    record = {"tau": {"24": [100.0, 120.0]}}
     st.merge_transformer_runs(record, {32: [st.rounded_run(synthetic_transformer_run(32, 0, drop=900.0, cap=5000))]})
     written = []
     P = dict(PRESETS["paper"], N_transformer=[128, 32], seeds_transformer=2, transformer_iters=5000)
@@ -602,7 +591,7 @@ def test_transformer_only_trains_the_missing_N_seed_pairs_and_writes_after_each_
     assert calls == [(32, (1,), 5000, "cuda"), (128, (0, 1), 5000, "cuda")]
     assert [list(w["transformer_runs"]) for w in written] == [["32"], ["32", "128"]]  # the first write: N = 32 alone
     assert {N: list(runs) for N, runs in record["transformer_runs"].items()} == {"32": ["0", "1"], "128": ["0", "1"]}
-    assert record["tau_transformer"] == {"24": [100.0, 120.0]}
+    assert record["tau"] == {"24": [100.0, 120.0]}
     taus = record["transformer_tau"]["N"]
     assert taus["32"]["seeds"] == [0, 1] and taus["32"]["status"] == ["tau", "tau"]
     assert taus["32"]["tau"][0] == pytest.approx(900.0) and taus["128"]["tau"][1] == pytest.approx(1128.0)
@@ -843,7 +832,7 @@ def test_a_held_drop_ends_that_seeds_record_in_both_paths(monkeypatch):
 def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monkeypatch):
     """--replot on a record with transformer trajectories re-reads tau_2gen_drop from them (a stored 'transformer_tau'
     that disagrees is rewritten) and the panel draws the sustained-drop taus with the fit's interval and seeds; a
-    record with none keeps its first crossings and says so. Both from the committed record without its runs."""
+    record with none says the runs are not there. Both from the committed record without its runs."""
     with open(os.path.join(ROOT, "figures", "sa_scaling.json")) as f:
         result = {k: v for k, v in json.load(f).items() if k not in ("transformer_runs", "transformer_tau")}
     drops = {32: (1500.0, 1700.0, None), 64: (1900.0, 2100.0, 2300.0), 128: (2500.0, 2700.0, 2900.0)}
@@ -859,14 +848,14 @@ def test_a_replot_rereads_the_criterion_from_stored_trajectories(tmp_path, monke
     fit = again["transformer_tau"]["fit"]
     assert fit["N"]["32"]["no_tau"] == 1 and fit["vs_N_over_logN"]["seeds"] == [3, 3, 3]
     assert fit["N"]["64"]["median"] == pytest.approx(2100.0)
-    assert again["tau_transformer"] == result["tau_transformer"]  # the legacy first crossings untouched
+    assert {k: v for k, v in again.items() if not k.startswith("transformer")} == {
+        k: v for k, v in result.items() if not k.startswith("transformer")}  # the rest of the record untouched
     fig = draw(*dynamics_runs(again), again, os.devnull)
     assert "3 seeds per N" in fig.axes[3].get_title() and "sustained drop" in fig.axes[3].get_title()
     assert_panel_readable(fig.axes[3])
-    legacy = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
-    legacy["tau_fits"] = {key: sa_fits.fit_tau(legacy[key]) for key in ("tau", "tau_ablation", "tau_transformer")}
-    title = draw(*dynamics_runs(legacy), legacy, os.devnull).axes[3].get_title()
-    assert "first halfway crossings (no trajectories stored, not re-read)" in title
+    without = {k: v for k, v in again.items() if k not in ("transformer_runs", "transformer_tau")}
+    panel = draw(*dynamics_runs(without), without, os.devnull).axes[3]
+    assert [t.get_text() for t in panel.texts] == ["not run (add --transformer)"] and not panel.get_lines()
 
 
 def assert_panel_readable(ax):
