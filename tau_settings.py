@@ -40,7 +40,6 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
-
 import torch
 
 from analysis.estimators import median_ci
@@ -65,11 +64,12 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
     "drive1": ({**TRAINING, "drive": {"att1.P": 32}}, "layer 1's position bias pushed as the theory's delta: its "
                "gradient x 32 / N"),
+    "drive1_keys": ({**TRAINING, "key_drive": 32}, "drive1 on the path that carries the flat push alone: layer 1's "
+                    "position bias's gradient through layer 2's keys x 32 / N"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
-CAPS = {"batch512": 6000, "momentum0": 6000, "lr0.0125": 20000, "lr0.003125": 40000,  # steps: the record's cap
-        "frozenP2": 20000, "smallstart": 20000, "window1": 20000, "drive1": 20000, "record": 20000}  # (20000), or
-# twice the steps a smaller step needs in gradient flow (4x, 16x the record's head) where that is more
+CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000}  # steps:
+# the record's cap (20000), or twice the steps a smaller step needs in gradient flow (4x, 16x the record's head)
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes, what it tests); "sa", the parent, is
     # the committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ({"readout": "softmax"}, "the SA-transformer with a learned readout and a softmax (the "
@@ -212,7 +212,7 @@ def compare(runs: dict, baseline: dict) -> dict:
 RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
-               "sa_softmax_matched": "gold", "sa_attention": "magenta", "sa_attention_matched": "darkorange",
+               "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "sa_attention_matched": "darkorange",
                "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 

@@ -98,26 +98,39 @@ PATHS = ("query", "key", "value", "skip")  # the uses of layer 1's output x1: la
 # its keys and values (every position), and the residual stream past layer 2 into MLP2 and the unembedding
 
 
-def last_position(params: dict, seqs: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_gradient(x: torch.Tensor, s: float) -> torch.Tensor:
+    """x in the forward pass (exactly), s x its gradient in the backward pass."""
+    return x.detach() + s * (x - x.detach())
+
+
+def last_position(params: dict, seqs: torch.Tensor, path: str | None = None, key_drive: float = 1.0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (B, C), A (B, N)): model(seqs)[:, -1] of the transformer without MLP1 and with position biases, and
     its layer-2 attention at the last position, from its parameters by name (dict(model.named_parameters()), or
     stacked ones under vmap). Layer 2's query, MLP2 and the unembedding run at the last position only:
     non-autoregressive training reads nothing else, and MLP2 on all N positions was half the cost. path (one of
     PATHS): the same numbers, with gradients into layer 1 through that use of x1 alone (the others detached); the
-    four paths' gradients on a layer-1 parameter sum to its gradient (the chain rule over x1's uses)."""
+    four paths' gradients on a layer-1 parameter sum to its gradient (the chain rule over x1's uses). key_drive:
+    the same numbers, with layer 1's position bias's gradient through layer 2's keys times key_drive (its other
+    paths, and every other parameter's gradient, as they are)."""
     B, N = seqs.shape
     x0 = F.embedding(seqs, params["W_E.weight"])  # (B, N, D)
     h = layer_norm(x0)
-    q, k, v = (F.linear(h, params[f"att1.{W}.weight"]) for W in ("W_Q", "W_K", "W_V"))
-    A1 = torch.softmax(attention_scores(q[:, None], k[:, None], params["att1.P"][:, :N]), -1)[:, 0]  # (B, N, N)
-    x1 = x0 + A1 @ v  # no MLP1
+    q1, k1, v1 = (F.linear(h, params[f"att1.{W}.weight"]) for W in ("W_Q", "W_K", "W_V"))
+
+    def layer1(P: torch.Tensor) -> torch.Tensor:  # x1, layer 1's output (no MLP1), with position bias P
+        A1 = torch.softmax(attention_scores(q1[:, None], k1[:, None], P[:, :N]), -1)[:, 0]  # (B, N, N)
+        return x0 + A1 @ v1
+
+    x1 = layer1(params["att1.P"])
     h = layer_norm(x1)
+    h_keys = h if key_drive == 1.0 else layer_norm(layer1(scaled_gradient(params["att1.P"], key_drive)))
 
     def use(name: str, x: torch.Tensor) -> torch.Tensor:  # x as that use of x1 sees it
         return x if path in (None, name) else x.detach()
 
     q = F.linear(use("query", h)[:, -1], params["att2.W_Q.weight"])  # (B, D): the last position's query
-    k, v = F.linear(use("key", h), params["att2.W_K.weight"]), F.linear(use("value", h), params["att2.W_V.weight"])
+    k, v = F.linear(use("key", h_keys), params["att2.W_K.weight"]), F.linear(use("value", h), params["att2.W_V.weight"])
     scores = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1]) + params["att2.P"][0, :N].flip(0)  # + P[N-1-j]
     A2 = torch.softmax(scores, -1)  # (B, N)
     y2 = use("skip", x1)[:, -1] + (A2.unsqueeze(1) @ v).squeeze(1)  # (B, D)
@@ -197,7 +210,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     """One seed on the CPU: SGD with momentum on the last position's cross-entropy, evaluated every eval_every steps,
     run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
-    initial values; "trainable" and "drive": gradient_factors; "init": model_for's knock-out).
+    initial values; "trainable" and "drive": gradient_factors; "key_drive" N0: layer 1's position bias's gradient
+    through layer 2's keys alone times N0 / N (last_position); "init": model_for's knock-out).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (phi_beta_last).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
@@ -214,6 +228,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     params = dict(model.named_parameters())
     frozen = set(training.get("frozen", ()))  # parameters kept at their initial values (tau_settings.py)
     factors = gradient_factors(params, training, N)  # e.g. entries outside a mask keep their start
+    key_drive = training["key_drive"] / N if "key_drive" in training else 1.0
     opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
                           momentum=training["momentum"])
     first = 0
@@ -237,7 +252,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
         if t == iters:
             break
         context, target = fresh_batch(training["batch"], N, g)
-        loss = F.cross_entropy(last_position(params, context)[0], target)
+        loss = F.cross_entropy(last_position(params, context, key_drive=key_drive)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         for name, factor in factors.items():

@@ -207,6 +207,28 @@ def test_the_drive_scales_layer_1s_position_bias_step_by_N0_over_N_and_nothing_e
     assert factors["att1.P"].tolist() == [[0.25, 0.25, 0, 0, 0, 0, 0, 0]] and "att2.P" not in factors
 
 
+def test_the_key_drive_rung_moves_the_position_bias_alone_and_through_the_keys(monkeypatch):
+    """drive1_keys: one step from the seed's model differs from the record's first step in layer 1's position bias
+    alone, by (32 / N - 1) x lr x its gradient through layer 2's keys (N = 8: 3 x); evaluations read the plain model."""
+    assert ts.SETTINGS["drive1_keys"][0]["key_drive"] == 32
+    models, drives = [], []
+    make, forward = st.model_for, st.last_position
+    monkeypatch.setattr(st, "model_for", lambda N, seed, init=None: models.append(make(N, seed, init)) or models[-1])
+    monkeypatch.setattr(st, "last_position", lambda params, seqs, path=None, key_drive=1.0:
+                        drives.append(key_drive) or forward(params, seqs, path, key_drive))
+    for training in (st.TRAINING, ts.SETTINGS["drive1_keys"][0]):
+        st.train_one(8, 0, 1, eval_batch=64, training={**training, "eval_every": 4})
+    assert drives == [1.0, 1.0, 1.0, 1.0, 4.0, 1.0]  # per run: evaluation, step, evaluation
+    start = dict(make(8, 0).named_parameters())
+    base, driven = (dict(m.named_parameters()) for m in models)
+    context, target = fc.fresh_batch(st.TRAINING["batch"], 8, torch.Generator().manual_seed(0))  # the step's batch
+    key = torch.autograd.grad(F.cross_entropy(forward(start, context, "key")[0], target), start["att1.P"])[0]
+    for name, p in start.items():
+        extra = -st.TRAINING["lr"] * 3 * key if name == "att1.P" else 0
+        torch.testing.assert_close(driven[name] - p, base[name] - p + extra, rtol=1e-4, atol=1e-7, msg=name)
+    assert float(key.abs().max()) > 1e-4
+
+
 # ----------------------------------------------------------------------------- the hybrids
 
 

@@ -167,6 +167,30 @@ def test_the_paths_of_layer_1s_output_split_its_gradient_exactly():
         torch.testing.assert_close(sum(each), total, rtol=1e-4, atol=1e-7, msg=name)
 
 
+def test_the_key_drive_scales_the_position_biass_key_path_alone():
+    """last_position(key_drive=s): the same logits and attention; layer 1's position bias gets its gradient with the
+    part through layer 2's keys times s (full - (1 - s) x the key path's, path="key"), every other parameter its full
+    gradient; on a random model the key path bites (the bias's gradient moves)."""
+    model, params = random_transformer(12, 3)
+    context, target = fc.fresh_batch(32, 12, torch.Generator().manual_seed(5))
+    names = ["att1.P", "att1.W_Q.weight", "att1.W_K.weight", "att1.W_V.weight", "W_E.weight", "att2.W_K.weight",
+             "W_U.weight"]
+
+    def grads(**kw):
+        logits, A2 = st.last_position(params, context, **kw)
+        return logits, A2, torch.autograd.grad(F.cross_entropy(logits, target), [params[n] for n in names],
+                                               allow_unused=True)
+
+    logits, A2, full = grads()
+    key = grads(path="key")[2][0]
+    driven_logits, driven_A2, driven = grads(key_drive=0.25)
+    assert torch.equal(driven_logits, logits) and torch.equal(driven_A2, A2)
+    torch.testing.assert_close(driven[0], full[0] - 0.75 * key, rtol=1e-4, atol=1e-7)
+    assert float((driven[0] - full[0]).abs().max()) > 1e-4  # the key path carries part of the bias's gradient
+    for name, g, f in zip(names[1:], driven[1:], full[1:]):
+        torch.testing.assert_close(g, f, rtol=1e-5, atol=1e-6, msg=name)  # to float32 rounding (sums reordered)
+
+
 def test_delta_paths_sum_to_deltas_velocity():
     """delta_paths' four velocities sum to delta's from `velocities` on the same batches (whose sign says it is
     -dL/dP1[1]), path by path the mean over the batches of -dL/dP1[1] through that use."""
