@@ -368,7 +368,7 @@ def write_figures(record: dict, out: str):
                       os.path.join(out, "sa_trajectories.png"))
 
 
-REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "runs", "exponents", "I")  # write_figures' and exponent_checks'  
+REPLOTTED = ("F_d", "F1_exact", "landscape", "landscape_origin", "runs", "exponents", "I")  # write_figures' and exponent_checks'
 
 
 def replot(path: str):

@@ -110,6 +110,14 @@ SETTING_COLORS = {"control": "tab:blue", "ablation": "tab:red"}
 PAPER_EXPONENTS = {"beta": ("t", "t"), "delta": ("t", "t$^2$")}  # control, ablation (Sec. "Testing predictions")
 
 
+def held(result: dict, part: str) -> dict:
+    """The full model with w held at 1/3 (train_w_third) at the dynamics runs' N, by setting: its runs (part "runs")
+    or their exponents ("exponents"); {} where it did not run there."""
+    if "w_third" not in result:
+        return {}
+    return result["w_third"][part].get(str(result["runs"]["full_control"][0]["run"]["N"]), {})
+
+
 def exponent_title(key: str, result: dict) -> str:
     """A beta or delta panel's title, in words: the full model's exponents in the stated window, their range over the
     three windows the fits were tried in and over the seeds, the full model's with w held at 1/3, and the paper's."""
@@ -122,11 +130,9 @@ def exponent_title(key: str, result: dict) -> str:
                      f"{max(fits):.2f}; each of {len(seeds)} seeds alone {min(seeds):.2f} to {max(seeds):.2f})"
                      if value is not None and np.isfinite(value) else f"{setting}: not fitted")
     paper = PAPER_EXPONENTS[key]
-    held = ", ".join(f"{setting} t$^{{{e[key][windows[0]]:.2f}}}$"  # at the first N the runs with w held have
-                     for setting, e in next(iter(result["w_third"]["exponents"].values())).items()
-                     ) if "w_third" in result else ""
+    w_held = ", ".join(f"{setting} t$^{{{e[key][windows[0]]:.2f}}}$" for setting, e in held(result, "exponents").items())
     return (f"$\\{key}(t)$ of the full model: the seeds' mean fitted as a power of t over t = {windows[0]} x tau\n"
-            + "\n".join(lines) + (f"\nthe full model with w held at 1/3: {held}" if held else "")
+            + "\n".join(lines) + (f"\nthe full model with w held at 1/3: {w_held}" if w_held else "")
             + f"\n(fit windows: t = {', '.join(windows)} x the mean tau); paper: {paper[0]} (control), {paper[1]} (ablation)")
 
 
@@ -148,10 +154,7 @@ def draw_parameter(ax, key: str, dyn: dict, frozen: dict, result: dict):
         setting = name.removeprefix("frozen_")
         ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls="--", lw=1,
                   label=f"reduced, w frozen, {setting}")
-    held = {}
-    if "w_third" in result:  # the full model with w held at 1/3, where it ran at the dynamics runs' N
-        held = result["w_third"]["runs"].get(str(dyn["full_control"][0]["run"]["N"]), {})
-    for setting, runs in held.items():
+    for setting, runs in held(result, "runs").items():
         ax.loglog(*positive(runs, key), color=SETTING_COLORS[setting], ls=(0, (5, 1, 1, 1, 1, 1)), lw=1.2,
                   label=f"full, w held at 1/3, {setting}")
     t, mean = positive(dyn["full_control"], key)
@@ -216,7 +219,7 @@ def plot_scaling(dyn: dict, frozen: dict, result: dict, path: str):
 
 def plot_transformer_tau(ax, summary: dict):
     """Fig. 6c bottom from the transformer's runs re-read (transformer_tau.transformer_summary): each seed's
-    sustained-drop tau (filled), its first halfway crossing (hollow, the criterion it replaces), the head's formation
+    sustained-drop tau (filled), its first halfway crossing (hollow, a noisier reading), the head's formation
     (x, phi's sustained rise), runs without a tau
     as triangles at their bound (censored at the cap; 'no head': the drop's time, unconfirmed by phi), the medians
     with their order-statistic intervals, and the power law in N / log N through the medians with its slope's
@@ -296,9 +299,9 @@ def read_drawn(path: str) -> dict:
 
 def replot(path: str):
     """--replot [JSON]: Fig. 6b-c from the JSON at path, sa_scaling.png beside it, tau_2Gen refitted and the
-    transformer's criterion re-read from its stored trajectories (cheap; a record without them keeps its first
-    crossings). A consistency check: the JSON is rewritten only when a number in it changed beyond float noise, and
-    then with the others' last digits as they were (settle, sa_record.keep)."""
+    transformer's criterion re-read from its stored trajectories (cheap). A consistency check: the JSON is rewritten
+    only when a number in it changed beyond float noise, and then with the others' last digits as they were (settle,
+    sa_record.keep)."""
     result = read_drawn(path)
     before = json.loads(json.dumps(result))
     with cli.drawing(path, "sa_scaling.py"):
@@ -379,7 +382,8 @@ def main():
     write_json(path, record, indent=1)
     plot_scaling(*dynamics_runs(record), json.loads(json.dumps(record)), os.path.join(args.figures, "sa_scaling.png"))
     printed = ("tau", "tau_ablation", "tau_fits", "final_loss", "loss_2gen", "seconds_scaling")
-    print(json.dumps({k: record[k] for k in printed} | {"transformer_fit": record.get("transformer_tau", {}).get("fit")},
+    print(json.dumps({k: record[k] for k in printed} | ({"transformer_fit": record["transformer_tau"]["fit"]}
+                                                        if "transformer_tau" in record else {}),
                      indent=1))
     print(f"wrote {args.figures}/sa_scaling.png and {NAME} in {part['seconds_scaling'] / 60:.1f} min")
 
