@@ -40,7 +40,8 @@ from campaigns import records
 from campaigns.specs import LEDGERS, grid_records
 from plumbing import cli
 from plumbing.rundir import write_json
-from runners.probes import CONDITIONS, K1_PRESETS, finished, probe_command, probe_config, run_probes, search_K1
+from runners.probes import (CONDITIONS, K1_PRESETS, finished, probe_command, probe_config, run_probes, search_K1,
+                            search_rows)
 
 COLORS = {"control": "k", "reweight": "tab:blue", "inject": "tab:red"}  # the conditions, in every panel
 PAPER_K1 = 94  # the paper's K1* at N = 256 (Fig. 7), drawn beside the paper-scale searches
@@ -49,15 +50,12 @@ PAPER_K1 = 94  # the paper's K1* at N = 256 (Fig. 7), drawn beside the paper-sca
 # ----------------------------------------------------------------------------- the search (Figs. 7a-c, A9)
 
 
-def k1_result(preset: str, p: dict, plan: dict[str, list[int]], searches: dict, runs: list[dict]) -> dict:
-    """The K1* experiment's numbers: per condition and seed K1* (None outside [lo, hi]), its bound and the
-    smallest K that generalized; the probes' summaries `runs` (k1_runs)."""
-    def per_seed(key):
-        return {c: [searches[c, s][key] for s in seeds] for c, seeds in plan.items()}
-
+def k1_result(preset: str, p: dict, rows: dict[str, list[dict]], runs: list[dict]) -> dict:
+    """The K1* experiment's numbers: per condition each seed's search (rows, search_rows': K1*, None outside [lo, hi],
+    its bound, the smallest K that generalized, its bracket), as a campaign's are recorded; the probes' summaries
+    `runs` (k1_runs)."""
     return {"preset": preset, "iters": p["iters"], "N": p["N"], "phi_star": PHI_STAR, "weight": p["weight"],
-            "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": plan,
-            "K1_star": per_seed("K1_star"), "bounds": per_seed("bound"), "above": per_seed("above"), "runs": runs}
+            "search": {"lo": p["lo"], "hi": p["hi"], "ratio": p["ratio"]}, "seeds": rows, "runs": runs}
 
 
 def tau_histogram(preset: str, root: str, K: int, jobs: int, device: str | None = None) -> list[int | None]:
@@ -97,20 +95,6 @@ def draw_tau_histogram(ax, taus: list[int | None], iters: int, K: int):
     ax.set_ylabel("seeds")
     ax.set_title(f"Fig. 7b: K = {K} (about K1*), {len(taus)} seeds")
     ax.legend(fontsize=8)
-
-
-def seed_rows(result: dict) -> dict[str, list[dict]]:
-    """Per condition, each seed's search as Fig. 7c draws it: {"seed", "done", "K1_star" (None outside [lo, hi] or
-    still running), "bound" ("below", "above" or None), "bracket" (so far), "probes"}. A campaign's result holds these
-    rows (records.k1_search); a search's (k1_result) holds per-condition lists of its ended searches, read here."""
-    if "K1_star" not in result:
-        return result["seeds"]
-    rows = {}
-    for c, seeds in result["seeds"].items():
-        rows[c] = [{"seed": s, "done": True, "K1_star": v, "bound": b, "bracket": [v, above],
-                    "probes": sum(r["condition"] == c and r["seed"] == s for r in result["runs"])}
-                   for s, v, b, above in zip(seeds, result["K1_star"][c], result["bounds"][c], result["above"][c])]
-    return rows
 
 
 def draw_K1_per_seed(ax, rows: dict[str, list[dict]], result: dict):
@@ -160,7 +144,7 @@ def plot_search(result: dict, path: str):
     paper), Fig. 7b (tau_2gen near K1*) where the result holds it, and Fig. 7c (draw_K1_per_seed). result: a search's
     (k1_result, with "tau_2gen") or a campaign's (records.k1_search). A condition with no curve is named in Fig. 7a's
     legend, with why: not started, no search ended yet, or K1* outside the searched range."""
-    rows = seed_rows(result)
+    rows = result["seeds"]
     tau = result.get("tau_2gen")  # a campaign's tau_2gen histogram is a campaign of its own (draw_tau)
     fig, axes = plt.subplots(1, 4 if tau else 3, figsize=(20 if tau else 15, 4.6))
     curves, missing = [], []
@@ -205,7 +189,7 @@ def k1(args):
     """The `search` command: a K1* search per (condition, seed) (Fig. 7a's criterion, analysis/thresholds.py), then
     tau_2Gen's histogram at the control's median K1* (Fig. 7b); figures/k1.png and .json (--replot: from the JSON)."""
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
-        cli.replot(args, "k1.json", ("K1_star", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_search)
+        cli.replot(args, "k1.json", ("seeds", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_search)
         return
     preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1")
     conditions = args.conditions.split(",")
@@ -221,14 +205,15 @@ def k1(args):
     found = search_K1(preset, p, root, jobs, plan, generalizes, print_only=args.print_commands, device=device)
     if found is None:
         return
-    K1 = {c: [found["searches"][c, s]["K1_star"] for s in seeds] for c, seeds in plan.items()}
+    rows = search_rows(found["searches"])
+    K1 = {c: [r["K1_star"] for r in seeds] for c, seeds in rows.items()}
     control = [v for v in K1["control"] if v is not None]
     if not control:
         raise ValueError(f"no control seed has K1* inside [{p['lo']}, {p['hi']}]; widen the preset's range")
     K_tau = round(statistics.median(control))
     print(f"searches done in {(time.time() - t0) / 60:.1f} min; K1*: {K1}; tau_2gen at K = {K_tau}", flush=True)
     taus = tau_histogram(preset, root, K_tau, jobs, device)
-    result = {**k1_result(preset, p, plan, found["searches"], k1_runs(found["outcomes"])),
+    result = {**k1_result(preset, p, rows, k1_runs(found["outcomes"])),
               "tau_2gen": {"K": K_tau, "iters": p["tau_iters"], "tau": taus},
               "minutes_this_call": round((time.time() - t0) / 60, 1)}  # finished probes are reused, not timed
     plot_search(result, os.path.join(args.figures, "k1.png"))

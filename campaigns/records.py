@@ -7,6 +7,7 @@ import statistics
 
 from analysis import thresholds
 from campaigns.specs import LEDGERS, SPECS, grid_records, k1_state, ledger_path, load_ledger
+from runners import probes
 
 VOLATILE = ("card", "date", "seconds", "model_steps", "predicted")  # a piece's fields that differ between two identical runs
 
@@ -44,13 +45,7 @@ def k1_search(spec: dict, ledger: dict) -> dict:
     """Per condition and seed of a k1 campaign: K1* when its search ended, else the bracket so far; the probes'
     summaries (thresholds.k1_runs), each search replayed from the ledger (specs.k1_state)."""
     searches, outcomes = k1_state(spec, ledger)
-    seeds = {}
-    for (cond, seed), s in searches.items():
-        below = [K for K, up in s.probes.items() if not up]
-        above = [K for K, up in s.probes.items() if up]
-        seeds.setdefault(cond, []).append({
-            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {"K1_star": None, "bound": None}),
-            "bracket": [max(below) if below else None, min(above) if above else None], "probes": len(s.probes)})
+    seeds = probes.search_rows(searches)
     K1 = {c: [r["K1_star"] for r in rows if r["done"]] for c, rows in seeds.items()}
     p = spec["probe"]
     return {"preset": spec["preset"], "iters": p["iters"], "N": p["N"], "weight": p["weight"], "phi_star": thresholds.PHI_STAR,

@@ -132,10 +132,24 @@ def pending_probes(searches: dict[tuple[str, int], Search], width: int = 1) -> l
     return [(cond, K, seed) for (cond, seed), s in searches.items() for K in s.pending(width)]
 
 
+def search_rows(searches: dict[tuple[str, int], Search]) -> dict[str, list[dict]]:
+    """Per condition, each seed's search as the K1* figures and JSONs record it: {"seed", "done", an ended search's
+    Search.result() (K1_star, above, bound, monotone; K1_star and bound None while it runs), "bracket" (the largest K
+    probed without the head and the smallest with it, so far), "probes" (how many)}."""
+    rows = {}
+    for (cond, seed), s in searches.items():
+        below = [K for K, up in s.probes.items() if not up]
+        above = [K for K, up in s.probes.items() if up]
+        rows.setdefault(cond, []).append({
+            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {"K1_star": None, "bound": None}),
+            "bracket": [max(below) if below else None, min(above) if above else None], "probes": len(s.probes)})
+    return rows
+
+
 def search_K1(preset: str, p: dict, root: str, jobs: int, plan: dict[str, list[int]],
               generalizes: Callable[[list[dict]], bool], print_only: bool = False, **flags) -> dict | None:
     """Run the searches of plan's conditions to the end, a round at a time; generalizes(dense rows) is the rule.
-    Returns {"searches": {(condition, seed): Search.result()}, "outcomes": {(condition, K, seed): dense rows}}.
+    Returns {"searches": {(condition, seed): Search}, "outcomes": {(condition, K, seed): dense rows}}.
     print_only: print the next round's train.py commands and return None."""
     searches = new_searches(p, plan)
     outcomes = {}
@@ -162,4 +176,4 @@ def search_K1(preset: str, p: dict, root: str, jobs: int, plan: dict[str, list[i
             outcomes[key] = rows
             searches[key[0], key[2]].record(key[1], generalizes(rows))
         print(f"round {round_} done in {time.time() - t0:.0f} s", flush=True)
-    return {"searches": {key: s.result() for key, s in searches.items()}, "outcomes": outcomes}
+    return {"searches": searches, "outcomes": outcomes}

@@ -213,8 +213,8 @@ def grid_brackets(K: dict) -> dict:
 
 def k1():
     d, w01 = load("k1.json"), load("k1_grid_w0.1.json")
-    median = statistics.median(d["K1_star"]["control"])
-    assert d["bounds"]["inject"] == ["above"] * len(d["seeds"]["inject"])  # no seed forms the head at the top
+    median = statistics.median(r["K1_star"] for r in d["seeds"]["control"])
+    assert [r["bound"] for r in d["seeds"]["inject"]] == ["above"] * len(d["seeds"]["inject"])  # no head at the top
     half, tenth = Fraction(d["weight"]).limit_denominator(100), Fraction(w01["weight"]).limit_denominator(100)
     brackets = list(grid_brackets(load("k1_grid_h100.json")["table"]["control"]).values())
     common = max(set(brackets), key=brackets.count)
@@ -666,14 +666,15 @@ def table_information(rows):
 
 def table_k1(rows):
     d = load("k1.json")
-    control = [[n(k), n(k), n(a)] for k, a in zip(d["K1_star"]["control"], d["above"]["control"])]
-    reweight = [[n(k), n(k), n(a)] for k, a in zip(d["K1_star"]["reweight"], d["above"]["reweight"])]
+    K1 = {c: [r["K1_star"] for r in rows] for c, rows in d["seeds"].items()}
+    control, reweight = ([[n(r["K1_star"]), n(r["K1_star"]), n(r["above"])] for r in d["seeds"][c]]
+                         for c in ("control", "reweight"))
     w = Fraction(d["weight"]).limit_denominator(100)
     hi = d["search"]["hi"]
     inject = max(r["max_phi_beta"] for r in d["runs"] if r["condition"] == "inject" and r["K"] == hi)
-    return [[], sum(control, []) + [n(statistics.median(d["K1_star"]["control"]))],
+    return [[], sum(control, []) + [n(statistics.median(K1["control"]))],
             [str(w.numerator), str(w.denominator), n(d["iters"] / d["weight"])] + sum(reweight, [])
-            + [n(statistics.median(d["K1_star"]["reweight"]))],
+            + [n(statistics.median(K1["reweight"]))],
             [n(hi)] * len(d["seeds"]["inject"]) + [n(hi), f(inject, 2), n(hi)]]
 
 

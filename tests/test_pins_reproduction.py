@@ -282,22 +282,25 @@ def test_dtau_tables_from_their_runs(name, tmp_path, capsys, same_numbers):
 def test_k1_searches_replayed_from_their_probes():
     """k1.json's K1* per condition and seed, replayed: each seed's binary search (the preset's lo, hi, ratio) asks
     for its probes round by round, each answered by whether that probe's max phi_beta(2) exceeded phi_beta* =
-    0.45; where it stops, its K1*, bound and smallest generalizing K are the committed ones, and every probe it
-    asked for is one the JSON holds."""
+    0.45; where it stops, its K1*, bound, smallest generalizing K, bracket and number of probes are the committed
+    ones, and every probe it asked for is one the JSON holds."""
     d = committed("k1.json")
     assert d["phi_star"] == PHI_STAR
     up = {(r["condition"], r["seed"], r["K"]): r["max_phi_beta"] > PHI_STAR for r in d["runs"]}
     asked = set()
-    for condition, seeds in d["seeds"].items():
-        for i, seed in enumerate(seeds):
+    for condition, rows in d["seeds"].items():
+        for row in rows:
+            seed = row["seed"]
             search = Search(d["search"]["lo"], d["search"]["hi"], d["search"]["ratio"])
             while todo := search.pending():
                 for K in todo:
                     search.record(K, up[condition, seed, K])
                     asked.add((condition, seed, K))
             result = search.result()
-            assert (result["K1_star"], result["bound"], result["above"]) == (
-                d["K1_star"][condition][i], d["bounds"][condition][i], d["above"][condition][i]), (condition, seed)
+            below = max((K for K, u in search.probes.items() if not u), default=None)
+            above = min((K for K, u in search.probes.items() if u), default=None)
+            assert (result["K1_star"], result["bound"], result["above"], [below, above], len(search.probes), True) == (
+                row["K1_star"], row["bound"], row["above"], row["bracket"], row["probes"], row["done"]), (condition, seed)
     assert asked == set(up)
 
 

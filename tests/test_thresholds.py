@@ -11,6 +11,7 @@ import k1
 from analysis import runs, thresholds
 from analysis.estimators import Search
 from analysis.thresholds import PHI_STAR, max_phi_beta, tau_2gen
+from runners import probes
 from stand_ins import search_threshold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,7 +138,8 @@ def test_k1_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch, capsys):
     k1.k1(args)
     assert capsys.readouterr().out.startswith(f"preset quick: K1* searches of 6 steps per probe, runs in {tmp_path / 'runs'}")
     result = json.load(open(tmp_path / "figures" / "k1.json"))
-    assert result["K1_star"] == {"control": [4, 4], "reweight": [4], "inject": [4]}
+    assert {c: [r["K1_star"] for r in rows] for c, rows in result["seeds"].items()} == {
+        "control": [4, 4], "reweight": [4], "inject": [4]}
     assert result["tau_2gen"]["K"] == 4 and len(result["tau_2gen"]["tau"]) == 2
     reweighted = k1.read_metrics(str(tmp_path / "runs" / "reweight" / "K4_s0"))[0]
     assert reweighted["iters"] == 12 and reweighted["prev_weight"] == 0.5
@@ -248,15 +250,32 @@ def test_k1_replot_draws_the_committed_json_with_a_legend_of_what_is_drawn(tmp_p
     assert "wrote" in capsys.readouterr().out
 
 
+def test_search_rows_give_an_ended_search_its_result_and_a_running_one_its_bracket():
+    """runners.probes.search_rows: a running search has no K1* and the bracket of its probes so far (the largest K
+    without the head, the smallest with it), an ended one Search.result()'s K1* and bound, each its probe count."""
+    running, ended = Search(16, 4096), Search(16, 4096)
+    for K, up in ((16, False), (4096, True), (256, True), (64, False), (1024, True)):
+        running.record(K, up)
+    for K, up in ((16, True), (4096, True)):
+        ended.record(K, up)
+    rows = probes.search_rows({("control", 5): running, ("inject", 2): ended})
+    assert rows["control"] == [{"seed": 5, "done": False, "K1_star": None, "bound": None, "bracket": [64, 256],
+                                "probes": 5}]
+    (row,) = rows["inject"]
+    assert (row["done"], row["K1_star"], row["bound"], row["bracket"], row["probes"]) == (True, None, "below",
+                                                                                          [None, 16], 2)
+
+
 def test_the_search_figure_shifts_each_seed_by_its_own_K1_star(monkeypatch):
     """Fig. 7a of a search over seeds 3 and 7 (not 0 and 1): each seed's curve against K - its K1*; a search still
     running (a campaign's row) has no curve and a bar over its bracket in Fig. 7c."""
     runs = [{"condition": "control", "seed": s, "K": K, "max_phi_beta": phi, "min_gen_loss": 2.3 - phi / 10}
             for s, K, phi in ((3, 8, 0.1), (3, 16, 0.6), (7, 32, 0.2), (7, 64, 0.7), (7, 48, 0.4))]
+    ended = {"done": True, "bound": None, "monotone": True}
     result = {"preset": "quick", "iters": 100, "N": 64, "phi_star": PHI_STAR, "weight": 0.5,
-              "search": {"lo": 4, "hi": 128, "ratio": 1.0}, "seeds": {"control": [3, 7]},
-              "K1_star": {"control": [10, 48]}, "bounds": {"control": [None, None]}, "above": {"control": [11, 49]},
-              "runs": runs}
+              "search": {"lo": 4, "hi": 128, "ratio": 1.0}, "runs": runs,
+              "seeds": {"control": [{"seed": 3, **ended, "K1_star": 10, "above": 11, "bracket": [10, 11], "probes": 2},
+                                    {"seed": 7, **ended, "K1_star": 48, "above": 49, "bracket": [48, 49], "probes": 3}]}}
     figures = []
     monkeypatch.setattr(k1.plt, "close", figures.append)
     k1.plot_search(result, os.devnull)
@@ -267,8 +286,7 @@ def test_the_search_figure_shifts_each_seed_by_its_own_K1_star(monkeypatch):
     assert curves(figures[0]) == [[-2, 6], [-16, 0, 16]]
     rows = {"control": [{"seed": 3, "done": True, "K1_star": 10, "bound": None, "bracket": [10, 11], "probes": 2},
                         {"seed": 7, "done": False, "K1_star": None, "bound": None, "bracket": [32, 64], "probes": 3}]}
-    k1.plot_search({**{k: v for k, v in result.items() if k not in ("K1_star", "bounds", "above")}, "seeds": rows},
-                   os.devnull)
+    k1.plot_search({**result, "seeds": rows}, os.devnull)
     assert curves(figures[1]) == [[-2, 6]]
     (bar,) = figures[1].axes[2].collections[:1]
     assert bar.get_segments()[0][:, 1].tolist() == [32, 64]
