@@ -39,11 +39,11 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from analysis.edges import EDGES, SOURCES, TARGETS, parse_edge, run_edges
 import train
 from analysis.runs import TRAIN_TIME, closest_predictor, find_run, load_run, train_run
-from analysis.thresholds import finite_json
 from bayes import PREDICTORS, kl_div
 from campaigns import records
 from campaigns.specs import LEDGERS
 from plumbing import cli
+from plumbing.records import finite_json
 from plumbing.rundir import write_json
 from plumbing.style import LABELS
 from transformer import Transformer

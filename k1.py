@@ -34,12 +34,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.runs import read_metrics
-from analysis.thresholds import (PHI_STAR, add_run_flags, common_args, finite_json, generalizes, grid_brackets,
-                                 grid_table, k1_runs, tau_2gen)
+from analysis.thresholds import PHI_STAR, generalizes, grid_brackets, grid_table, k1_runs, tau_2gen
 from campaigns import records
 from campaigns.specs import LEDGERS, grid_records
 from plumbing import cli
+from plumbing.records import finite_json
 from plumbing.rundir import write_json
+from runners.grids import add_grid_flags, grid_args
 from runners.probes import (CONDITIONS, K1_PRESETS, finished, probe_command, probe_config, run_probes, search_K1,
                             search_rows)
 
@@ -191,7 +192,7 @@ def k1(args):
     if args.replot is not None:  # Figs. 7a-c, A9 from the JSON a search wrote
         cli.replot(args, "k1.json", ("seeds", "runs", "tau_2gen", "search", "phi_star"), "k1.py search", plot_search)
         return
-    preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1")
+    preset, root, p, jobs, device, seeds = grid_args(args, K1_PRESETS, "k1")
     conditions = args.conditions.split(",")
     if "control" not in conditions or set(conditions) - set(CONDITIONS) or len(set(conditions)) < len(conditions):
         raise ValueError(f"--conditions: distinct names among {', '.join(CONDITIONS)}, control included; got {args.conditions!r}")
@@ -306,7 +307,7 @@ def k1_grid(args):
         return
     if args.K is None:
         raise ValueError("--K: the grid's K are required, e.g. --K 45,64,96 (or --replot to redraw a grid's JSON)")
-    preset, root, p, jobs, device, seeds = common_args(args, K1_PRESETS, "k1grid")
+    preset, root, p, jobs, device, seeds = grid_args(args, K1_PRESETS, "k1grid")
     Ks = cli.parse_list("--K", args.K)
     conditions = [c.strip() for c in args.conditions.split(",")]
     if any(c not in CONDITIONS for c in conditions):
@@ -451,7 +452,7 @@ def add_grid(sub):
     p.add_argument("--weight", type=float, default=None, help="reweight's w (default: the preset's; the paper: 0.1)")
     p.add_argument("--root", default=None, help="where the probes' runs go (default runs/k1grid_<preset>_w<w>)")
     p.add_argument("--name", default="k1_grid", help="the figure's name: FIGURES/NAME.png and .json")
-    add_run_flags(p, "seeds at every K (default: the preset's control seeds)")
+    add_grid_flags(p, "seeds at every K (default: the preset's control seeds)")
     cli.add_replot(p, "FIGURES/NAME.json", "Figs. 7a, A9 and 7c per seed (NAME.png)")
 
 

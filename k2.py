@@ -25,9 +25,11 @@ import numpy as np
 from analysis.estimators import divergence, median_coverage, median_rank
 from analysis.memorization import analyze_k2, converged, delta_tau_summary, delta_tau_table
 from analysis.runs import run_dirs
-from analysis.thresholds import NULL_ALPHA, add_run_flags, common_args, finite_json, gaussian_noise_model
+from analysis.thresholds import NULL_ALPHA, gaussian_noise_model
 from plumbing import cli
+from plumbing.records import finite_json
 from plumbing.rundir import write_json
+from runners.grids import add_grid_flags, grid_args
 from runners.probes import finished, probe_command, run_config, run_probes
 
 PRESETS = {
@@ -282,7 +284,7 @@ def k2(args):
     analysed (analysis/memorization.py), K2* fitted (Figs. 8a-b, A10); figures/k2.png and .json (--replot: from it)."""
     if args.replot is not None:
         return replot(args)
-    preset, root, p, jobs, device, seeds = common_args(args, PRESETS, "k2")
+    preset, root, p, jobs, device, seeds = grid_args(args, PRESETS, "k2")
     cfgs = k2_runs(preset, root, seeds, device)
     if args.print_commands:
         print("\n".join(shlex.join(probe_command(cfg)) for cfg in cfgs if not finished(cfg)))
@@ -381,7 +383,7 @@ def add_sweep(sub):
     cli.add_preset(p, PRESETS, "quick: calibrated on the CPU, N = 64, MLPs 8 wide, 4000 steps, K = 24..48; "
                                "paper: N = 256, 10^6 steps, K = 128..4096, needs a GPU")
     p.add_argument("--root", default=None, help="where the runs go (default runs/k2_<preset>)")
-    add_run_flags(p, "seeds at every K (default: 0-3)")
+    add_grid_flags(p, "seeds at every K (default: 0-3)")
     cli.add_replot(p, "FIGURES/k2.json", "a sweep's figure (figures/k2*.json)")
 
 

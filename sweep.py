@@ -27,10 +27,10 @@ from matplotlib.colors import LogNorm
 
 import train
 from analysis import runs
-from analysis.thresholds import finite_json
 from campaigns import records
 from campaigns.specs import LEDGERS, grid_records
 from plumbing import cli
+from plumbing.records import finite_json
 from plumbing.rundir import write_json
 from plumbing.style import LABELS
 from runners import grids

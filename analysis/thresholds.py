@@ -9,15 +9,11 @@ analyses that reread their ledgers.
          tau_2gen; a chain k counts as memorized when its score Delta^k < epsilon (memorized_fraction), corrected
          for the rate at which chains nobody memorized pass the rule (corrected, null_epsilon); scored on two
          independent sets of sequences, the rule states its own noise (score_noise)
-
-Also the small pieces both experiments' command lines share (common_args, add_run_flags, finite_json).
 """
 import math
-import os
 
 import numpy as np
 
-from plumbing import cli
 
 PHI_STAR = 0.45  # phi_beta*: the induction-head threshold
 
@@ -207,36 +203,3 @@ def grid_brackets(table: dict) -> dict[int, list]:
         below, above = [K for K, h in head.items() if not h], [K for K, h in head.items() if h]
         brackets[seed] = [max(below) if below else None, min(above) if above else None]
     return brackets
-
-
-def common_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
-    """The flags k1 and k2 share, checked: (preset, root, the preset's values, jobs, device, seeds); --jobs is
-    checked by its parser (add_run_flags)."""
-    preset = cli.preset(args.preset)
-    root = args.root or os.path.join("runs", f"{name}_{preset}")
-    p = presets[preset]
-    jobs = args.jobs
-    device = cli.device(args.device)
-    if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
-        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
-    seeds = cli.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
-    return preset, root, p, jobs, device, seeds
-
-
-def add_run_flags(p, seeds: str):
-    """The flags of a subcommand that trains a fixed set of runs: where, how many at a time, its figure, its seeds."""
-    cli.add_device(p)
-    cli.add_jobs(p)
-    cli.add_threads(p)
-    cli.add_figures(p)
-    cli.add_seeds(p, None, seeds)
-    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")
-
-
-def finite_json(value):
-    """value with every infinite or NaN float as None (null: "beyond the run"), so that the JSON is standard."""
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value

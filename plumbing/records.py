@@ -1,6 +1,6 @@
 """A figure's record (its JSON) written so that a redraw does not rewrite it for float noise: numbers rounded to a
 fixed number of significant digits when stored, and a refit that moves only the last digits (BLAS in a fit, another
-machine) keeping the stored ones."""
+machine) keeping the stored ones; infinite and NaN floats stored as null (finite_json), so that the JSON is standard."""
 import math
 
 
@@ -35,3 +35,12 @@ def settle(new, old, rel: float = 1e-9):
     if isinstance(new, list) and isinstance(old, list) and len(new) == len(old):
         return [settle(x, y, rel) for x, y in zip(new, old)]
     return new
+
+
+def finite_json(value):
+    """value with every infinite or NaN float as None (null: "beyond the run"), so that the JSON is standard."""
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value

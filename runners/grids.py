@@ -7,6 +7,7 @@ above it.
                                    run of train.train with its K and seed (tests/test_ensemble.py)
     member_commands, run_processes, train_grid    a grid as ensembles of --group models on CUDA (or with --ensemble),
                                    or as one-thread train.py processes (--jobs) on a CPU; one command line per model
+    add_grid_flags, grid_args      the flags of a script's subcommand that trains a set of runs (k1.py, k2.py)
 
 A grid writes OUT/K<K>_s<seed>/ per model, each a run directory as train.py writes it; an ensemble also keeps the
 resumable state of all its members in one atomic checkpoint OUT/ckpt_group<i>.pt.
@@ -27,7 +28,7 @@ import train
 from engine import fastdata
 from engine.ensemble import Ensemble, sampled_step
 from markov import task_source
-from plumbing import rundir
+from plumbing import cli, rundir
 
 # ----------------------------------------------------------------------------- ensembles
 
@@ -180,3 +181,30 @@ def train_grid(args: argparse.Namespace, cfgs: list, out: str):
     for i in range(0, len(cfgs), size):
         ckpt = os.path.join(out, f"ckpt_group{i // size}.pt")
         train_ensemble(cfgs[i : i + size], ckpt, resume=args.resume, fast=not args.plain, overwrite=args.overwrite)
+
+
+# ----------------------------------------------------------------------------- a script's flags for a set of runs
+
+
+def grid_args(args, presets: dict, name: str) -> tuple[str, str, dict, int, str, list[int]]:
+    """The flags of k1.py's and k2.py's runs (add_grid_flags', --preset and --root), checked: (preset, root, the
+    preset's values, jobs, device, seeds); --jobs is checked by its parser."""
+    preset = cli.preset(args.preset)
+    root = args.root or os.path.join("runs", f"{name}_{preset}")
+    p = presets[preset]
+    jobs = args.jobs
+    device = cli.device(args.device)
+    if preset == "paper" and not device.startswith("cuda") and not args.print_commands:
+        raise ValueError("the paper preset needs a GPU (ensembles); without one, --print-commands prints the runs")
+    seeds = cli.parse_list("--seeds", args.seeds) if args.seeds is not None else list(range(p["seeds"]))
+    return preset, root, p, jobs, device, seeds
+
+
+def add_grid_flags(p, seeds: str):
+    """The flags of a subcommand that trains a fixed set of runs: where, how many at a time, its figure, its seeds."""
+    cli.add_device(p)
+    cli.add_jobs(p)
+    cli.add_threads(p)
+    cli.add_figures(p)
+    cli.add_seeds(p, None, seeds)
+    p.add_argument("--print-commands", action="store_true", help="print the train.py commands of the unfinished runs and exit")

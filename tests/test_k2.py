@@ -21,6 +21,7 @@ from analysis.thresholds import censored_after, delta_tau, memorized_fraction, s
 from bayes import nll, two_gen
 from markov import FreshChains, TaskSet, task_source
 from plumbing import cli
+from plumbing.records import finite_json
 
 
 def tiny(out, **kw) -> train.Config:
@@ -330,7 +331,7 @@ def test_sigmoid_asymptote_and_memorized_fraction():
 
 
 def test_the_json_has_no_infinities():
-    assert thresholds.finite_json({"m": (math.inf, 2.0), "x": [{"y": float("nan")}, 3, None]}) == {
+    assert finite_json({"m": (math.inf, 2.0), "x": [{"y": float("nan")}, 3, None]}) == {
         "m": [None, 2.0], "x": [{"y": None}, 3, None]}
 
 
@@ -472,7 +473,7 @@ def k2_json(with_fit: bool) -> dict:
     fit = ({"K2_star": 56.0, "log_a": math.log(5e5), "gamma": 1.5} if with_fit else
            {"K2_star": None, "why": "the fit needs a finite, growing median Delta tau at >= 4 K (finite at 3)"})
     curve = {"step": [0, 10, 100, 1000], "fraction": [0.0, 0.0, 0.2, 0.5]}
-    return json.loads(json.dumps(thresholds.finite_json({
+    return json.loads(json.dumps(finite_json({
         "preset": "quick", "N": 64, "mlp_width": 8, "iters": 4000, "K": Ks, "fit": fit, "fit_offset": {"K2_star": None},
         "delta_tau": dtau, "median": {K: (float(np.median([v or math.inf for v in d])), 0.9 * (d[0] or 3600), math.inf)
                                       for K, d in dtau.items()},

@@ -30,7 +30,8 @@ import train
 from analysis.estimators import Search, epsilon_calibration, extrapolate_zero, fit_sigmoid, median_ci
 from analysis.memorization import divergence_fits
 from sa_transformer import F1_exact, F_d, I_coefficient, predicted_rates
-from analysis.thresholds import PHI_STAR, corrected, finite_json, memorized_fraction, null_epsilon
+from analysis.thresholds import PHI_STAR, corrected, memorized_fraction, null_epsilon
+from plumbing.records import finite_json
 from bayes import PREDICTORS
 from engine import fastdata
 from markov import task_source
