@@ -395,6 +395,9 @@ def tau_settings():
 
     screen = [name for name in d["runs"] if name not in ("record", "drive1")]  # "record" extends the record; drive1
     # has its own seeds
+    keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
+    paired = sa_fits.offset_fit({N: [tau_2gen_drop(d["runs"]["drive1"][N][s])["head"] for s in by_seed]
+                                 for N, by_seed in keys.items()})
     seeds = sorted({len(by_seed) for name in screen for by_seed in d["runs"][name].values()})  # "2", or "1–2"
     drive_seeds = [len(by_seed) for by_seed in d["runs"]["drive1"].values()]
     Ns = sorted({int(N) for name in screen for N in d["runs"][name]})
@@ -411,6 +414,7 @@ def tau_settings():
             + head("window1") + [n(ts.SETTINGS["drive1"][0]["drive"]["att1.P"])] + head("drive1")
             + [n(k) for k in sorted(set(drive_seeds))]  # "8", or "2", "8"
             + law(c["drive1"]["offset"]) + law(c["baseline"]["offset"]) + [n(max(c["baseline"]["offset"]["seeds"]))]
+            + head("drive1_keys") + law(c["drive1_keys"]["offset"]) + [f(paired["c"], 0)]
             + hybrid("sa") + [f(min(slopes), 2), f(max(slopes), 2),
                               n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)), f(min(laws), 0),
                               f(max(laws), 0), n(round(min(offsets), -2)), n(round(max(offsets), -2))]
