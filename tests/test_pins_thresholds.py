@@ -307,8 +307,9 @@ def test_k1_reports_each_seeds_search_and_the_median_K(tmp_path, monkeypatch):
                                  figures=str(tmp_path), device="cpu"))
     k1.k1(args)
     result = json.loads((tmp_path / "k1.json").read_text())
-    assert result["K1_star"] == {"control": [3, 7, 4], "reweight": [5], "inject": [6]}
-    assert result["above"] == {"control": [4, 8, 5], "reweight": [6], "inject": [7]}
+    for key, want in (("K1_star", {"control": [3, 7, 4], "reweight": [5], "inject": [6]}),
+                      ("above", {"control": [4, 8, 5], "reweight": [6], "inject": [7]})):
+        assert {c: [r[key] for r in rows] for c, rows in result["seeds"].items()} == want
     assert result["tau_2gen"] == {"K": 4, "iters": 200, "tau": [50, None]}
     at_K1 = [r for r in result["runs"] if r["K"] == K1_TRUE.get((r["condition"], r["seed"]))]
     assert len(at_K1) == 5 and all(r["max_phi_beta"] == thresholds.PHI_STAR and r["tau_2gen"] is None for r in at_K1)
