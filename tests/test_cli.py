@@ -137,6 +137,8 @@ def test_mem_minimal_replot_of_a_bad_json(tmp_path, content, words, run):
     ("circuits.py", ["--seed", "-1"], ["--seed"]),
     ("circuits.py", ["--phases", "2gen,3gen"], ["--phases", "3gen"]),
     ("k1.py", ["ledger", "sweep_paper"], ["sweep_paper", "not a campaign this script draws", "k1_paper"]),
+    ("k1.py", ["grid"], ["--K", "required", "--replot"]),
+    ("k1.py", ["grid", "--replot", "missing.json"], ["--replot", "missing.json"]),
     ("sweep.py", ["--ledger", "k1_paper"], ["k1_paper", "not a campaign this script draws", "sweep_paper"]),
     ("sweep.py", ["--ledger", "sweep_paper"], ["no ledger ledgers/sweep_paper.json", "where the command runs"]),
     ("task_vectors.py", ["--ledger", "nothing"], ["nothing", "circuits_paper"]),
