@@ -393,8 +393,8 @@ def tau_settings():
     def hybrid(name):  # an SA-side rung's slope and its law's part
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
-    screen = [name for name in d["runs"] if name not in ("record", "drive1")]  # "record" extends the record; drive1
-    # has its own seeds
+    screen = [name for name in d["runs"] if name not in ("record", "drive1", "drive1_keys")]  # "record" extends the
+    # record; the drive1 rungs have their own seeds
     keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
     paired = sa_fits.offset_fit({N: [tau_2gen_drop(d["runs"]["drive1"][N][s])["head"] for s in by_seed]
                                  for N, by_seed in keys.items()})
@@ -414,7 +414,8 @@ def tau_settings():
             + head("window1") + [n(ts.SETTINGS["drive1"][0]["drive"]["att1.P"])] + head("drive1")
             + [n(k) for k in sorted(set(drive_seeds))]  # "8", or "2", "8"
             + law(c["drive1"]["offset"]) + law(c["baseline"]["offset"]) + [n(max(c["baseline"]["offset"]["seeds"]))]
-            + head("drive1_keys") + law(c["drive1_keys"]["offset"]) + [f(paired["c"], 0)]
+            + head("drive1_keys") + [n(k) for k in sorted({len(by_seed) for by_seed in keys.values()})]
+            + law(c["drive1_keys"]["offset"]) + [f(paired["c"], 0)]
             + hybrid("sa") + [f(min(slopes), 2), f(max(slopes), 2),
                               n(max(max(h["vs_N_over_logN"]["seeds"]) for h in softmax)), f(min(laws), 0),
                               f(max(laws), 0), n(round(min(offsets), -2)), n(round(max(offsets), -2))]
