@@ -99,7 +99,9 @@ PATHS = ("query", "key", "value", "skip")  # the uses of layer 1's output x1: la
 
 
 def scaled_gradient(x: torch.Tensor, s: float) -> torch.Tensor:
-    """x in the forward pass (exactly), s x its gradient in the backward pass."""
+    """x in the forward pass (exactly), s x its gradient in the backward pass: the paper's gradient reweighting
+    (App. "Gradient Reweighting", s x + (1 - s) detach(x); transformer.py's prev_weight) with x's value untouched by
+    rounding."""
     return x.detach() + s * (x - x.detach())
 
 

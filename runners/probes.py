@@ -140,8 +140,9 @@ def search_rows(searches: dict[tuple[str, int], Search]) -> dict[str, list[dict]
     for (cond, seed), s in searches.items():
         below = [K for K, up in s.probes.items() if not up]
         above = [K for K, up in s.probes.items() if up]
+        done = not s.pending()
         rows.setdefault(cond, []).append({
-            "seed": seed, "done": not s.pending(), **(s.result() if not s.pending() else {"K1_star": None, "bound": None}),
+            "seed": seed, "done": done, **(s.result() if done else {"K1_star": None, "bound": None}),
             "bracket": [max(below) if below else None, min(above) if above else None], "probes": len(s.probes)})
     return rows
 
