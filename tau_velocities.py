@@ -30,7 +30,7 @@ from analysis.fresh_chains import fresh_batch
 from analysis.transformer_tau import (PATHS, TRAINING, phi_beta_last, last_position, model_for, read_record,
                                       rounded_run, train_one, transformer_summary)
 from plumbing import cli
-from plumbing.rundir import write_json
+from plumbing.rundir import save_atomic, write_json
 from plumbing.style import number as num
 from sa_transformer import C, Run, SATransformer, harmonic, layers, target_loss, train_sa
 from transformer import layer_norm
@@ -39,6 +39,10 @@ MEASURE = dict(N=(32, 64, 128, 256), seeds=(0, 1), fractions=(0.0, 0.1, 0.25, 0.
                eval_batch=2048)  # the stages: fractions of the record's head time (tau); eval_batch: the record's
 THEORY_POWER = {"beta": 1, "delta": None, "phi_beta2": 2, "phi_delta1": None}  # velocity ~ (H_N / N)^power; None: 1 / N
 EVAL_EVERY = {"transformer": TRAINING["eval_every"], "sa": 25}  # a run is measured where it evaluates: the stages' grid
+PARAMETER_GROUPS = {"W_E": ("W_E.weight",), "P1": ("att1.P",), "QK1": ("att1.W_Q.weight", "att1.W_K.weight"),
+                    "V1": ("att1.W_V.weight",), "P2": ("att2.P",), "QK2": ("att2.W_Q.weight", "att2.W_K.weight"),
+                    "V2": ("att2.W_V.weight",), "MLP2": ("mlp2.W_in.weight", "mlp2.W_out.weight"),
+                    "W_U": ("W_U.weight",)}  # the transformer's parameters by part (key_swaps)
 SA_STEP_COST = 0.3  # an SA-transformer step's time as a fraction of the transformer's at the same N (for the ETA only)
 
 
@@ -58,16 +62,45 @@ def velocities(loss_fn, quantities: dict, params: dict, batches: list) -> dict:
     return out
 
 
+def path_velocity(params: dict, batches: list, path: str) -> dict:
+    """delta's velocity in the transformer (`velocities` of P1[1], L the last position's loss) through one use of
+    layer 1's output (transformer_tau.PATHS), {"velocity", "se"} over the equal-sized batches. The batches' length
+    N' may be below the N the parameters were trained at: the same parameters read on shorter sequences (the
+    position biases up to N'), as key_push does."""
+    loss = lambda c, y: F.cross_entropy(last_position(params, c, path)[0], y)  # noqa: E731
+    row = velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]
+    return {"velocity": row["velocity"], "se": row["se"]}
+
+
 def delta_paths(params: dict, batches: list) -> dict:
-    """delta's velocity in the transformer (`velocities` of P1[1], L the last position's loss) split by the use of
-    layer 1's output that carries it (transformer_tau.PATHS: layer 2's query, keys and values, the skip past layer 2);
-    the four sum to delta's velocity. {path: {"velocity", "se"}} over the equal-sized batches."""
-    out = {}
-    for path in PATHS:
-        loss = lambda c, y, path=path: F.cross_entropy(last_position(params, c, path)[0], y)  # noqa: E731
-        row = velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]
-        out[path] = {"velocity": row["velocity"], "se": row["se"]}
-    return out
+    """delta's velocity split by the use of layer 1's output that carries it (transformer_tau.PATHS: layer 2's query,
+    keys and values, the skip past layer 2); the four sum to delta's velocity. {path: path_velocity}."""
+    return {path: path_velocity(params, batches, path) for path in PATHS}
+
+
+def key_push(params: dict, by_length: dict) -> dict:
+    """{N': delta's velocity through layer 2's keys} with the same parameters on sequences of each length N' (the
+    measurement batches of that length): at fixed parameters the theory's push falls as H_N' / N' (the dilution of
+    layer 2's attention over N' keys, each moved by delta as 1 / i); a push that is N-flat across trained runs but
+    falls so at fixed parameters is flat because of where training took the parameters, not the architecture."""
+    return {str(n): path_velocity(params, batches, "key") for n, batches in sorted(by_length.items())}
+
+
+def key_swaps(base: dict, other: dict, batches: list) -> dict:
+    """How much of `other`'s extra push on delta through layer 2's keys (over `base`'s, on the same batches) each
+    part of the model carries: {"base", "other", "shares": {group: (push(other) - push(other with base's group)) /
+    (push(other) - push(base))}} over PARAMETER_GROUPS, position biases cut to the batches' length. A share near 1:
+    that group's values at `other` are what the extra push needs; the shares need not sum to 1 (the push is a
+    product of its parts)."""
+    n = batches[0][0].shape[1]
+    cut = lambda params: {k: (v[..., :n] if k.endswith(".P") else v).detach().clone().requires_grad_(True)  # noqa: E731
+                          for k, v in params.items()}
+    base, other = cut(base), cut(other)
+    push = lambda params: path_velocity(params, batches, "key")["velocity"]  # noqa: E731
+    low, high = push(base), push(other)
+    shares = {group: (high - push({**other, **{k: base[k] for k in names}})) / (high - low)
+              for group, names in PARAMETER_GROUPS.items()}
+    return {"base": low, "other": high, "shares": shares}
 
 
 def transformer_coordinates(template, params: dict, context: torch.Tensor) -> dict:
@@ -123,6 +156,11 @@ def run_path(root: str, model_name: str, N: int, seed: int) -> str:
     return os.path.join(root, f"measure_{model_name}_N{N}_s{seed}.json")
 
 
+def params_path(root: str, N: int, seed: int) -> str:
+    """Where a transformer measurement run's parameters at its last stage are kept."""
+    return run_path(root, "transformer", N, seed)[:-len(".json")] + ".pt"
+
+
 def job_cost(job: tuple) -> float:
     """A measurement run's time relative to the others' (parallel_map's ETA): its steps times a step's, N (1 + N / 128)
     as for the transformer's runs (transformer_tau.train_transformers), SA_STEP_COST of that for the SA-transformer."""
@@ -138,6 +176,7 @@ def _measure_job(job: tuple) -> dict:
     context = batches[0][0]
     if model_name == "transformer":
         template = model_for(N, seed)
+        shorter = {n: measurement_batches(n) for n in MEASURE["N"] if n < N}
 
         def measure(t, params):
             if t in times:
@@ -145,6 +184,9 @@ def _measure_job(job: tuple) -> dict:
                 rows[t] = velocities(loss, transformer_coordinates(template, params, context), params, batches)
                 rows[t]["P1"] = params["att1.P"][0, :8].tolist()
                 rows[t]["delta_paths"] = delta_paths(params, batches)
+                rows[t]["key_push"] = {**key_push(params, shorter), str(N): rows[t]["delta_paths"]["key"]}
+            if t == max(times):  # the last stage's parameters, for key_swaps across N (collect_measurements)
+                save_atomic({k: p.detach().clone() for k, p in params.items()}, params_path(root, N, seed))
 
         run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure))
         out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
@@ -187,10 +229,39 @@ def stage_slopes(by_N: dict, stages: int, read) -> list[dict]:
     return out
 
 
+def key_transfer_summary(by_N: dict) -> dict:
+    """The key path's push at the last stage read at fixed parameters (key_push): "lengths" the N' read; "growth":
+    each trained N's push on the shortest sequences (per N the seeds', their median, the slope of log median against
+    log N, and "flat_needs", the slope that offsets the theory's dilution, -slope of H_N / N); "dilution": per N
+    the lengths read and the seeds' median push at each, each seed's slope of log push against log N' (None with
+    one length or a push that is not positive), their median, and the theory's (H_N' / N' over the same N')."""
+    Ns = sorted(by_N)
+    last = lambda m: m["times"][max(m["times"], key=int)]["key_push"]  # noqa: E731
+    shortest = str(Ns[0])
+    growth = [[last(m)[shortest]["velocity"] for m in by_N[N]] for N in Ns]
+    median = [float(np.median(g)) for g in growth]
+    dilution = {}
+    for N in Ns:
+        lengths = sorted(int(n) for n in last(by_N[N][0]))
+        pushes = [[last(m)[str(n)]["velocity"] for n in lengths] for m in by_N[N]]
+        fit = lambda y: float(np.polyfit(np.log(lengths), np.log(y), 1)[0]) if len(y) > 1 and min(y) > 0 else None  # noqa: E731
+        slopes = [fit(p) for p in pushes]
+        known = [x for x in slopes if x is not None]
+        dilution[str(N)] = {"lengths": lengths, "median_push": [float(x) for x in np.median(pushes, 0)],
+                            "slopes": slopes, "median": float(np.median(known)) if known else None,
+                            "theory": fit([harmonic(n) / n for n in lengths])}
+    return {"lengths": Ns, "growth": {"N": Ns, "pushes": growth, "median": median,
+                                      "slope": float(np.polyfit(np.log(Ns), np.log(median), 1)[0])
+                                      if min(median) > 0 else None,
+                                      "flat_needs": -theory_slope("beta", Ns)},
+            "dilution": dilution}
+
+
 def measure_summary(measured: list, record: dict) -> dict:
     """{model: {coordinate: [per stage: {"N", "velocities" (per N, the seeds'), "median", "slope", "theory"}]}}: the
     slope of log |median velocity| against log N beside the theory's; "delta_paths" (transformer): delta's velocity
-    through each use of layer 1's output, as stage_slopes; "early_phi": phi_beta(2)'s early rate per N
+    through each use of layer 1's output, as stage_slopes; "key_transfer" (transformer, runs with key_push):
+    key_transfer_summary; "early_phi": phi_beta(2)'s early rate per N
     (its least-squares slope over the measurement run, which ends at half the head's time or tau) and the slope of
     its medians against log(H_N / N) (the theory: 2); "record_match": the largest difference between a transformer
     measurement run's losses and the committed record's run of its (N, seed) (the same run: 0 to rounding)."""
@@ -203,10 +274,12 @@ def measure_summary(measured: list, record: dict) -> dict:
         first = runs[0]["times"][next(iter(runs[0]["times"]))]
         row = {name: [{**s, "theory": theory_slope(name, Ns)}
                       for s in stage_slopes(by_N, stages, lambda r, name=name: r[name]["velocity"])]
-               for name in first if name not in ("P1", "delta_paths")}
+               for name in first if name not in ("P1", "delta_paths", "key_push")}
         if all("delta_paths" in r for m in runs for r in m["times"].values()):
             row["delta_paths"] = {p: stage_slopes(by_N, stages, lambda r, p=p: r["delta_paths"][p]["velocity"])
                                   for p in PATHS}
+        if all("key_push" in r for m in runs for r in m["times"].values()):
+            row["key_transfer"] = key_transfer_summary(by_N)
         rates = {N: [float(np.polyfit(m["t"], m["phi"], 1)[0]) for m in by_N[N]] for N in Ns}
         medians = [float(np.median(rates[N])) for N in Ns]
         row["early_phi"] = {"N": Ns, "rates": [rates[N] for N in Ns], "median": medians,
@@ -238,7 +311,9 @@ def plot_velocities(summary: dict, fractions, path: str):
     the SA-transformer in blue, and the theory's scaling through the SA's (or the transformer's) middle stage."""
     names = list(COORDINATE_LABELS)
     paths = summary.get("transformer", {}).get("delta_paths")
-    fig, axes = plt.subplots(1, len(names) + bool(paths), figsize=(4.2 * (len(names) + bool(paths)), 4.4))
+    transfer = summary.get("transformer", {}).get("key_transfer")
+    panels = len(names) + bool(paths) + bool(transfer)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 4.4))
     for ax, name in zip(axes, names):
         for model, colour in (("transformer", "k"), ("sa", "tab:blue")):
             for i, stage in enumerate(summary.get(model, {}).get(name, [])):
@@ -266,7 +341,9 @@ def plot_velocities(summary: dict, fractions, path: str):
         ax.set_title(COORDINATE_LABELS[name], fontsize=9)
         ax.legend(fontsize=6.5, loc="lower left")
     if paths:
-        draw_delta_paths(axes[-1], paths, summary["transformer"]["delta"][-1], fractions[-1])
+        draw_delta_paths(axes[len(names)], paths, summary["transformer"]["delta"][-1], fractions[-1])
+    if transfer:
+        draw_key_transfer(axes[-1], transfer, fractions[-1])
     axes[0].set_ylabel("|d q / d t| per unit of learning rate (median of seeds)")
     fig.suptitle("How fast the theory's coordinates move on the plateau (open markers: moving down)")
     fig.tight_layout()
@@ -293,6 +370,30 @@ def draw_delta_paths(ax, paths: dict, total: dict, fraction: float):
     ax.legend(fontsize=6.5, loc="lower left")
 
 
+def draw_key_transfer(ax, transfer: dict, fraction: float):
+    """The key path's push on delta at fixed parameters: each trained N's run at the last stage (the seeds' median)
+    read on sequences of every length N' <= N, with the theory's H_N' / N' through the largest N's line. Falling
+    lines: the dilution is there at fixed parameters; lines that stack up with N: training took the parameters
+    further."""
+    Ns = transfer["lengths"]
+    for i, N in enumerate(Ns):
+        d = transfer["dilution"][str(N)]
+        ax.plot(d["lengths"], np.abs(d["median_push"]), "o-", color=plt.cm.viridis(i / max(len(Ns) - 1, 1)),
+                label=f"trained at N = {N}" + ("" if d["median"] is None else f", slope {d['median']:.2f} "
+                                                                               f"(theory {d['theory']:.2f})"))
+    top = transfer["dilution"][str(Ns[-1])]
+    n = np.array(top["lengths"], float)
+    ax.plot(n, abs(top["median_push"][0]) * np.array([harmonic(int(x)) / x for x in n]) / (harmonic(int(n[0])) / n[0]),
+            "--", color="gray", label="theory at fixed parameters: H_N' / N'")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(Ns, [str(N) for N in Ns])
+    ax.set_xlabel("N', the length the parameters are read on")
+    ax.set_title(f"transformer: delta's push through layer 2's keys,\neach N's run at {fraction:g} x head, "
+                 f"read at N' <= N", fontsize=9)
+    ax.legend(fontsize=6.5, loc="lower left")
+
+
 def velocity_table(measured: dict) -> list[str]:
     """The measurement as markdown rows (RESULTS.md's table): per coordinate and model, the slope of log |median
     velocity| against log N at each stage of the plateau (the sign of the medians where any is negative), the theory's
@@ -315,6 +416,23 @@ def velocity_table(measured: dict) -> list[str]:
         share = ", ".join(num(m / t) for m, t in zip(stages[-1]["median"], total))
         rows.append(f"| delta's velocity through {PATH_LABELS[path]} (its share of delta's at {fractions[-1]:g} x, "
                     f"per N: {share}) | transformer | {slopes} | — |")
+    transfer = measured["summary"].get("transformer", {}).get("key_transfer")
+    if transfer:
+        g, N0 = transfer["growth"], transfer["lengths"][0]
+        rows.append(f"| delta's velocity through layer 2's keys, each N's parameters at {fractions[-1]:g} x read on "
+                    f"length-{N0} sequences (per N, × 10⁻⁴: {', '.join(num(1e4 * m) for m in g['median'])}) | "
+                    f"transformer | {num(g['slope'])} | {num(g['flat_needs'])} would offset the dilution |")
+        fixed = [(N, d) for N, d in transfer["dilution"].items() if d["median"] is not None]
+        rows.append("| the same at fixed parameters against the length N' ≤ N (the seeds' median slope per trained N: "
+                    + ", ".join(f"N = {N}" for N, _ in fixed) + ") | transformer | "
+                    + ", ".join(num(d["median"]) for _, d in fixed) + " | "
+                    + ", ".join(num(d["theory"]) for _, d in fixed) + " |")
+    swaps = measured["summary"].get("transformer", {}).get("key_swaps")
+    if swaps:
+        order = sorted(swaps["median"], key=lambda k: -swaps["median"][k])
+        rows.append(f"| share of each N's extra key push over N = {swaps['N'][0]}'s (same sequences) taken away by "
+                    f"N = {swaps['N'][0]}'s values of one part (median of {len(swaps['runs'])} (N, seed)): "
+                    + ", ".join(f"{k} {num(swaps['median'][k])}" for k in order) + " | transformer | — | — |")
     for model in ("sa", "transformer"):
         early = measured["summary"].get(model, {}).get("early_phi")
         if early:
@@ -324,8 +442,27 @@ def velocity_table(measured: dict) -> list[str]:
     return rows
 
 
+def swap_summary(root: str, measured: list) -> dict | None:
+    """key_swaps of each seed's last-stage parameters at every N against its own at the smallest N, on the smallest
+    N's measurement batches: {"N", "seeds", "runs": [{"N", "seed", **key_swaps}], "median": {group: the median
+    share over those runs}}; None without the parameter files (params_path) of two N for a seed."""
+    runs = [m for m in measured if m["model"] == "transformer" and os.path.exists(params_path(root, m["N"], m["seed"]))]
+    Ns = sorted({m["N"] for m in runs})
+    pairs = [(N, m["seed"]) for N in Ns[1:] for m in runs if m["N"] == N
+             and any(b["N"] == Ns[0] and b["seed"] == m["seed"] for b in runs)]
+    if not pairs:
+        return None
+    batches, rows = measurement_batches(Ns[0]), []
+    for N, seed in pairs:
+        base, other = (torch.load(params_path(root, n, seed)) for n in (Ns[0], N))
+        rows.append({"N": N, "seed": seed, **key_swaps(base, other, batches)})
+    return {"N": Ns, "seeds": sorted({seed for _, seed in pairs}), "runs": rows,
+            "median": {group: float(np.median([r["shares"][group] for r in rows])) for group in PARAMETER_GROUPS}}
+
+
 def collect_measurements(root: str, figures: str) -> dict:
-    """Every measurement run under root into FIGURES/tau_velocities.json and .png."""
+    """Every measurement run under root into FIGURES/tau_velocities.json and .png (with swap_summary where the
+    runs' parameters are kept)."""
     measured = []
     for name in sorted(os.listdir(root)):
         if name.startswith("measure_") and name.endswith(".json"):
@@ -336,6 +473,9 @@ def collect_measurements(root: str, figures: str) -> dict:
     record = read_record(figures)["transformer_runs"]
     result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
               "runs": measured, "summary": measure_summary(measured, record)}
+    swaps = swap_summary(root, measured)
+    if swaps is not None:
+        result["summary"]["transformer"]["key_swaps"] = swaps
     write_json(os.path.join(figures, "tau_velocities.json"), result)
     plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, "tau_velocities.png"))
     return result

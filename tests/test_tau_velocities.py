@@ -220,3 +220,92 @@ def test_the_summary_and_table_split_deltas_velocity_by_path():
     table = tv.velocity_table({"measure": {"fractions": [0.0, 0.25, 0.5]}, "summary": {"transformer": out}})
     keys = next(row for row in table if "layer 2's keys" in row)
     assert "per N: −1.00, −1.00, −1.00" in keys and "| −0.50, −0.50 |" in keys  # N^-0.5 / -N^-0.5; both stages
+
+
+def test_key_push_reads_the_same_parameters_on_shorter_sequences():
+    """key_push at N' < N is the key path of the same weights with the position biases cut to N' (a model of length
+    N'), and at N' = N delta_paths' key path; the two lengths differ (the push is read on each length's batches)."""
+    model, params = random_transformer(16, 3)
+    by_length = {n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))] for n in (8, 16)}
+    push = tv.key_push(params, by_length)
+    cut = {k: (v[..., :8] if k.endswith(".P") else v).detach().clone().requires_grad_(True) for k, v in params.items()}
+    assert set(push) == {"8", "16"}
+    assert push["8"]["velocity"] == pytest.approx(tv.path_velocity(cut, by_length[8], "key")["velocity"], rel=1e-6)
+    assert push["16"]["velocity"] == pytest.approx(tv.delta_paths(params, by_length[16])["key"]["velocity"], rel=1e-6)
+    assert push["8"]["velocity"] != pytest.approx(push["16"]["velocity"], rel=1e-3)
+
+
+def test_key_swaps_name_the_part_that_differs():
+    """Two runs that differ in W_U alone (one trained at N = 16, one at 8: position biases cut to the batches): W_U
+    carries the whole difference in the key push, every other part none; the groups cover every parameter once."""
+    _, other = random_transformer(16, 4)
+    base = {k: (v[..., :8] if k.endswith(".P") else v).detach().clone() for k, v in other.items()}
+    with torch.no_grad():
+        other["W_U.weight"].mul_(3.0).add_(0.2)
+    names = [k for group in tv.PARAMETER_GROUPS.values() for k in group]
+    assert sorted(names) == sorted(base) and len(names) == len(set(names))
+    batches = [fc.fresh_batch(64, 8, torch.Generator().manual_seed(11))]
+    out = tv.key_swaps(base, other, batches)
+    assert abs(out["other"] - out["base"]) > 1e-3 * abs(out["base"])
+    assert out["shares"]["W_U"] == pytest.approx(1.0, abs=1e-6)
+    assert all(abs(v) < 1e-6 for k, v in out["shares"].items() if k != "W_U")
+
+
+def transfer_runs(a, b, Ns=(32, 64, 128)):
+    """Stored runs whose key push at their last stage is N'^-a N^b: dilution a at fixed parameters, growth b."""
+    runs = []
+    for N in Ns:
+        for seed in (0, 1):
+            run = measured("transformer", N, seed, lambda N, i: 1.0, lambda N: 1.0)
+            for stage in run["times"].values():
+                stage["key_push"] = {str(n): {"velocity": (1 + 0.1 * seed) * n ** -a * N ** b, "se": 0.0}
+                                     for n in Ns if n <= N}
+            runs.append(run)
+    return runs
+
+
+def test_the_key_transfer_summary_separates_dilution_from_growth():
+    """Pushes N'^-0.8 N^0.6: the dilution's slope -0.8 per trained N (against N', not N), the growth's 0.6 (against
+    N on the shortest length), the theory's H_N' / N' slope beside them, and the table's rows."""
+    out = tv.measure_summary(transfer_runs(0.8, 0.6), {})["transformer"]["key_transfer"]
+    assert out["growth"]["slope"] == pytest.approx(0.6, abs=1e-9)
+    assert out["dilution"]["32"]["median"] is None and out["dilution"]["32"]["lengths"] == [32]
+    assert out["dilution"]["128"]["median"] == pytest.approx(-0.8, abs=1e-9)
+    assert out["dilution"]["128"]["theory"] == pytest.approx(tv.theory_slope("beta", [32, 64, 128]), abs=1e-12)
+    assert out["growth"]["flat_needs"] == pytest.approx(-out["dilution"]["128"]["theory"], abs=1e-12)
+    assert out["dilution"]["64"]["median_push"] == pytest.approx([1.05 * n ** -0.8 * 64 ** 0.6 for n in (32, 64)])
+    table = tv.velocity_table({"measure": {"fractions": [0.0, 0.25, 0.5]}, "summary": {"transformer": {
+        "key_transfer": out}}})
+    assert any("| transformer | 0.60 |" in row for row in table)
+    assert any("| transformer | −0.80, −0.80 |" in row for row in table)
+
+
+def test_a_measurement_run_keeps_the_key_push_at_every_length_and_its_last_parameters(tmp_path, monkeypatch):
+    """_measure_job (small batches): key_push at every MEASURE length up to N, its own length equal to delta_paths'
+    key path, and the parameters saved at the last stage are the run's at that step."""
+    torch.set_num_threads(1)
+    monkeypatch.setitem(tv.MEASURE, "N", (8, 16))
+    monkeypatch.setattr(tv, "measurement_batches", lambda n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))])
+    out = tv._measure_job((str(tmp_path), "transformer", 16, 0, [0, 4]))
+    for stage in out["times"].values():
+        assert set(stage["key_push"]) == {"8", "16"}
+        assert stage["key_push"]["16"] == stage["delta_paths"]["key"]
+    seen = {}
+    st.train_one(16, 0, 4, tv.MEASURE["eval_batch"],
+                 measure=lambda t, params: seen.update({t: {k: p.detach().clone() for k, p in params.items()}}))
+    saved = torch.load(tv.params_path(str(tmp_path), 16, 0))
+    assert all(torch.equal(saved[k], seen[4][k]) for k in saved) and not torch.equal(saved["W_U.weight"],
+                                                                                   seen[0]["W_U.weight"])
+
+
+def test_swap_summary_reads_the_saved_parameters(tmp_path, monkeypatch):
+    """swap_summary pairs each seed's run at the larger N with its own at the smallest, from the saved files."""
+    monkeypatch.setattr(tv, "measurement_batches", lambda n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))])
+    _, params = random_transformer(16, 5)
+    for N, seed, scale in ((8, 0, 1.0), (16, 0, 2.0), (8, 1, 1.0)):
+        torch.save({k: (v[..., :N] if k.endswith(".P") else v * (scale if k == "W_U.weight" else 1.0)).detach()
+                    for k, v in params.items()}, tv.params_path(str(tmp_path), N, seed))
+    runs = [{"model": "transformer", "N": N, "seed": s} for N, s in ((8, 0), (16, 0), (8, 1))]
+    out = tv.swap_summary(str(tmp_path), runs)
+    assert out["N"] == [8, 16] and out["seeds"] == [0] and [(r["N"], r["seed"]) for r in out["runs"]] == [(16, 0)]
+    assert out["median"]["W_U"] == pytest.approx(1.0, abs=1e-6) and abs(out["median"]["V2"]) < 1e-6
