@@ -309,3 +309,6 @@ def test_swap_summary_reads_the_saved_parameters(tmp_path, monkeypatch):
     out = tv.swap_summary(str(tmp_path), runs)
     assert out["N"] == [8, 16] and out["seeds"] == [0] and [(r["N"], r["seed"]) for r in out["runs"]] == [(16, 0)]
     assert out["median"]["W_U"] == pytest.approx(1.0, abs=1e-6) and abs(out["median"]["V2"]) < 1e-6
+    small = {k: v.clone().requires_grad_(True) for k, v in torch.load(tv.params_path(str(tmp_path), 8, 0)).items()}
+    assert out["runs"][0]["base"] == pytest.approx(tv.path_velocity(small, tv.measurement_batches(8), "key")["velocity"])
+    assert out["runs"][0]["other"] != pytest.approx(out["runs"][0]["base"], rel=1e-3)
