@@ -66,6 +66,8 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
                "gradient x 32 / N"),
     "drive1_keys": ({**TRAINING, "key_drive": 32}, "drive1 on the path that carries the flat push alone: layer 1's "
                     "position bias's gradient through layer 2's keys x 32 / N"),
+    "unigram_free": ({**TRAINING, "balance": True}, "the data without a unigram signal: every chain doubly stochastic "
+                     "(uniform stationary distribution), so layer 2's uniform average of the states predicts nothing"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
 CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000}  # steps:
@@ -213,7 +215,8 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "sa_attention_matched": "darkorange",
-               "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}  # "record" extends the baseline: black
+               "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
+               "unigram_free": "saddlebrown"}  # "record" extends the baseline: black
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

@@ -13,19 +13,38 @@ from markov import ablate_bias, sample_chains, sample_sequences, stationary
 C = 10  # the chains' states in Fig. 6's setting (the paper's C)
 
 
-def fresh_batch(B: int, N: int, generator, ablate: bool = False):
-    """K = infinity: every sequence from its own chain of D_T. Returns (context (B, N), target (B,))."""
+BALANCE_ITERS = 200  # Sinkhorn sweeps: a Dirichlet(1) chain of C = 10 balances to ~1e-12 in float64 well before
+
+
+def balanced(T: torch.Tensor) -> torch.Tensor:
+    """T (..., C, C) made doubly stochastic by Sinkhorn's alternating normalization of its columns and rows (float64,
+    returned in T's dtype): every chain's stationary distribution becomes uniform, so a context's state counts say
+    nothing about its next state (the 1-Gen predictor's gain over uniform is zero) while its transitions still do
+    (2-Gen keeps its gain). Not a distribution of the paper's: a control of ours (tau_settings.py's `unigram_free`)."""
+    X = T.double()
+    for _ in range(BALANCE_ITERS):
+        X = X / X.sum(-2, keepdim=True)  # columns (over tau, as sample_chains)
+        X = X / X.sum(-1, keepdim=True)  # rows
+    return X.to(T.dtype)
+
+
+def fresh_batch(B: int, N: int, generator, ablate: bool = False, balance: bool = False):
+    """K = infinity: every sequence from its own chain of D_T (balance: the chain made doubly stochastic, `balanced`).
+    Returns (context (B, N), target (B,))."""
     T = sample_chains(B, C, 1.0, generator)
+    if balance:
+        T = balanced(T)
     seqs, _ = sample_sequences(T, B, N + 1, generator, chain_idx=torch.arange(B, device=T.device))
     if ablate:
         seqs = ablate_bias(seqs, stationary(T), generator)
     return seqs[:, :N], seqs[:, N]
 
 
-def eval_set(B: int, N: int, ablate: bool = False):
+def eval_set(B: int, N: int, ablate: bool = False, balance: bool = False):
     """The evaluation set of every run at N, of both models and every seed and device: fresh_batch from the seed
-    10^6 + N (apart from any training seed), so runs at one N are measured on the same sequences."""
-    return fresh_batch(B, N, torch.Generator().manual_seed(10**6 + N), ablate)
+    10^6 + N (apart from any training seed), so runs at one N (on one kind of data) are measured on the same
+    sequences."""
+    return fresh_batch(B, N, torch.Generator().manual_seed(10**6 + N), ablate, balance)
 
 
 ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

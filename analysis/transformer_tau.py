@@ -192,7 +192,7 @@ def start(N: int, seed: int, iters: int, eval_batch: int, device, training: dict
           ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """(the run's record, the eval context and target on `device`): one eval set per N, from its own seed, so every
     seed and device is measured on the same sequences."""
-    context, target = eval_set(eval_batch, N)
+    context, target = eval_set(eval_batch, N, balance=training.get("balance", False))
     run = {"N": N, "seed": seed, "cap": iters, "device": torch.device(device).type, **training, "eval_batch": eval_batch,
            "levels": predictor_levels(context, target), "t": [], "loss": [], "phi": []}
     return run, context.to(device), target.to(device)
@@ -213,7 +213,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     run until its drop has held through its window, its loss is no longer finite, or for `iters` steps (the cap).
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
     initial values; "trainable" and "drive": gradient_factors; "key_drive" N0: layer 1's position bias's gradient
-    through layer 2's keys alone times N0 / N (last_position); "init": model_for's knock-out).
+    through layer 2's keys alone times N0 / N (last_position); "init": model_for's knock-out; "balance": True
+    trains and evaluates on doubly stochastic chains (fresh_chains.balanced)).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (phi_beta_last).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
@@ -253,7 +254,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
                              "run": run}, checkpoint)
         if t == iters:
             break
-        context, target = fresh_batch(training["batch"], N, g)
+        context, target = fresh_batch(training["batch"], N, g, balance=training.get("balance", False))
         loss = F.cross_entropy(last_position(params, context, key_drive=key_drive)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -63,9 +63,38 @@ def test_every_setting_changes_the_run_of_the_same_seed(name):
     other = st.train_one(8, 0, 12, eval_batch=64, training={**ts.SETTINGS[name][0], "eval_every": 4})
     if "init" in ts.SETTINGS[name][0]:  # a knock-out of the start: W_U at zero predicts uniformly, loss log C
         assert other["loss"][0] == pytest.approx(math.log(fc.C), abs=1e-6) != base["loss"][0]
+    elif ts.SETTINGS[name][0].get("balance"):  # other data: its own eval set and levels
+        assert other["levels"] != base["levels"] and other["loss"][0] != base["loss"][0]
     else:
         assert base["t"][0] == other["t"][0] == 0 and base["loss"][0] == other["loss"][0]  # the same model and eval set
     assert len(other["loss"]) < len(base["loss"]) or not np.allclose(base["loss"][1:], other["loss"][1:], rtol=1e-6)
+
+
+def test_balanced_chains_are_doubly_stochastic_and_keep_their_cross_ratios():
+    """fresh_chains.balanced: rows and columns sum to 1, the stationary distribution is uniform, and the chain is its
+    draw rescaled by rows and columns (Sinkhorn: every cross-ratio T_ij T_kl / (T_il T_kj) kept), not a new one; on
+    such data the best 1-point predictor gains nothing over uniform while 2-Gen still does."""
+    T = fc.sample_chains(64, fc.C, 1.0, torch.Generator().manual_seed(3)).double()
+    B = fc.balanced(T)
+    assert torch.allclose(B.sum(-1), torch.ones(64, fc.C, dtype=B.dtype), atol=1e-9)
+    assert torch.allclose(B.sum(-2), torch.ones(64, fc.C, dtype=B.dtype), atol=1e-9)
+    assert torch.allclose(fc.stationary(B), torch.full((64, fc.C), 1 / fc.C, dtype=B.dtype), atol=1e-9)
+    ratio = lambda X: X[:, 0, 0] * X[:, 1, 2] / (X[:, 0, 2] * X[:, 1, 0])  # noqa: E731
+    assert torch.allclose(ratio(B), ratio(T), rtol=1e-6)
+    assert not torch.allclose(B, torch.full_like(B, 1 / fc.C), atol=0.05)
+    levels = fc.predictor_levels(*fc.eval_set(4096, 32, balance=True))
+    assert levels["loss_best_1gen"] == pytest.approx(math.log(fc.C), abs=0.005)
+    assert levels["loss_2gen"] < math.log(fc.C) - 0.05
+
+
+def test_the_unigram_free_rung_trains_and_evaluates_on_balanced_chains(monkeypatch):
+    """unigram_free: every training batch and the eval set are drawn with balance (the record: without)."""
+    seen, draw = [], st.fresh_batch
+    monkeypatch.setattr(st, "fresh_batch", lambda B, N, g, balance=False: seen.append(balance) or draw(B, N, g,
+                                                                                                       balance=balance))
+    run = st.train_one(8, 0, 6, eval_batch=64, training={**ts.SETTINGS["unigram_free"][0], "eval_every": 3})
+    assert seen == [True] * 6
+    assert run["levels"] == st.predictor_levels(*fc.eval_set(64, 8, balance=True))
 
 
 def test_every_rung_has_its_colour_and_its_description():
