@@ -9,10 +9,9 @@ committed runs of sa_scaling.py --transformer-only, figures/sa_scaling.json, 8 s
 is trained by SGD with momentum at settings of ours (the paper says only "SGD with momentum"). Each difference is a
 rung, asked from both sides:
 
-    SETTINGS   the transformer, one change: the SGD (the batch: the gradient's noise; the step: towards gradient
-               flow; momentum), a position bias held or masked, the theory's start, layer 1's position bias pushed
-               as the theory pushes delta (its gradient x 32 / N); "record" runs the record's settings at an N it
-               does not hold.
+    SETTINGS   the transformer, one change: the SGD (the batch, the step, momentum), a position bias held or
+               masked, the theory's start, layer 1's position bias pushed as the theory pushes delta (its gradient
+               x 32 / N), the data without a unigram signal; "record": the record's settings at an N it lacks.
     HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
                attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start) under the mixture.
 
@@ -66,8 +65,7 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
                "gradient x 32 / N"),
     "drive1_keys": ({**TRAINING, "key_drive": 32}, "drive1 on the path that carries the flat push alone: layer 1's "
                     "position bias's gradient through layer 2's keys x 32 / N"),
-    "unigram_free": ({**TRAINING, "balance": True}, "the data without a unigram signal: every chain doubly stochastic "
-                     "(uniform stationary distribution), so layer 2's uniform average of the states predicts nothing"),
+    "unigram_free": ({**TRAINING, "balance": True}, "no unigram signal: doubly stochastic chains, uniform stationary"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
 CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000}  # steps:
@@ -214,9 +212,8 @@ def compare(runs: dict, baseline: dict) -> dict:
 RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange", "lr0.0125": "tab:green",
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
-               "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "sa_attention_matched": "darkorange",
-               "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
-               "unigram_free": "saddlebrown"}  # "record" extends the baseline: black
+               "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
+               "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

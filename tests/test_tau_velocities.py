@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import tau_velocities as tv
 from analysis import fresh_chains as fc
+from analysis import transformer_paths as tp
 from analysis import transformer_tau as st
 
 
@@ -43,7 +44,7 @@ def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
     cases.append((sa_params, lambda c, y, m=sa: tv.target_loss(m(c), y)[0].mean(),
                   lambda m=sa: tv.sa_coordinates(m, context)))
     for params, loss, coordinates in cases:
-        out = tv.velocities(loss, coordinates(), params, batches)
+        out = tp.velocities(loss, coordinates(), params, batches)
         leaves = list(params.values())
         grad = torch.autograd.grad(sum(loss(c, y) for c, y in batches) / len(batches), leaves)
         norm = math.sqrt(sum(float((g * g).sum()) for g in grad))
@@ -61,7 +62,7 @@ def test_a_velocity_is_the_coordinates_change_along_minus_the_mean_gradient():
             assert row["velocity"] == pytest.approx(finite, rel=0.02, abs=1e-4 * norm), name
             assert row["value"] == pytest.approx(float(coordinates()[name].detach()), rel=1e-6)
         assert any(abs(row["velocity"]) > 1e-6 for row in out.values())
-        self_rate = tv.velocities(loss, {"loss": sum(loss(c, y) for c, y in batches) / 2}, params, batches)["loss"]
+        self_rate = tp.velocities(loss, {"loss": sum(loss(c, y) for c, y in batches) / 2}, params, batches)["loss"]
         assert self_rate["velocity"] == pytest.approx(-norm ** 2, rel=1e-5)
 
 
@@ -107,7 +108,7 @@ def test_the_measure_hooks_read_the_run_without_changing_it():
     def hook(t, params):
         if t in (0, 4):
             loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
-            seen.append(tv.velocities(loss, tv.transformer_coordinates(template, params, batches[0][0]), params, batches))
+            seen.append(tp.velocities(loss, tv.transformer_coordinates(template, params, batches[0][0]), params, batches))
 
     training = {**st.TRAINING, "eval_every": 2}
     assert st.train_one(8, 0, 8, 64, training, measure=hook) == st.train_one(8, 0, 8, 64, training) and len(seen) == 2
@@ -115,7 +116,7 @@ def test_the_measure_hooks_read_the_run_without_changing_it():
 
     def sa_hook(t, model):
         loss = lambda c, y: tv.target_loss(model(c), y)[0].mean()  # noqa: E731
-        seen.append(tv.velocities(loss, tv.sa_coordinates(model, batches[0][0]), dict(model.named_parameters()), batches))
+        seen.append(tp.velocities(loss, tv.sa_coordinates(model, batches[0][0]), dict(model.named_parameters()), batches))
 
     assert tv.train_sa(run, sa_hook)["beta"] == tv.train_sa(run)["beta"] and len(seen) == 7
 
@@ -197,8 +198,8 @@ def test_delta_paths_sum_to_deltas_velocity():
     model, params = random_transformer(10, 5)
     batches = [fc.fresh_batch(16, 10, torch.Generator().manual_seed(s)) for s in (6, 7)]
     loss = lambda c, y: F.cross_entropy(st.last_position(params, c)[0], y)  # noqa: E731
-    delta = tv.velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]["velocity"]
-    paths = tv.delta_paths(params, batches)
+    delta = tp.velocities(loss, {"delta": params["att1.P"][0, 1]}, params, batches)["delta"]["velocity"]
+    paths = tp.delta_paths(params, batches)
     assert set(paths) == set(st.PATHS)
     assert sum(p["velocity"] for p in paths.values()) == pytest.approx(delta, rel=1e-4, abs=1e-9)
     by_hand = np.mean([-float(torch.autograd.grad(F.cross_entropy(st.last_position(params, c, "key")[0], y),
@@ -227,11 +228,11 @@ def test_key_push_reads_the_same_parameters_on_shorter_sequences():
     N'), and at N' = N delta_paths' key path; the two lengths differ (the push is read on each length's batches)."""
     model, params = random_transformer(16, 3)
     by_length = {n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))] for n in (8, 16)}
-    push = tv.key_push(params, by_length)
+    push = tp.key_push(params, by_length)
     cut = {k: (v[..., :8] if k.endswith(".P") else v).detach().clone().requires_grad_(True) for k, v in params.items()}
     assert set(push) == {"8", "16"}
-    assert push["8"]["velocity"] == pytest.approx(tv.path_velocity(cut, by_length[8], "key")["velocity"], rel=1e-6)
-    assert push["16"]["velocity"] == pytest.approx(tv.delta_paths(params, by_length[16])["key"]["velocity"], rel=1e-6)
+    assert push["8"]["velocity"] == pytest.approx(tp.path_velocity(cut, by_length[8], "key")["velocity"], rel=1e-6)
+    assert push["16"]["velocity"] == pytest.approx(tp.delta_paths(params, by_length[16])["key"]["velocity"], rel=1e-6)
     assert push["8"]["velocity"] != pytest.approx(push["16"]["velocity"], rel=1e-3)
 
 
@@ -242,10 +243,10 @@ def test_key_swaps_name_the_part_that_differs():
     base = {k: (v[..., :8] if k.endswith(".P") else v).detach().clone() for k, v in other.items()}
     with torch.no_grad():
         other["W_U.weight"].mul_(3.0).add_(0.2)
-    names = [k for group in tv.PARAMETER_GROUPS.values() for k in group]
+    names = [k for group in tp.PARAMETER_GROUPS.values() for k in group]
     assert sorted(names) == sorted(base) and len(names) == len(set(names))
     batches = [fc.fresh_batch(64, 8, torch.Generator().manual_seed(11))]
-    out = tv.key_swaps(base, other, batches)
+    out = tp.key_swaps(base, other, batches)
     assert abs(out["other"] - out["base"]) > 1e-3 * abs(out["base"])
     assert out["shares"]["W_U"] == pytest.approx(1.0, abs=1e-6)
     assert all(abs(v) < 1e-6 for k, v in out["shares"].items() if k != "W_U")
@@ -310,5 +311,5 @@ def test_swap_summary_reads_the_saved_parameters(tmp_path, monkeypatch):
     assert out["N"] == [8, 16] and out["seeds"] == [0] and [(r["N"], r["seed"]) for r in out["runs"]] == [(16, 0)]
     assert out["median"]["W_U"] == pytest.approx(1.0, abs=1e-6) and abs(out["median"]["V2"]) < 1e-6
     small = {k: v.clone().requires_grad_(True) for k, v in torch.load(tv.params_path(str(tmp_path), 8, 0)).items()}
-    assert out["runs"][0]["base"] == pytest.approx(tv.path_velocity(small, tv.measurement_batches(8), "key")["velocity"])
+    assert out["runs"][0]["base"] == pytest.approx(tp.path_velocity(small, tv.measurement_batches(8), "key")["velocity"])
     assert out["runs"][0]["other"] != pytest.approx(out["runs"][0]["base"], rel=1e-3)
