@@ -263,11 +263,13 @@ def iters_cap(N: int) -> int:
 class Run:
     """One training run of the SA-transformer (train_sa): the sequence length N, the seed of its batches, the model
     (reduced: eq. minimal_simple; ablate: s_{N-1} resampled, Appendix "Ablating the first-order contribution in
-    delta"), its SGD, and what it records."""
+    delta"; balance: doubly stochastic chains, fresh_chains.balanced, tau_settings.py's control of ours), its SGD, and
+    what it records."""
     N: int = 64
     seed: int = 0
     reduced: bool = False
     ablate: bool = False
+    balance: bool = False
     iters: int = 4000
     batch: int = 256
     lr: float = 1.0
@@ -287,7 +289,7 @@ def train_sa(run: Run, measure=None, model: nn.Module | None = None) -> dict:
     tau_2Gen: the first time the masked eval loss falls halfway from the model's 1-Gen plateau
     (the raw frequencies its experts compute at beta = delta = 0) to the Bayes 2-Gen loss."""
     g = torch.Generator().manual_seed(run.seed)
-    eval_context, eval_target = eval_set(run.eval_batch, run.N, run.ablate)
+    eval_context, eval_target = eval_set(run.eval_batch, run.N, run.ablate, run.balance)
     levels = predictor_levels(eval_context, eval_target)
     threshold = 0.5 * (levels["masked_loss_frequencies"] + levels["masked_loss_2gen"])
     model = SATransformer(run.N, run.reduced) if model is None else model
@@ -314,7 +316,7 @@ def train_sa(run: Run, measure=None, model: nn.Module | None = None) -> dict:
                 break
         if t == run.iters:
             break
-        context, target = fresh_batch(run.batch, run.N, g, run.ablate)
+        context, target = fresh_batch(run.batch, run.N, g, run.ablate, run.balance)
         raw, _ = target_loss(model(context), target)
         opt.zero_grad(set_to_none=True)
         raw.mean().backward()

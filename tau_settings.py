@@ -13,7 +13,7 @@ rung, asked from both sides:
                masked, the theory's start, layer 1's position bias pushed as the theory pushes delta (its gradient
                x 32 / N), the data without a unigram signal; "record": the record's settings at an N it lacks.
     HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
-               attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start) under the mixture.
+               attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start); or on unigram_free's data.
 
 A rung restores the law when the head's (the transformer) or tau's (the SA side) slope against N / log N is >= 0.6;
 <= 0.3 it does not. A slope reads a large N-independent part of tau as flatness, so each rung is also fitted as
@@ -26,9 +26,8 @@ with seeds 0 and 1 (nominal intervals); a rung's confirmation: more seeds.
     python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (hours a run; resumable)
     python tau_settings.py --replot          # only redraw from figures/tau_settings.json
 
-Each transformer run is train_one's (analysis/transformer_tau.py) with the setting: its own seed's model, batches
-and evaluation set, so it is paired with the record's run of the same (N, seed). Each finished run is kept as
-ROOT/<rung>_N<N>_s<seed>.json (a killed screen resumes from them); the figure's JSON holds them all.
+Each transformer run is train_one's (analysis/transformer_tau.py) with the setting, paired with the record's run of its
+(N, seed); each finished run is kept as ROOT/<rung>_N<N>_s<seed>.json (a killed screen resumes from them).
 """
 import glob
 import json
@@ -86,11 +85,12 @@ HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes
                                    "sa_attention_matched from the theory's start: W_Q, W_K x 0.05"),
     "sa_drive_flat": ({"drive": 32}, "the converse of drive1: the SA-transformer with delta's drive N-flat, P1's "
                       "gradient x N / 32"),
+    "sa_unigram_free": ({}, "unigram_free's control: the SA-transformer itself on its doubly stochastic chains"),
 }
-HYBRID_SGD = {name: {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}
-              for name in ("sa_attention", "sa_attention_matched", "sa_attention_matched_small")}
-# a hybrid's SGD where it is not the SA-transformer's (lr 1, batch 256, no momentum): the transformer's attention
-# trains at the transformer's (at lr 1 its factorised W_Q, W_K blow up within 50 steps)
+HYBRID_RUN = {**{name: {"lr": TRAINING["lr"], "momentum": TRAINING["momentum"], "batch": TRAINING["batch"]}
+                 for name in ("sa_attention", "sa_attention_matched", "sa_attention_matched_small")},
+              "sa_unigram_free": {"balance": True}}  # a hybrid's Run fields where they are not the SA-transformer's:
+# the transformer's attention trains at its SGD (at lr 1 its W_Q, W_K blow up in 50 steps); unigram_free's chains
 HYBRID_CAP = 12000  # steps; a run stops at 1.2 x its tau
 DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: what for name, (_, what) in HYBRIDS.items()},
             "sa": "the SA-transformer itself (the record's control tau)"}
@@ -122,11 +122,11 @@ def setting_run(job: tuple) -> dict:
 
 
 def hybrid_run(job: tuple) -> dict:
-    """One SA-side run of the ladder: sa_transformer.train_sa (lr 1, batch 256, or HYBRID_SGD's) to 1.2 x its tau
+    """One SA-side run of the ladder: sa_transformer.train_sa (lr 1, batch 256, or HYBRID_RUN's) to 1.2 x its tau
     (the masked loss's halfway crossing to 2-Gen) or the cap, with phi_beta(2) beside the loss. The SA side is compared
     by tau: its phi stays below PHI_FORMED (beta of order one, no attention on the matching positions alone)."""
     root, name, N, seed = job
-    context = eval_set(SCREEN["eval_batch"], N)[0]  # train_sa's
+    context = eval_set(SCREEN["eval_batch"], N, balance=HYBRID_RUN.get(name, {}).get("balance", False))[0]  # train_sa's
     phi = []
 
     def measure(t, model):
@@ -134,9 +134,9 @@ def hybrid_run(job: tuple) -> dict:
             phi.append(round(float(phi_beta_last(model.layer_outputs(context)[2], context)), 4))
 
     out = train_sa(Run(N=N, seed=seed, iters=HYBRID_CAP, eval_every=SCREEN["eval_every"],
-                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRID_SGD.get(name, {})), measure,
+                       eval_batch=SCREEN["eval_batch"], stop_after=1.2, **HYBRID_RUN.get(name, {})), measure,
                    hybrid(N, seed, **HYBRIDS[name][0]))
-    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], **HYBRID_SGD.get(name, {}),
+    run = {"N": N, "seed": seed, "cap": HYBRID_CAP, **HYBRIDS[name][0], **HYBRID_RUN.get(name, {}),
            "levels": out["levels"], "t": out["t"], "masked_loss": [round(y, 5) for y in out["masked_loss"]], "phi": phi,
            "tau": None if math.isnan(out["tau"]) else out["tau"]}
     write_json(run_path(root, name, N, seed), run)
@@ -213,7 +213,8 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "lr0.003125": "tab:olive", "frozenP2": "tab:purple", "smallstart": "tab:red", "window1": "tab:cyan",
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
-               "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime"}
+               "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
+               "sa_unigram_free": "peru"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 
@@ -383,8 +384,7 @@ def table(result: dict) -> list[str]:
         ratios = [r for by_seed in row.get("head_vs_baseline", {}).values() for r in by_seed.values() if r is not None]
         diverged = [steps for v in by_N.values() for status, steps in zip(v["status"], v["steps"]) if status == "diverged"]
         ci = row["early_rate_slope_ci"]
-        rate = "—" if row["early_rate_slope"] is None else \
-            f"{num(row['early_rate_slope'])} [{num(ci[0])}, {num(ci[1])}]"
+        rate = "—" if row["early_rate_slope"] is None else f"{num(row['early_rate_slope'])} [{num(ci[0])}, {num(ci[1])}]"
         what = "the record: lr 0.05, momentum 0.9, batch 128" if name == "baseline" else f"{name}: {DESCRIBE[name]}"
         times = "1" if name == "baseline" else f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else \
             f"diverged by step {max(diverged)}" if diverged else "—"

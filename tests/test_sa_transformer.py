@@ -204,7 +204,8 @@ def test_tau_is_the_halfway_crossing_of_the_masked_loss(monkeypatch):
     monkeypatch.setattr(sat, "SATransformer", LinearLossModel)
     draw = fc.fresh_batch
     one_batch = draw(4, 16, torch.Generator().manual_seed(0))
-    monkeypatch.setattr(sat, "fresh_batch", lambda B, N, g, ablate=False: one_batch if B == 4 else draw(B, N, g, ablate))
+    monkeypatch.setattr(sat, "fresh_batch", lambda B, N, g, ablate=False, balance=False: one_batch if B == 4
+                        else draw(B, N, g, ablate, balance))
     r = sat.train_sa(sat.Run(N=16, iters=400, batch=4, eval_every=30, eval_batch=256))  # the stub ignores its batches
     threshold = 0.5 * (r["levels"]["masked_loss_frequencies"] + r["levels"]["masked_loss_2gen"])
     assert r["t"][:3] == [0, 30, 60] and r["t"][-1] == 400

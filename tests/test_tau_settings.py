@@ -411,8 +411,26 @@ def test_the_attention_hybrid_trains_at_the_transformers_sgd_and_stays_finite(mo
     monkeypatch.setattr(ts, "HYBRID_CAP", 60)
     run = ts.hybrid_run((str(tmp_path), "sa_attention", 64, 0))
     assert (run["lr"], run["momentum"], run["batch"], run["attention"]) == (0.05, 0.9, 128, "transformer")
-    assert ts.HYBRID_SGD["sa_attention_matched"] == ts.HYBRID_SGD["sa_attention"]
+    assert ts.HYBRID_RUN["sa_attention_matched"] == ts.HYBRID_RUN["sa_attention"]
     assert all(math.isfinite(y) for y in run["masked_loss"]) and len(run["t"]) == 4
+
+
+def test_the_unigram_free_control_trains_the_sa_transformer_on_balanced_chains(monkeypatch, tmp_path):
+    """sa_unigram_free: the SA-transformer itself (from zero: phi at its start as the parent's), its batches, eval set
+    and levels drawn balanced, and the run records it."""
+    torch.set_num_threads(1)
+    monkeypatch.setitem(ts.SCREEN, "eval_batch", 256)
+    monkeypatch.setitem(ts.SCREEN, "eval_every", 20)
+    monkeypatch.setattr(ts, "HYBRID_CAP", 40)
+    seen, draw = [], sat.fresh_batch
+    monkeypatch.setattr(sat, "fresh_batch", lambda B, N, g, ablate=False, balance=False: seen.append(balance) or
+                        draw(B, N, g, ablate, balance))
+    run = ts.hybrid_run((str(tmp_path), "sa_unigram_free", 16, 0))
+    assert run["balance"] is True and seen == [True] * 40
+    assert run["levels"] == fc.predictor_levels(*fc.eval_set(256, 16, balance=True))
+    with torch.no_grad():
+        start = tv.sa_coordinates(tv.SATransformer(16), fc.eval_set(256, 16, balance=True)[0])["phi_beta2"]
+    assert run["phi"][0] == pytest.approx(float(start), abs=1e-4)
 
 
 def test_a_hybrid_run_records_its_tau_and_phi_and_the_ladder_fits_it_beside_the_records_sa(monkeypatch, tmp_path):
