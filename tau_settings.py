@@ -17,9 +17,8 @@ rung, asked from both sides:
 
 A rung restores the law when the head's (the transformer) or tau's (the SA side) slope against N / log N is >= 0.6;
 <= 0.3 it does not. A slope reads a large N-independent part of tau as flatness, so each rung is also fitted as
-tau = T0 + c N / log N (analysis/sa_fits.offset_fit): c > 0 is the law's part under any offset. And phi_beta(2)'s
-early growth on the plateau against the theory's (H_N / N)^2 (RESULTS.md derives it). The screen: N = 32, 64, 128
-with seeds 0 and 1 (nominal intervals); a rung's confirmation: more seeds.
+tau = T0 + c N / log N (analysis/sa_fits.offset_fit): c > 0 is the law's part under any offset; and phi_beta(2)'s
+early growth against the theory's (H_N / N)^2. The screen: N = 32, 64, 128, seeds 0-1; a confirmation: more seeds.
 
     python tau_settings.py                   # every rung at N = 32, 64, 128, seeds 0-1, then the figure and JSON
     python tau_settings.py --settings drive1 --seeds 2-7   # a rung's confirmation, added to the committed JSON's
@@ -379,8 +378,9 @@ def table(result: dict) -> list[str]:
                     f"{slope(line)} | {offset(full['offset'])} | — |")
     for name, row in result["compare"].items():
         by_N = row["summary"]["N"]
-        heads = " / ".join(", ".join("—" if h is None else f"{h:.0f}" for s, h in zip(v["seeds"], v["head"]) if s < 2)
-                           for v in by_N.values())
+        heads = " / ".join(", ".join(f"{h:.0f}" if h is not None else "—" if status == "diverged" else f"none by {t}"
+                                     for s, h, status, t in zip(v["seeds"], v["head"], v["status"], v["steps"]) if s < 2)
+                           for v in by_N.values())  # a head, a diverged run, or none by the cap
         ratios = [r for by_seed in row.get("head_vs_baseline", {}).values() for r in by_seed.values() if r is not None]
         diverged = [steps for v in by_N.values() for status, steps in zip(v["status"], v["steps"]) if status == "diverged"]
         ci = row["early_rate_slope_ci"]
