@@ -393,8 +393,8 @@ def tau_settings():
     def hybrid(name):  # an SA-side rung's slope and its law's part
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
-    screen = [name for name in d["runs"] if name not in ("record", "drive1", "drive1_keys")]  # "record" extends the
-    # record; the drive1 rungs have their own seeds
+    screen = [name for name in d["runs"] if name not in ("record", "drive1", "drive1_keys", "unigram_free")]  # "record"
+    # extends the record; the drive1 rungs and unigram_free have their own seeds
     keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
     paired = sa_fits.offset_fit({N: [tau_2gen_drop(d["runs"]["drive1"][N][s])["head"] for s in by_seed]
                                  for N, by_seed in keys.items()})
@@ -408,6 +408,9 @@ def tau_settings():
     later = [N for N in sorted(flat["N"], key=int) if int(N) > flat["predicted"]["N0"]]
     measured = [flat["N"][N]["median"] / sa["N"][N]["median"] for N in later]
     full = d["record_full"]  # the record at every N, with the N = 512 runs of the record setting
+    free = d["runs"]["unigram_free"]  # no head by the cap at each N it was run at: the cap, then the N
+    assert all(tau_2gen_drop(r)["head"] is None for by_seed in free.values() for r in by_seed.values())
+    free = [n(ts.CAPS["unigram_free"])] + sorted(free, key=int)
     first = [h for h in full["heads"]["512"] if h is not None][0]
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
@@ -423,6 +426,7 @@ def tau_settings():
             + hybrid("sa_drive_flat") + [n(min(flat["vs_N_over_logN"]["seeds"])), n(min(map(int, flat["N"]))),
                                          n(max(map(int, flat["N"])))]
             + [f(m, 2) for m in measured] + later + [f(flat["predicted"]["ratio"][N], 2) for N in later]
+            + free + hybrid("sa_unigram_free")
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -440,7 +444,11 @@ def tau_velocities():
             f(min(slopes(sa, "delta")), 2), f(sa["early_phi"]["slope_vs_HN_over_N"], 2),
             f(d["measure"]["fractions"][late[0]], 2)] + [f(tr["delta"][i]["slope"], 2) for i in late] \
         + [n(min(tr["delta"][0]["N"])), n(max(tr["delta"][0]["N"])), f(tr["early_phi"]["slope_vs_HN_over_N"], 2)] \
-        + [n(round(100 * min(keys))), n(round(100 * max(keys))), f(tr["delta_paths"]["skip"][-1]["slope"], 2)]
+        + [n(round(100 * min(keys))), n(round(100 * max(keys))), f(tr["delta_paths"]["skip"][-1]["slope"], 2)] \
+        + [f(tr["key_transfer"]["dilution"][N]["median"], 2) for N in ("64", "128", "256")] + ["64", "128", "256"] \
+        + [f(tr["key_transfer"]["dilution"][N]["theory"], 2) for N in ("64", "256")] \
+        + [f(tr["key_transfer"]["growth"]["slope"], 2), f(tr["key_transfer"]["growth"]["flat_needs"], 2),
+           n(tr["key_swaps"]["N"][0]), f(tr["key_swaps"]["median"]["W_U"], 2)]
 
 
 GALLERY = {
@@ -1023,3 +1031,42 @@ def test_the_ladders_prose_in_results_is_its_file():
     reach = [max(r["phi"]) for by_seed in runs.values() for r in by_seed.values()]
     assert f"Its φ<sub>β</sub>(2) reaches {f(min(reach), 2)}–{f(max(reach), 2)}" in text
     assert all(abs(a - b) / a < 0.01 for a, b in (v for v in taus.values() if len(v) == 2))  # "agree within 1 %"
+
+
+def test_the_push_at_fixed_parameters_and_without_a_unigram_signal_as_results_states_them():
+    """RESULTS.md's reading of key_push and key_swaps (tau_velocities.json), of the plateau's 1-point gains
+    (sa_scaling.json's levels) and of the unigram-free rung and its SA control (tau_settings.json)."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    tr = load("tau_velocities.json")["summary"]["transformer"]
+    transfer, swaps = tr["key_transfer"], tr["key_swaps"]
+    dil = [transfer["dilution"][N]["median"] for N in ("64", "128", "256")]
+    assert f"slopes {', '.join(f(x, 2) for x in dil)} against log N' for the runs at N = 64, 128, 256" in text
+    theory = [transfer["dilution"][N]["theory"] for N in ("64", "256")]
+    assert f"H<sub>N'</sub> / N' has {f(theory[0], 2)} to {f(theory[1], 2)}:" in text
+    g = transfer["growth"]
+    assert (f"{', '.join(f(1e4 * m, 2) for m in g['median'])} × 10<sup>−4</sup> at N = "
+            f"{', '.join(map(str, g['N'][:-1]))}, {g['N'][-1]}, slope {f(g['slope'], 2)} against log N, where "
+            f"{f(g['flat_needs'], 2)}") in text
+    share = swaps["median"]
+    assert (f"(median of {len(swaps['runs'])} (N, seed)): the unembedding W<sub>U</sub> {f(share['W_U'], 2)}, layer 2's "
+            f"values {f(share['V2'], 2)}, layer 1's values {f(share['V1'], 2)}, layer 2's W<sub>Q</sub>, W<sub>K</sub> "
+            f"{f(share['QK2'], 2)}, the embeddings {f(share['W_E'], 2)}, MLP2 {f(share['MLP2'], 2)}, the position "
+            f"biases and layer 1's W<sub>Q</sub>, W<sub>K</sub> none ({f(share['P2'], 2)}, {f(share['P1'], 2)}, "
+            f"{f(share['QK1'], 2)})") in text
+    record = load("sa_scaling.json")["transformer_runs"]
+    gains = [math.log(10) - record[N]["0"]["levels"]["loss_best_1gen"] for N in sorted(record, key=int)]
+    assert f"gains {', '.join(f(x, 3) for x in gains)} nats over uniform at N = 32, 64, 128, 256" in text
+    d = load("tau_settings.json")
+    free, control = d["runs"]["unigram_free"], d["hybrid_runs"]["sa_unigram_free"]
+    phi = [max(free[N]["0"]["phi"]) for N in ("32", "64")]
+    heads = [tau_2gen_drop(record[N]["0"])["head"] for N in ("32", "64")]
+    assert (f"(φ<sub>β</sub>(2) at most {f(phi[0], 2)} and {f(phi[1], 2)}; the record's runs of the same seed: "
+            f"{n(heads[0])} and {n(heads[1])} steps)") in text
+    taus = [control[N]["0"]["tau"] for N in ("32", "64", "128")]
+    sa = d["hybrids"]["sa"]["N"]
+    assert (f"τ = {n(taus[0])}, {n(taus[1])}, {n(taus[2])} (its record {n(sa['32']['median'])}, "
+            f"{n(sa['64']['median'])}, {n(sa['128']['median'])})") in text
+    fit = d["hybrids"]["sa_unigram_free"]
+    assert (f"slope {f(fit['vs_N_over_logN']['slope'], 2)} and c = {f(fit['offset']['c'], 0)} (the record's "
+            f"{f(d['hybrids']['sa']['offset']['c'], 0)};") in text
