@@ -1059,14 +1059,18 @@ def test_the_push_at_fixed_parameters_and_without_a_unigram_signal_as_results_st
     assert f"gains {', '.join(f(x, 3) for x in gains)} nats over uniform at N = 32, 64, 128, 256" in text
     d = load("tau_settings.json")
     free, control = d["runs"]["unigram_free"], d["hybrid_runs"]["sa_unigram_free"]
-    phi = [max(free[N]["0"]["phi"]) for N in ("32", "64")]
-    heads = [tau_2gen_drop(record[N]["0"])["head"] for N in ("32", "64")]
-    assert (f"(φ<sub>β</sub>(2) at most {f(phi[0], 2)} and {f(phi[1], 2)}; the record's runs of the same seed: "
-            f"{n(heads[0])} and {n(heads[1])} steps)") in text
-    taus = [control[N]["0"]["tau"] for N in ("32", "64", "128")]
+    runs = [("32", "0"), ("32", "1"), ("64", "0")]
+    assert sorted((N, s) for N, by_seed in free.items() for s in by_seed) == runs
+    phi = ", ".join(f(max(free[N][s]["phi"]), 2) for N, s in runs[:2]) + f" and {f(max(free['64']['0']['phi']), 2)}"
+    heads = [n(tau_2gen_drop(record[N][s])["head"]) for N, s in runs]
+    assert (f"(φ<sub>β</sub>(2) at most {phi}; the record's runs of the same seeds: {heads[0]}, {heads[1]} and "
+            f"{heads[2]} steps)") in text
+    taus = " / ".join(", ".join(n(r["tau"]) for r in control[N].values()) for N in ("32", "64", "128"))
     sa = d["hybrids"]["sa"]["N"]
-    assert (f"τ = {n(taus[0])}, {n(taus[1])}, {n(taus[2])} (its record {n(sa['32']['median'])}, "
-            f"{n(sa['64']['median'])}, {n(sa['128']['median'])})") in text
+    assert (f"τ = {taus} (its record's medians {n(sa['32']['median'])}, {n(sa['64']['median'])}, "
+            f"{n(sa['128']['median'])})") in text
     fit = d["hybrids"]["sa_unigram_free"]
-    assert (f"slope {f(fit['vs_N_over_logN']['slope'], 2)} and c = {f(fit['offset']['c'], 0)} (the record's "
+    ci, c_ci = fit["vs_N_over_logN"]["slope_ci"], fit["offset"]["c_ci"]
+    assert (f"slope {f(fit['vs_N_over_logN']['slope'], 2)} [{f(ci[0], 2)}, {f(ci[1], 2)}] and c = "
+            f"{f(fit['offset']['c'], 0)} [{f(c_ci[0], 0)}, {f(c_ci[1], 0)}] (the record's "
             f"{f(d['hybrids']['sa']['offset']['c'], 0)};") in text
