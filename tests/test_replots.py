@@ -132,11 +132,11 @@ def test_a_documented_redraw_writes_its_png_and_leaves_the_numbers_as_committed(
 
 
 @pytest.mark.parametrize("script, name, rows", [("tau_settings.py", "tau_settings", None),
-                                                ("tau_velocities.py", "tau_velocities", 13)])
+                                                ("tau_velocities.py", "tau_velocities", 16)])
 def test_the_why_flat_replots_leave_their_json_and_print_results_table(tmp_path, run, script, name, rows):
     """Each redraw leaves its JSON as committed, writes its PNG, and the table it prints is RESULTS.md's, row for
     row: tau_settings.py's the ladder (one row per rung: the record, every setting, the SA side), tau_velocities.py's
-    the velocities' slopes."""
+    the velocities' slopes and the push read at fixed parameters."""
     before = committed(tmp_path, **{f"{name}.json": f"{name}.json"})
     proc = run(script, "--replot", "--figures", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
