@@ -9,9 +9,10 @@ committed runs of sa_scaling.py --transformer-only, figures/sa_scaling.json, 8 s
 is trained by SGD with momentum at settings of ours (the paper says only "SGD with momentum"). Each difference is a
 rung, asked from both sides:
 
-    SETTINGS   the transformer, one change: the SGD (the batch, the step, momentum), a position bias held or
-               masked, the theory's start, layer 1's position bias pushed as the theory pushes delta (its gradient
-               x 32 / N), the data without a unigram signal; "record": the record's settings at an N it lacks.
+    SETTINGS   the transformer, one change: the SGD (the batch, the step, momentum), a position bias or the
+               unembedding held, a bias masked, the theory's start, layer 1's position bias pushed as the theory
+               pushes delta (its gradient x 32 / N), the data without a unigram signal; "record": the record's
+               settings at an N it lacks.
     HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
                attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start); or on unigram_free's data.
 
@@ -56,6 +57,7 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "lr0.0125": ({**TRAINING, "lr": 0.0125}, "a quarter of the step"),
     "lr0.003125": ({**TRAINING, "lr": 0.003125}, "a sixteenth of the step"),
     "frozenP2": ({**TRAINING, "frozen": ["att2.P"]}, "layer 2's position bias held at zero"),
+    "frozenWU": ({**TRAINING, "frozen": ["W_U.weight"]}, "the unembedding held at its start: the readout cannot grow"),
     "smallstart": ({**TRAINING, "init": {"scale": {f"att{l}.W_{m}.weight": 0.05 for l in (1, 2) for m in "QK"},
                                          "zero": ["W_U.weight"]}}, "the theory's start: W_Q, W_K x 0.05, W_U at zero"),
     "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
@@ -213,7 +215,7 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
-               "sa_unigram_free": "peru"}
+               "sa_unigram_free": "peru", "frozenWU": "crimson"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 
@@ -286,9 +288,8 @@ def draw_heads(ax, result: dict):
     ticks = sorted({int(N) for fit in result.get("hybrids", {}).values() for N in fit["N"]}
                    | {*map(int, Ns), *map(int, beyond)})
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set(yscale="log", xlabel="N")
     ax.set_xticks(ticks, [str(int(n)) for n in ticks])
-    ax.set_xlabel("N")
     ax.set_ylabel("head formed (steps" + ("; ^: not by the cap, drawn at it" if capped else "") + ")"
                   + ("\nSA-transformer rungs (squares): tau" if result.get("hybrids") else ""))
     if diverged:  # the band above the data, its marker's meaning said there and once in the shared legend
@@ -326,9 +327,8 @@ def plot(result: dict, path: str):
     right.plot(Ns, [r0 * (harmonic(int(n)) / n / (harmonic(int(Ns[0])) / Ns[0])) ** 2 for n in Ns], "--", color="gray",
                label="theory: (H_N / N)^2")
     right.set_xscale("log", base=2)
-    right.set_yscale("log")
+    right.set(yscale="log", xlabel="N")
     right.set_xticks(Ns, [str(int(n)) for n in Ns])
-    right.set_xlabel("N")
     right.set_ylabel("phi_beta(2)'s early growth per step")
     right.set_title(f"phi's growth on the plateau (slope before {HEAD_FRACTION:g} x the head's time)")
     for x, style, text in ((1.0, "--", "theory"), (RESTORES, ":", "restores"), (DOES_NOT, ":", "does not")):

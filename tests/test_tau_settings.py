@@ -185,10 +185,13 @@ def test_a_frozen_parameter_stays_where_training_moves_it_and_a_diverged_run_sto
     models = []
     make = st.model_for
     monkeypatch.setattr(st, "model_for", lambda N, seed, init=None: models.append(make(N, seed, init)) or models[-1])
-    for training in (st.TRAINING, ts.SETTINGS["frozenP2"][0]):
+    for training in (st.TRAINING, ts.SETTINGS["frozenP2"][0], ts.SETTINGS["frozenWU"][0]):
         st.train_one(8, 0, 12, eval_batch=64, training={**training, "eval_every": 4})
-    moved, held = (m.att2.P.detach() for m in models)
+    moved, held = (m.att2.P.detach() for m in models[:2])
     assert not torch.equal(moved, torch.zeros_like(moved)) and torch.equal(held, torch.zeros_like(held))
+    start = make(8, 0).W_U.weight.detach()  # frozenWU: the unembedding at the seed's draw (not zero), the record's moves
+    assert torch.count_nonzero(start) == start.numel() and torch.equal(models[2].W_U.weight.detach(), start)
+    assert not torch.equal(models[0].W_U.weight.detach(), start) and not torch.equal(models[2].att2.P, held)
     run = st.train_one(8, 0, 400, eval_batch=64, training={**st.TRAINING, "lr": 1e4, "eval_every": 4})
     assert not math.isfinite(run["loss"][-1]) and run["t"][-1] < 400  # stopped at its first non-finite evaluation
     assert st.tau_2gen_drop(run)["status"] == "diverged"
