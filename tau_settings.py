@@ -43,8 +43,8 @@ import torch
 from analysis.estimators import median_ci
 from analysis.fresh_chains import eval_set
 from analysis.sa_fits import fit_tau_censored, offset_fit, rate_slope
-from analysis.transformer_tau import (TRAINING, phi_beta_last, read_record, rounded_run, tau_2gen_drop, train_one,
-                                      transformer_summary)
+from analysis.transformer_tau import (HEAD_FRACTION, TRAINING, early_rate, phi_beta_last, read_record, rounded_run,
+                                      tau_2gen_drop, train_one, transformer_summary)
 from plumbing import cli
 from plumbing.rundir import write_json
 from plumbing.style import number as num
@@ -58,6 +58,9 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "lr0.003125": ({**TRAINING, "lr": 0.003125}, "a sixteenth of the step"),
     "frozenP2": ({**TRAINING, "frozen": ["att2.P"]}, "layer 2's position bias held at zero"),
     "frozenWU": ({**TRAINING, "frozen": ["W_U.weight"]}, "the unembedding held at its start: the readout cannot grow"),
+    "final_norm": ({**TRAINING, "final_norm": True}, "a layer norm (no gain; GPT-2's ln_f) before the unembedding"),
+    "bounded_readout": ({**TRAINING, "final_norm": True, "frozen": ["W_U.weight"]}, "frozenWU behind a layer norm "
+                        "(no gain; GPT-2's ln_f): the logits' scale cannot grow"),
     "smallstart": ({**TRAINING, "init": {"scale": {f"att{l}.W_{m}.weight": 0.05 for l in (1, 2) for m in "QK"},
                                          "zero": ["W_U.weight"]}}, "the theory's start: W_Q, W_K x 0.05, W_U at zero"),
     "window1": ({**TRAINING, "trainable": {"att1.P": [0, 1]}}, "layer 1's position bias learns at lags 0-1 only"),
@@ -97,7 +100,6 @@ DESCRIBE = {**{name: what for name, (_, what) in SETTINGS.items()}, **{name: wha
             "sa": "the SA-transformer itself (the record's control tau)"}
 SCREEN = dict(N=(32, 64, 128), seeds=(0, 1), eval_batch=2048, eval_every=50)  # eval_batch: the record's eval sets;
 # eval_every: the hybrids' (the transformer's is TRAINING's)
-HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
 
 
 def run_path(root: str, name: str, N: int, seed: int) -> str:
@@ -163,15 +165,6 @@ def hybrid_summary(hybrid_runs: dict, record_tau: dict, I: float | None = None) 
     return out
 
 
-def early_rate(run: dict) -> float:
-    """phi_beta(2)'s growth per step on the plateau: the least-squares slope of phi against t over the evaluations
-    before HEAD_FRACTION of the head's formation (all of them for a run whose head never formed)."""
-    head = tau_2gen_drop(run)["head"]
-    t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
-    keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
-    return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
-
-
 def record_full(transformer_runs: dict, extension: dict | None = None) -> dict:
     """The committed record at every N it holds (8 seeds, N = 32-256), with the "record" setting's runs at the N it
     does not hold (extension, {N: {seed: run}}; e.g. N = 512): the heads and steps run per N, their slope against
@@ -215,7 +208,8 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
-               "sa_unigram_free": "peru", "frozenWU": "crimson"}
+               "sa_unigram_free": "peru", "frozenWU": "crimson",
+               "bounded_readout": "indigo", "final_norm": "slateblue"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

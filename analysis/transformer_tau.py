@@ -18,6 +18,7 @@ import math
 import os
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -91,6 +92,18 @@ def tau_2gen_drop(run: dict) -> dict:
     return {**out, "status": "tau" if phi_max >= PHI_FORMED else "no head", "tau": tau, "bound": None, "phi_max": phi_max}
 
 
+HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
+
+
+def early_rate(run: dict) -> float:
+    """phi_beta(2)'s growth per step on the plateau: the least-squares slope of phi against t over the evaluations
+    before HEAD_FRACTION of the head's formation (all of them for a run whose head never formed)."""
+    head = tau_2gen_drop(run)["head"]
+    t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
+    keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
+    return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
+
+
 # ----------------------------------------------------------------------------- the model at the last position
 
 
@@ -105,8 +118,8 @@ def scaled_gradient(x: torch.Tensor, s: float) -> torch.Tensor:
     return x.detach() + s * (x - x.detach())
 
 
-def last_position(params: dict, seqs: torch.Tensor, path: str | None = None, key_drive: float = 1.0
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def last_position(params: dict, seqs: torch.Tensor, path: str | None = None, key_drive: float = 1.0,
+                  final_norm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (B, C), A (B, N)): model(seqs)[:, -1] of the transformer without MLP1 and with position biases, and
     its layer-2 attention at the last position, from its parameters by name (dict(model.named_parameters()), or
     stacked ones under vmap). Layer 2's query, MLP2 and the unembedding run at the last position only:
@@ -114,7 +127,9 @@ def last_position(params: dict, seqs: torch.Tensor, path: str | None = None, key
     PATHS): the same numbers, with gradients into layer 1 through that use of x1 alone (the others detached); the
     four paths' gradients on a layer-1 parameter sum to its gradient (the chain rule over x1's uses). key_drive:
     the same numbers, with layer 1's position bias's gradient through layer 2's keys times key_drive (its other
-    paths, and every other parameter's gradient, as they are)."""
+    paths, and every other parameter's gradient, as they are). final_norm: a layer norm without gain between the
+    residual stream and the unembedding (GPT-2's ln_f; the record's model has none), so that the logits' scale is
+    the unembedding's alone (tau_settings.py's bounded_readout)."""
     B, N = seqs.shape
     x0 = F.embedding(seqs, params["W_E.weight"])  # (B, N, D)
     h = layer_norm(x0)
@@ -137,7 +152,8 @@ def last_position(params: dict, seqs: torch.Tensor, path: str | None = None, key
     A2 = torch.softmax(scores, -1)  # (B, N)
     y2 = use("skip", x1)[:, -1] + (A2.unsqueeze(1) @ v).squeeze(1)  # (B, D)
     mlp2 = F.linear(F.gelu(F.linear(layer_norm(y2), params["mlp2.W_in.weight"])), params["mlp2.W_out.weight"])
-    return F.linear(y2 + mlp2, params["W_U.weight"]), A2
+    out = layer_norm(y2 + mlp2) if final_norm else y2 + mlp2
+    return F.linear(out, params["W_U.weight"]), A2
 
 
 def last_position_logits(model: Transformer, seqs: torch.Tensor) -> torch.Tensor:
@@ -214,7 +230,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     training: the SGD settings (TRAINING, or another setting of tau_settings.py; "frozen": parameters left at their
     initial values; "trainable" and "drive": gradient_factors; "key_drive" N0: layer 1's position bias's gradient
     through layer 2's keys alone times N0 / N (last_position); "init": model_for's knock-out; "balance": True
-    trains and evaluates on doubly stochastic chains (fresh_chains.balanced)).
+    trains and evaluates on doubly stochastic chains (fresh_chains.balanced); "final_norm": True, a layer norm
+    before the unembedding (last_position)).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (phi_beta_last).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
@@ -232,6 +249,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     frozen = set(training.get("frozen", ()))  # parameters kept at their initial values (tau_settings.py)
     factors = gradient_factors(params, training, N)  # e.g. entries outside a mask keep their start
     key_drive = training["key_drive"] / N if "key_drive" in training else 1.0
+    final_norm = training.get("final_norm", False)
     opt = torch.optim.SGD([p for name, p in params.items() if name not in frozen], lr=training["lr"],
                           momentum=training["momentum"])
     first = 0
@@ -246,7 +264,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
             if measure is not None:
                 measure(t, params)
             with torch.no_grad():
-                done = record(run, t, *last_position(params, eval_context), eval_context, eval_target)
+                done = record(run, t, *last_position(params, eval_context, final_norm=final_norm), eval_context,
+                              eval_target)
             if done:
                 break
             if checkpoint is not None:
@@ -255,7 +274,7 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
         if t == iters:
             break
         context, target = fresh_batch(training["batch"], N, g, balance=training.get("balance", False))
-        loss = F.cross_entropy(last_position(params, context, key_drive=key_drive)[0], target)
+        loss = F.cross_entropy(last_position(params, context, key_drive=key_drive, final_norm=final_norm)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         for name, factor in factors.items():

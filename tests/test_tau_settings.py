@@ -40,8 +40,8 @@ def trajectory(N, seed, head, slope, cap=4000, every=50):
 def test_the_early_rate_is_phis_slope_before_half_the_heads_time():
     run = trajectory(32, 0, head=2025, slope=2e-5)
     assert st.tau_2gen_drop(run)["head"] == pytest.approx(2000, abs=50)  # phi passes 0.5 between 2000 and 2050
-    assert ts.early_rate(run) == pytest.approx(2e-5, rel=1e-6)  # not 3e-5 (the later, steeper half)
-    assert ts.early_rate(trajectory(32, 0, head=None, slope=1e-5)) == pytest.approx(1e-5, rel=1e-6)  # no head: all
+    assert st.early_rate(run) == pytest.approx(2e-5, rel=1e-6)  # not 3e-5 (the later, steeper half)
+    assert st.early_rate(trajectory(32, 0, head=None, slope=1e-5)) == pytest.approx(1e-5, rel=1e-6)  # no head: all
 
 
 def test_compare_pairs_each_run_with_the_baselines_of_its_N_and_seed():
@@ -65,6 +65,8 @@ def test_every_setting_changes_the_run_of_the_same_seed(name):
         assert other["loss"][0] == pytest.approx(math.log(fc.C), abs=1e-6) != base["loss"][0]
     elif ts.SETTINGS[name][0].get("balance"):  # other data: its own eval set and levels
         assert other["levels"] != base["levels"] and other["loss"][0] != base["loss"][0]
+    elif ts.SETTINGS[name][0].get("final_norm"):  # another model from the start: a layer norm before the readout
+        assert other["levels"] == base["levels"] and other["loss"][0] != base["loss"][0]
     else:
         assert base["t"][0] == other["t"][0] == 0 and base["loss"][0] == other["loss"][0]  # the same model and eval set
     assert len(other["loss"]) < len(base["loss"]) or not np.allclose(base["loss"][1:], other["loss"][1:], rtol=1e-6)
@@ -181,6 +183,38 @@ def test_the_record_at_an_N_it_does_not_hold_joins_its_fit_and_its_row():
     assert "N = 32–512" in row and "N = 512: 5026, 6025" in row
 
 
+def test_final_norm_is_a_layer_norm_between_the_residual_stream_and_the_unembedding_in_training_and_evaluation(
+        monkeypatch):
+    """last_position(final_norm=True) with an identity unembedding returns layer_norm of what the plain model's
+    residual stream carries at the last position (so the norm sits after MLP2, before W_U alone), its logits have
+    the norm |W_U h| <= ||W_U|| sqrt(D) whatever the other weights' scale, and bounded_readout's run evaluates and
+    trains the normed model: its first evaluation is the normed model's loss on the eval set."""
+    N, seed = 9, 2
+    seqs = fc.fresh_batch(32, N, torch.Generator().manual_seed(4))[0]
+    params = dict(st.model_for(N, seed).named_parameters())
+    D = params["W_E.weight"].shape[1]
+    identity = {**params, "W_U.weight": torch.eye(D)}
+    with torch.no_grad():
+        residual = st.last_position(identity, seqs)[0]
+        assert torch.allclose(st.last_position(identity, seqs, final_norm=True)[0], layer_norm(residual), atol=1e-5)
+        assert not torch.allclose(layer_norm(residual), residual, atol=0.1)
+        big = {**params, **{name: 30 * w for name, w in params.items() if name in ("W_E.weight", "att2.W_V.weight")}}
+        W_U = params["W_U.weight"]
+        bound = torch.linalg.matrix_norm(W_U, 2) * math.sqrt(D)
+        assert st.last_position(big, seqs)[0].norm(dim=-1).max() > bound  # the plain readout grows with them
+        assert st.last_position(big, seqs, final_norm=True)[0].norm(dim=-1).max() <= bound * (1 + 1e-5)
+    norms, forward = [], st.last_position
+    monkeypatch.setattr(st, "last_position", lambda *a, final_norm=False, **k: norms.append(final_norm) or
+                        forward(*a, final_norm=final_norm, **k))
+    run = st.train_one(N, seed, 4, eval_batch=64, training={**ts.SETTINGS["bounded_readout"][0], "eval_every": 4})
+    assert norms == [True] * 6  # evaluation, four steps, evaluation
+    context, target = fc.eval_set(64, N)
+    with torch.no_grad():
+        normed = F.cross_entropy(st.last_position(params, context, final_norm=True)[0], target).item()
+    assert run["loss"][0] == pytest.approx(normed, rel=1e-6)
+    assert run["loss"][0] != pytest.approx(F.cross_entropy(st.last_position(params, context)[0], target).item())
+
+
 def test_a_frozen_parameter_stays_where_training_moves_it_and_a_diverged_run_stops(monkeypatch):
     models = []
     make = st.model_for
@@ -246,8 +280,8 @@ def test_the_key_drive_rung_moves_the_position_bias_alone_and_through_the_keys(m
     models, drives = [], []
     make, forward = st.model_for, st.last_position
     monkeypatch.setattr(st, "model_for", lambda N, seed, init=None: models.append(make(N, seed, init)) or models[-1])
-    monkeypatch.setattr(st, "last_position", lambda params, seqs, path=None, key_drive=1.0:
-                        drives.append(key_drive) or forward(params, seqs, path, key_drive))
+    monkeypatch.setattr(st, "last_position", lambda params, seqs, path=None, key_drive=1.0, final_norm=False:
+                        drives.append(key_drive) or forward(params, seqs, path, key_drive, final_norm))
     for training in (st.TRAINING, ts.SETTINGS["drive1_keys"][0]):
         st.train_one(8, 0, 1, eval_batch=64, training={**training, "eval_every": 4})
     assert drives == [1.0, 1.0, 1.0, 1.0, 4.0, 1.0]  # per run: evaluation, step, evaluation
