@@ -12,6 +12,8 @@ A velocity that is N-flat where the theory's falls with N names the quantity tha
 
     python tau_velocities.py                # MEASURE's runs (CPU: ~1 h as one process), then
                                             # figures/tau_velocities.png and .json
+    python tau_velocities.py --frozen W_U.weight --models transformer --N 32,64,128   # the transformer's runs with
+                                            # W_U held at its start (tau_settings.py's frozenWU): where the push went
     python tau_velocities.py --replot       # only redraw from figures/tau_velocities.json
 
 Each run is kept as ROOT/measure_<model>_N<N>_s<seed>.json (a killed measurement resumes from them).
@@ -101,17 +103,24 @@ def params_path(root: str, N: int, seed: int) -> str:
     return run_path(root, "transformer", N, seed)[:-len(".json")] + ".pt"
 
 
+def figure_name(frozen: list) -> str:
+    """The figure's name: tau_velocities, or for transformer runs with parameters held at their start (--frozen)
+    tau_velocities_frozen_<their names> (["W_U.weight"]: tau_velocities_frozen_W_U, tau_settings.py's frozenWU)."""
+    return "_".join(["tau_velocities"] + (["frozen"] + [p.removesuffix(".weight") for p in frozen] if frozen else []))
+
+
 def job_cost(job: tuple) -> float:
     """A measurement run's time relative to the others' (parallel_map's ETA): its steps times a step's, N (1 + N / 128)
     as for the transformer's runs (transformer_tau.train_transformers), SA_STEP_COST of that for the SA-transformer."""
-    _, model_name, N, _, times = job
+    _, model_name, N, _, times, _ = job
     return times[-1] * N * (1 + N / 128) * (SA_STEP_COST if model_name == "sa" else 1)
 
 
 def _measure_job(job: tuple) -> dict:
-    """One (model, N, seed): its run to the last of `times` at the record's settings, the coordinates' values and
-    velocities at each of them, and (SA) phi_beta(2) at every evaluation for its early rate."""
-    root, model_name, N, seed, times = job
+    """One (model, N, seed): its run to the last of `times` at the record's settings (the transformer's with the
+    parameters named in `frozen` held at their start), the coordinates' values and velocities at each of them, and
+    (SA) phi_beta(2) at every evaluation for its early rate."""
+    root, model_name, N, seed, times, frozen = job
     batches, rows = measurement_batches(N), {}
     context = batches[0][0]
     if model_name == "transformer":
@@ -128,7 +137,8 @@ def _measure_job(job: tuple) -> dict:
             if t == max(times):  # the last stage's parameters, for key_swaps across N (collect_measurements)
                 save_atomic({k: p.detach().clone() for k, p in params.items()}, params_path(root, N, seed))
 
-        run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure))
+        run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure,
+                                    training={**TRAINING, "frozen": frozen} if frozen else TRAINING))
         out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
     else:
         phi = []
@@ -142,7 +152,8 @@ def _measure_job(job: tuple) -> dict:
 
         run = train_sa(Run(N=N, seed=seed, iters=max(times), eval_every=EVAL_EVERY["sa"], eval_batch=1024), measure)
         out = {"t": run["t"], "phi": phi, "loss": run["masked_loss"]}
-    result = {"model": model_name, "N": N, "seed": seed, "times": {str(t): rows[t] for t in times}, **out}
+    result = {"model": model_name, "N": N, "seed": seed, "frozen": frozen, "times": {str(t): rows[t] for t in times},
+              **out}
     write_json(run_path(root, model_name, N, seed), result)
     return result
 
@@ -245,7 +256,7 @@ PATH_LABELS = {"query": "layer 2's query", "key": "layer 2's keys", "value": "la
                "skip": "the skip past layer 2"}  # the uses of layer 1's output (transformer_tau.PATHS)
 
 
-def plot_velocities(summary: dict, fractions, path: str):
+def plot_velocities(summary: dict, fractions, path: str, frozen: list = ()):
     """One panel per coordinate: |dq/dt| per unit of learning rate against N, the seeds' median at each stage of
     the run (fractions of the head's time or tau; open markers: the velocity is negative), the transformer in black,
     the SA-transformer in blue, and the theory's scaling through the SA's (or the transformer's) middle stage."""
@@ -285,7 +296,8 @@ def plot_velocities(summary: dict, fractions, path: str):
     if transfer:
         draw_key_transfer(axes[-1], transfer, fractions[-1])
     axes[0].set_ylabel("|d q / d t| per unit of learning rate (median of seeds)")
-    fig.suptitle("How fast the theory's coordinates move on the plateau (open markers: moving down)")
+    held = f"; the transformer with {', '.join(frozen)} held at its start" if frozen else ""
+    fig.suptitle(f"How fast the theory's coordinates move on the plateau (open markers: moving down{held})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -400,24 +412,28 @@ def swap_summary(root: str, measured: list) -> dict | None:
             "median": {group: float(np.median([r["shares"][group] for r in rows])) for group in PARAMETER_GROUPS}}
 
 
-def collect_measurements(root: str, figures: str) -> dict:
-    """Every measurement run under root into FIGURES/tau_velocities.json and .png (with swap_summary where the
-    runs' parameters are kept)."""
+def collect_measurements(root: str, figures: str, frozen: list = ()) -> dict:
+    """Every measurement run under root into FIGURES/<figure_name(frozen)>.json and .png (with swap_summary where the
+    runs' parameters are kept); runs with parameters held (frozen) are not the record's, so no record_match."""
     measured = []
     for name in sorted(os.listdir(root)):
         if name.startswith("measure_") and name.endswith(".json"):
             with open(os.path.join(root, name)) as f:
-                measured.append(json.load(f))
+                run = json.load(f)
+            if run.get("frozen", []) != list(frozen):
+                raise ValueError(f"{root}/{name} was measured with {run.get('frozen', [])} held, not {list(frozen)}: "
+                                 f"give each --frozen its own --root")
+            measured.append(run)
     if not measured:
         raise ValueError(f"no measurement runs under {root}: `python tau_velocities.py` trains them")
-    record = read_record(figures)["transformer_runs"]
-    result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()},
+    record = {} if frozen else read_record(figures)["transformer_runs"]
+    result = {"measure": {k: list(v) if isinstance(v, tuple) else v for k, v in MEASURE.items()}, "frozen": list(frozen),
               "runs": measured, "summary": measure_summary(measured, record)}
     swaps = swap_summary(root, measured)
     if swaps is not None:
         result["summary"]["transformer"]["key_swaps"] = swaps
-    write_json(os.path.join(figures, "tau_velocities.json"), result)
-    plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, "tau_velocities.png"))
+    write_json(os.path.join(figures, figure_name(frozen) + ".json"), result)
+    plot_velocities(result["summary"], MEASURE["fractions"], os.path.join(figures, figure_name(frozen) + ".png"), frozen)
     return result
 
 
@@ -427,33 +443,42 @@ def main():
         "runs took 68 min as one one-thread process beside three to four other runs, 2026-11-28) (the transformer and "
         "the SA-transformer, N = 32, 64, 128, 256, seeds 0, 1, each to half its escape; runs in --root skipped); writes "
         "runs/tau_velocities/measure_<model>_N<N>_s<seed>.json, figures/tau_velocities.png and "
-        "figures/tau_velocities.json.\n--replot: seconds, trains nothing."))
-    parser.add_argument("--root", default=os.path.join("runs", "tau_velocities"), help="where each run's JSON goes")
+        "figures/tau_velocities.json; with --frozen W_U.weight --models transformer --N 32,64,128: 6 runs (their time: "
+        "RESULTS.md), figures/tau_velocities_frozen_W_U.png and .json.\n--replot: seconds, trains nothing."))
+    parser.add_argument("--root", help="where each run's JSON goes (default runs/<the figure's name>: "
+                        "runs/tau_velocities, or runs/tau_velocities_frozen_W_U with --frozen W_U.weight)")
     parser.add_argument("--models", default="sa,transformer", help="comma-separated subset of sa, transformer to run")
     parser.add_argument("--N", default=",".join(map(str, MEASURE["N"])), help="comma-separated subset of "
                         f"{', '.join(map(str, MEASURE['N']))} to run (the summary reads every run under --root)")
     cli.add_jobs(parser)
     cli.add_figures(parser)
-    cli.add_replot(parser, "FIGURES/tau_velocities.json", "the figure")
+    parser.add_argument("--frozen", default="", help="comma-separated parameters of the transformer held at their "
+                        "start in its runs (W_U.weight: tau_settings.py's frozenWU), with --models transformer")
+    cli.add_replot(parser, "FIGURES/tau_velocities.json (or the --frozen runs' figure)", "the figure")
     args = parser.parse_args()
     models, Ns = args.models.split(","), cli.parse_list("--N", args.N)
+    frozen = [p for p in args.frozen.split(",") if p]
     if set(models) - {"sa", "transformer"} or set(Ns) - set(MEASURE["N"]):
         raise ValueError(f"--models: sa, transformer; --N: of {list(MEASURE['N'])}; got {args.models!r}, {args.N!r}")
+    if set(frozen) - set(dict(model_for(2, 0).named_parameters())) or (frozen and models != ["transformer"]):
+        parser.error(f"--frozen {args.frozen}: the transformer's parameters (e.g. W_U.weight), with --models transformer")
     cli.writable_dir(args.figures, "--figures")
-    path = os.path.join(args.figures, "tau_velocities.json")
+    name = figure_name(frozen)
+    path, root = os.path.join(args.figures, name + ".json"), args.root or os.path.join("runs", name)
     if args.replot is not None:
-        cli.replot(args, "tau_velocities.json", ("measure", "summary"), "tau_velocities.py",
-                   lambda measured, png: plot_velocities(measured["summary"], measured["measure"]["fractions"], png),
+        cli.replot(args, name + ".json", ("measure", "summary"), "tau_velocities.py",
+                   lambda measured, png: plot_velocities(measured["summary"], measured["measure"]["fractions"], png,
+                                                         measured.get("frozen", [])),
                    after=lambda measured: print("\n".join(velocity_table(measured))))
         return
-    os.makedirs(args.root, exist_ok=True)
+    os.makedirs(root, exist_ok=True)
     times = stage_times(args.figures)
-    jobs = [(args.root, model, N, seed, times[model][N]) for model in ("sa", "transformer") if model in models
-            for N in Ns for seed in MEASURE["seeds"] if not os.path.exists(run_path(args.root, model, N, seed))]
+    jobs = [(root, model, N, seed, times[model][N], frozen) for model in ("sa", "transformer") if model in models
+            for N in Ns for seed in MEASURE["seeds"] if not os.path.exists(run_path(root, model, N, seed))]
     print(f"the theory's coordinates measured: {len(jobs)} runs ({args.jobs} at a time; {', '.join(models)}, N = {Ns}, "
-          f"seeds {list(MEASURE['seeds'])}), writing {args.root}/ and {path[:-4]}png and .json", flush=True)
+          f"seeds {list(MEASURE['seeds'])}), writing {root}/ and {path[:-4]}png and .json", flush=True)
     cli.parallel_map(_measure_job, jobs, args.jobs, progress="runs", cost=[job_cost(j) for j in jobs])
-    measured = collect_measurements(args.root, args.figures)
+    measured = collect_measurements(root, args.figures, frozen)
     print(f"wrote {path[:-4]}png and .json")
     print("\n".join(velocity_table(measured)))
 

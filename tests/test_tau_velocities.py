@@ -287,7 +287,7 @@ def test_a_measurement_run_keeps_the_key_push_at_every_length_and_its_last_param
     torch.set_num_threads(1)
     monkeypatch.setitem(tv.MEASURE, "N", (8, 16))
     monkeypatch.setattr(tv, "measurement_batches", lambda n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))])
-    out = tv._measure_job((str(tmp_path), "transformer", 16, 0, [0, 4]))
+    out = tv._measure_job((str(tmp_path), "transformer", 16, 0, [0, 4], []))
     for stage in out["times"].values():
         assert set(stage["key_push"]) == {"8", "16"}
         assert stage["key_push"]["16"] == stage["delta_paths"]["key"]
@@ -297,6 +297,32 @@ def test_a_measurement_run_keeps_the_key_push_at_every_length_and_its_last_param
     saved = torch.load(tv.params_path(str(tmp_path), 16, 0))
     assert all(torch.equal(saved[k], seen[4][k]) for k in saved) and not torch.equal(saved["W_U.weight"],
                                                                                    seen[0]["W_U.weight"])
+
+
+def test_a_measurement_with_a_part_held_trains_it_held_and_keeps_its_own_figure(tmp_path, monkeypatch):
+    """--frozen W_U.weight: the run trains with the unembedding at its start (its saved last-stage W_U is the seed's
+    draw, its other parameters the frozenWU run's), says so in its JSON, and its measurement goes to
+    tau_velocities_frozen_W_U.json beside no record_match; runs measured otherwise under the same root are refused."""
+    torch.set_num_threads(1)
+    monkeypatch.setitem(tv.MEASURE, "N", (8, 16))
+    monkeypatch.setattr(tv, "measurement_batches", lambda n: [fc.fresh_batch(32, n, torch.Generator().manual_seed(n))])
+    root, figures = tmp_path / "runs", tmp_path / "figures"
+    root.mkdir(), figures.mkdir()
+    out, _ = (tv._measure_job((str(root), "transformer", N, 0, [0, 4], ["W_U.weight"])) for N in (8, 16))
+    assert out["frozen"] == ["W_U.weight"]
+    seen = {}
+    st.train_one(8, 0, 4, tv.MEASURE["eval_batch"], training={**st.TRAINING, "frozen": ["W_U.weight"]},
+                 measure=lambda t, params: seen.update({t: {k: p.detach().clone() for k, p in params.items()}}))
+    saved = torch.load(tv.params_path(str(root), 8, 0))
+    assert all(torch.equal(saved[k], seen[4][k]) for k in saved)
+    assert torch.equal(saved["W_U.weight"], st.model_for(8, 0).W_U.weight.detach())
+    assert not torch.equal(saved["att2.W_V.weight"], st.model_for(8, 0).att2.W_V.weight.detach())
+    result = tv.collect_measurements(str(root), str(figures), ["W_U.weight"])
+    assert tv.figure_name(["W_U.weight"]) == "tau_velocities_frozen_W_U" and tv.figure_name([]) == "tau_velocities"
+    assert sorted(p.name for p in figures.iterdir()) == ["tau_velocities_frozen_W_U.json", "tau_velocities_frozen_W_U.png"]
+    assert result["frozen"] == ["W_U.weight"] and result["summary"]["transformer"]["record_match"] is None
+    with pytest.raises(ValueError, match="held"):
+        tv.collect_measurements(str(root), str(figures))
 
 
 def test_swap_summary_reads_the_saved_parameters(tmp_path, monkeypatch):
