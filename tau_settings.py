@@ -301,7 +301,7 @@ def draw_heads(ax, result: dict):
 def plot(result: dict, path: str):
     """Left: the heads (draw_heads); middle: phi's early growth rate per rung, (H_N / N)^2 through the baseline's first;
     right: the ladder, each rung's slope against N / log N (nominal 95 %, seeds per N, its law's part)."""
-    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 9), gridspec_kw={"width_ratios": [1, 1, 0.8]})
+    fig, (left, right, ladder) = plt.subplots(1, 3, figsize=(18, 10), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     draw_heads(left, result)
     full = result.get("record_full", {})  # the record at every N it holds, the ladder's first row
     names = ["record, all N"] * bool(full) + list(result["compare"]) + list(result.get("hybrids", {}))
@@ -339,7 +339,7 @@ def plot(result: dict, path: str):
     labels = [textwrap.fill(label, 100) for label in labels]  # long rung names wrapped: two columns that fit
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
     right.legend(fontsize=8, loc="lower left")  # the theory's line alone: the rungs' are in the figure's legend
-    fig.tight_layout(rect=(0, 0.36, 1, 1))
+    fig.tight_layout(rect=(0, 0.38, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
