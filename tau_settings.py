@@ -450,9 +450,10 @@ def collect(root: str, figures: str) -> dict:
 
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
-        "Default run: about 5 h on the 2-core development VM (the docstring's estimate, not timed whole; the nearest "
-        "record: the two knock-outs' 12 runs, 1 h 46 min as two to three one-thread processes beside other jobs, "
-        "2026-11-28) (10 settings x N = 32, 64, 128 x seeds 0, 1: 60 runs, those in --root skipped); writes "
+        f"Default run: every rung of the screen ({len(SETTINGS) - 1 + len(HYBRIDS)}) x N = 32, 64, 128 x seeds 0, 1, "
+        "those in --root skipped: roughly 10 h on the 2-core development VM with --jobs 2 (an estimate from its "
+        "pieces, not timed whole: the two knock-outs' 12 runs took 1 h 46 min, frozenWU's 6 runs 17 min, as one-thread "
+        "processes beside other jobs, 2026-11-28 and 29; the runs that reach the 20000-step cap take longest); writes "
         "runs/tau_settings/<setting>_N<N>_s<seed>.json, figures/tau_settings.png and figures/tau_settings.json.\n"
         "--replot: seconds, trains nothing."))
     parser.add_argument("--root", default=os.path.join("runs", "tau_settings"), help="where each run's JSON goes")

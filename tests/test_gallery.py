@@ -393,8 +393,9 @@ def tau_settings():
     def hybrid(name):  # an SA-side rung's slope and its law's part
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
-    screen = [name for name in d["runs"] if name not in ("record", "drive1", "drive1_keys", "unigram_free")]  # "record"
-    # extends the record; the drive1 rungs and unigram_free have their own seeds
+    own = ("record", "drive1", "drive1_keys", "unigram_free", "frozenWU", "bounded_readout", "final_norm")
+    screen = [name for name in d["runs"] if name not in own]  # "record" extends the record; the others have their
+    # own seeds
     keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
     paired = sa_fits.offset_fit({N: [tau_2gen_drop(d["runs"]["drive1"][N][s])["head"] for s in by_seed]
                                  for N, by_seed in keys.items()})
@@ -411,6 +412,7 @@ def tau_settings():
     free = d["runs"]["unigram_free"]  # no head by the cap at each N it was run at: the cap, then the N
     assert all(tau_2gen_drop(r)["head"] is None for by_seed in free.values() for r in by_seed.values())
     free = [n(ts.CAPS["unigram_free"])] + sorted(free, key=int)
+    assert all(tau_2gen_drop(r)["head"] is None for by_seed in d["runs"]["final_norm"].values() for r in by_seed.values())
     first = [h for h in full["heads"]["512"] if h is not None][0]
     return ([n(Ns[0]), n(Ns[-1])] + [n(k) for k in seeds] + [f(ts.RESTORES, 1), n(d["settings"]["batch512"]["batch"])]
             + head("batch512") + head("lr0.0125") + head("lr0.003125") + head("frozenP2") + head("smallstart")
@@ -427,6 +429,9 @@ def tau_settings():
                                          n(max(map(int, flat["N"])))]
             + [f(m, 2) for m in measured] + later + [f(flat["predicted"]["ratio"][N], 2) for N in later]
             + free + hybrid("sa_unigram_free")
+            + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["frozenWU"].values()})] + head("frozenWU")
+            + [f(c["frozenWU"]["offset"]["c"], 0)] + head("bounded_readout")
+            + [n(ts.CAPS["final_norm"])] + sorted(d["runs"]["final_norm"], key=int)
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -451,6 +456,18 @@ def tau_velocities():
            n(tr["key_swaps"]["N"][0]), f(tr["key_swaps"]["median"]["W_U"], 2)]
 
 
+def tau_velocities_frozen():
+    d = load("tau_velocities_frozen_W_U.json")
+    tr, record = d["summary"]["transformer"], load("tau_velocities.json")["summary"]["transformer"]
+    late = [i for i, fr in enumerate(d["measure"]["fractions"]) if fr >= 0.25]
+    keys = [k / t for k, t in zip(tr["delta_paths"]["key"][-1]["median"], tr["delta"][-1]["median"])]  # its share
+    assert d["frozen"] == ["W_U.weight"] and all(r["frozen"] == ["W_U.weight"] for r in d["runs"])
+    return [f(tr["delta"][i]["slope"], 2) for i in late] + [f"{d['measure']['fractions'][i]:g}" for i in late] \
+        + [n(min(tr["delta"][0]["N"])), n(max(tr["delta"][0]["N"])), n(round(100 * min(keys))),
+           n(round(100 * max(keys))), f(tr["key_transfer"]["growth"]["slope"], 2),
+           f(record["key_transfer"]["growth"]["slope"], 2)]
+
+
 GALLERY = {
     "predictor_scaling.png": predictor_scaling, "fig2a_K256.png": fig2a_K256, "fig2a_K1024.png": fig2a_K1024,
     "fig2a_K16.png": fig2a_K16, "fig2a_K64.png": fig2a_K64, "fig2bc.png": fig2bc, "circuits.png": circuits,
@@ -461,6 +478,7 @@ GALLERY = {
     "sa_parameters.png": sa_parameters, "sa_theory.png": sa_theory, "sa_trajectories.png": sa_trajectories,
     "sa_scaling.png": sa_scaling, "mem_heatmaps.png": mem_heatmaps, "mem_depths_6000.png": mem_depths_6000,
     "mem_trend.png": mem_trend, "tau_settings.png": tau_settings, "tau_velocities.png": tau_velocities,
+    "tau_velocities_frozen_W_U.png": tau_velocities_frozen,
 }
 
 
@@ -1074,3 +1092,55 @@ def test_the_push_at_fixed_parameters_and_without_a_unigram_signal_as_results_st
     assert (f"slope {f(fit['vs_N_over_logN']['slope'], 2)} [{f(ci[0], 2)}, {f(ci[1], 2)}] and c = "
             f"{f(fit['offset']['c'], 0)} [{f(c_ci[0], 0)}, {f(c_ci[1], 0)}] (the record's "
             f"{f(d['hybrids']['sa']['offset']['c'], 0)};") in text
+
+
+def test_the_readout_rungs_as_results_states_them():
+    """RESULTS.md's reading of the rungs that stop the readout's growth (tau_settings.json: frozenWU, bounded_readout,
+    final_norm) and of the measurement with the unembedding held (tau_velocities_frozen_W_U.json)."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d = load("tau_settings.json")
+    c = d["compare"]
+
+    def heads(name):
+        return [tau_2gen_drop(r)["head"] for by_seed in d["runs"][name].values() for r in by_seed.values()]
+
+    def ratios(name):
+        return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values()]
+
+    def fit(name):
+        line, law = c[name]["summary"]["fit_head"]["vs_N_over_logN"], c[name]["offset"]
+        return (f"slope {f(line['slope'], 2)} [{f(line['slope_ci'][0], 2)}, {f(line['slope_ci'][1], 2)}]",
+                f"c = {f(law['c'], 0)} [{f(law['c_ci'][0], 0)}, {f(law['c_ci'][1], 0)}]")
+
+    slope, law = fit("frozenWU")
+    assert [len(s) for s in d["runs"]["frozenWU"].values()] == [4, 4, 4]
+    assert (f"the head forms at {n(min(heads('frozenWU')))}–{n(max(heads('frozenWU')))} steps, "
+            f"{f(min(ratios('frozenWU')), 2)}–{f(max(ratios('frozenWU')), 2)} × the record's run of the same seed, "
+            f"{slope} against N / log N, {law}.") in text
+    assert f"at N-flat steps all the same ({slope})" in text
+    slope, law = fit("bounded_readout")
+    seeds = ", ".join(str(len(s)) for s in d["runs"]["bounded_readout"].values())
+    assert (f"heads {f(min(ratios('bounded_readout')), 2)}–{f(max(ratios('bounded_readout')), 2)} × the record's, "
+            f"{n(min(heads('bounded_readout')))}–{n(max(heads('bounded_readout')))} steps, {slope}, {law} ({seeds} "
+            f"seeds at N = 32, 64, 128") in text
+    losses = [r["loss"] for r in d["runs"]["final_norm"]["32"].values()]
+    assert all(h is None for h in heads("final_norm")) and min(min(x) for x in losses) > math.log(10) - 0.002
+    later = [float(np.mean(x[len(x) // 2:])) for x in losses]
+    assert (f"({f(min(losses[0]), 3)} and {f(min(losses[1]), 3)} at best, {f(min(later), 2)} on average over each "
+            f"run's second half)") in text and f(min(later), 2) == f(max(later), 2)
+    v = load("tau_velocities_frozen_W_U.json")
+    tr = v["summary"]["transformer"]
+    stages = [i for i, fr in enumerate(v["measure"]["fractions"]) if fr > 0]
+    fractions = [f"{v['measure']['fractions'][i]:g}" for i in stages]
+    assert (f"slopes {', '.join(f(tr['delta'][i]['slope'], 2) for i in stages)} against log N at "
+            f"{', '.join(fractions[:-1])} and {fractions[-1]} of the head's time") in text
+    assert f"(δ's velocity {f(tr['delta'][-1]['slope'], 2)} against log N at half the head's time)" in text
+    keys = [k / t for k, t in zip(tr["delta_paths"]["key"][-1]["median"], tr["delta"][-1]["median"])]
+    assert f"{n(round(100 * min(keys)))}–{n(round(100 * max(keys)))} % of it through layer 2's keys" in text
+    g, dil = tr["key_transfer"]["growth"], tr["key_transfer"]["dilution"]
+    assert (f"{', '.join(f(1e4 * m, 2) for m in g['median'])} × 10<sup>−4</sup> at N = 32, 64, 128 (slope "
+            f"{f(g['slope'], 2)}; the record's ") in text
+    assert f"falls with N' ({f(dil['64']['median'], 2)}, {f(dil['128']['median'], 2)} for the runs at N = 64, 128)" in text
+    assert (f"its φ's early rate against H<sub>N</sub> / N is {f(tr['early_phi']['slope_vs_HN_over_N'], 2)}, the "
+            f"theory's 2") in text
