@@ -208,8 +208,7 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
-               "sa_unigram_free": "peru", "frozenWU": "crimson",
-               "bounded_readout": "indigo", "final_norm": "slateblue"}
+               "sa_unigram_free": "peru", "frozenWU": "crimson", "bounded_readout": "indigo", "final_norm": "slateblue"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

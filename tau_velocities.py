@@ -138,7 +138,7 @@ def _measure_job(job: tuple) -> dict:
                 save_atomic({k: p.detach().clone() for k, p in params.items()}, params_path(root, N, seed))
 
         run = rounded_run(train_one(N, seed, max(times), MEASURE["eval_batch"], measure=measure,
-                                    training={**TRAINING, "frozen": frozen} if frozen else TRAINING))
+                                    training={**TRAINING, "frozen": frozen}))
         out = {"t": run["t"], "phi": run["phi"], "loss": run["loss"]}
     else:
         phi = []
