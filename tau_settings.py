@@ -11,8 +11,8 @@ rung, asked from both sides:
 
     SETTINGS   the transformer, one change: the SGD (the batch, the step, momentum), a position bias or the
                unembedding held, a bias masked, the theory's start, layer 1's position bias pushed as the theory
-               pushes delta (its gradient x 32 / N), the data without a unigram signal; "record": the record's
-               settings at an N it lacks.
+               pushes delta (its gradient x 32 / N), the data without a unigram signal, or the plateau's readout
+               learned first on data without transitions; "record": the record's settings at an N it lacks.
     HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
                attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start); or on unigram_free's data.
 
@@ -69,10 +69,13 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "drive1_keys": ({**TRAINING, "key_drive": 32}, "drive1 on the path that carries the flat push alone: layer 1's "
                     "position bias's gradient through layer 2's keys x 32 / N"),
     "unigram_free": ({**TRAINING, "balance": True}, "no unigram signal: doubly stochastic chains, uniform stationary"),
+    "readout_first": ({**TRAINING, "pretrain": 4000}, "the plateau's readout learned first: 4000 steps on the chains' "
+                      "states drawn independently (their frequencies, no transitions), the head counted from the switch"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
-CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000}  # steps:
-# the record's cap (20000), or twice the steps a smaller step needs in gradient flow (4x, 16x the record's head)
+CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000,
+        "readout_first": 24000}  # steps: the record's cap (20000; readout_first's after its 4000 on independent
+# states), or twice the steps a smaller step needs in gradient flow (4x, 16x the record's head)
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes, what it tests); "sa", the parent, is
     # the committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ({"readout": "softmax"}, "the SA-transformer with a learned readout and a softmax (the "
@@ -208,7 +211,8 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1": "darkgreen", "sa": "tab:brown", "sa_softmax": "tab:pink", "sa_softmax_scalar": "tab:gray",
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
-               "sa_unigram_free": "peru", "frozenWU": "crimson", "bounded_readout": "indigo", "final_norm": "slateblue"}
+               "sa_unigram_free": "peru", "frozenWU": "crimson", "bounded_readout": "indigo", "final_norm": "slateblue",
+               "readout_first": "darkcyan"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

@@ -28,12 +28,23 @@ def balanced(T: torch.Tensor) -> torch.Tensor:
     return X.to(T.dtype)
 
 
-def fresh_batch(B: int, N: int, generator, ablate: bool = False, balance: bool = False):
-    """K = infinity: every sequence from its own chain of D_T (balance: the chain made doubly stochastic, `balanced`).
+def independent(T: torch.Tensor) -> torch.Tensor:
+    """T (..., C, C) with every column (the next state's distribution from each state) replaced by T's stationary
+    distribution p: its states are drawn independently from p. The same state frequencies as T's sequences, so a
+    context's counts predict as well as on T (the 1-Gen plateau's signal), and no transitions (2-Gen gains nothing
+    over 1-Gen). Not a distribution of the paper's: the first phase of tau_settings.py's `readout_first`."""
+    return stationary(T).unsqueeze(-1).expand_as(T).contiguous()
+
+
+def fresh_batch(B: int, N: int, generator, ablate: bool = False, balance: bool = False, iid: bool = False):
+    """K = infinity: every sequence from its own chain of D_T (balance: the chain made doubly stochastic, `balanced`;
+    iid: its states drawn independently from its stationary distribution, `independent`).
     Returns (context (B, N), target (B,))."""
     T = sample_chains(B, C, 1.0, generator)
     if balance:
         T = balanced(T)
+    if iid:
+        T = independent(T)
     seqs, _ = sample_sequences(T, B, N + 1, generator, chain_idx=torch.arange(B, device=T.device))
     if ablate:
         seqs = ablate_bias(seqs, stationary(T), generator)

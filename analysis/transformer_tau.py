@@ -78,18 +78,24 @@ def tau_2gen_drop(run: dict) -> dict:
     held within the run, its last step ("bound", the cap) a lower bound on tau. "first_crossing": the first halfway
     crossing, the criterion this replaces (nan if none). "head": when the induction head formed, the same test on phi
     (its sustained rise through PHI_FORMED; None if none held within the run): at N = 32 (seed 0, CPU) the head formed
-    at ~2400 steps, the loss falling 0.03 nats within 500 steps, then hovering at the halfway level for 4500 more."""
-    level = halfway(run["levels"])
-    tau, end = sustained_drop(run["t"], run["loss"], level)
-    head = sustained_drop(run["t"], [-p for p in run["phi"]], -PHI_FORMED)[0]  # phi's rise is -phi's drop
-    out = {"first_crossing": crossing(run["t"], run["loss"], level), "steps": run["t"][-1],
-           "head": None if math.isnan(head) else head}
+    at ~2400 steps, the loss falling 0.03 nats within 500 steps, then hovering at the halfway level for 4500 more.
+    Every time is counted in steps on the chains (chain_steps: after a run's pretraining, if any)."""
+    level, t = halfway(run["levels"]), chain_steps(run)
+    tau, end = sustained_drop(t, run["loss"], level)
+    head = sustained_drop(t, [-p for p in run["phi"]], -PHI_FORMED)[0]  # phi's rise is -phi's drop
+    out = {"first_crossing": crossing(t, run["loss"], level), "steps": t[-1], "head": None if math.isnan(head) else head}
     if not all(math.isfinite(y) for y in run["loss"]):  # the loss went to NaN or infinity: no tau, no bound
         return {**out, "status": "diverged", "tau": None, "bound": None, "phi_max": math.nan}
     if math.isnan(tau):
-        return {**out, "status": "censored", "tau": None, "bound": run["t"][-1], "phi_max": max(run["phi"])}
-    phi_max = max(phi for s, phi in zip(run["t"], run["phi"]) if s <= end)
+        return {**out, "status": "censored", "tau": None, "bound": t[-1], "phi_max": max(run["phi"])}
+    phi_max = max(phi for s, phi in zip(t, run["phi"]) if s <= end)
     return {**out, "status": "tau" if phi_max >= PHI_FORMED else "no head", "tau": tau, "bound": None, "phi_max": phi_max}
+
+
+def chain_steps(run: dict) -> list:
+    """The run's evaluation steps counted from its first step on the chains: t minus its "pretrain" steps on
+    independent states (tau_settings.py's readout_first; none in the record), negative before the switch."""
+    return [s - run.get("pretrain", 0) for s in run["t"]]
 
 
 HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before this fraction of the head's formation
@@ -97,10 +103,10 @@ HEAD_FRACTION = 0.5  # the early rate: phi's slope over the evaluations before t
 
 def early_rate(run: dict) -> float:
     """phi_beta(2)'s growth per step on the plateau: the least-squares slope of phi against t over the evaluations
-    before HEAD_FRACTION of the head's formation (all of them for a run whose head never formed)."""
+    before HEAD_FRACTION of the head's formation (all of them on the chains for a run whose head never formed)."""
     head = tau_2gen_drop(run)["head"]
-    t, phi = np.asarray(run["t"], float), np.asarray(run["phi"], float)
-    keep = t <= HEAD_FRACTION * head if head is not None else np.ones_like(t, bool)
+    t, phi = np.asarray(chain_steps(run), float), np.asarray(run["phi"], float)
+    keep = (t >= 0) & (t <= HEAD_FRACTION * head if head is not None else True)
     return float(np.polyfit(t[keep], phi[keep], 1)[0]) if keep.sum() >= 2 else math.nan
 
 
@@ -219,7 +225,7 @@ def record(run: dict, t: int, logits, A2, context, target) -> bool:
     run["t"].append(t)
     run["loss"].append(F.cross_entropy(logits, target).item())
     run["phi"].append(phi_beta_last(A2, context).item())
-    return not math.isfinite(run["loss"][-1]) or not math.isnan(sustained_drop(run["t"], run["loss"],
+    return not math.isfinite(run["loss"][-1]) or not math.isnan(sustained_drop(chain_steps(run), run["loss"],
                                                                                halfway(run["levels"]))[0])
 
 
@@ -231,7 +237,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
     initial values; "trainable" and "drive": gradient_factors; "key_drive" N0: layer 1's position bias's gradient
     through layer 2's keys alone times N0 / N (last_position); "init": model_for's knock-out; "balance": True
     trains and evaluates on doubly stochastic chains (fresh_chains.balanced); "final_norm": True, a layer norm
-    before the unembedding (last_position)).
+    before the unembedding (last_position); "pretrain": S, the first S steps on independent states of the chains
+    (fresh_chains.independent), evaluated on the chains as every step).
     measure(t, params), if given, is called at every evaluation, before that step's update. The record: the
     settings, the levels, and the trajectory t, loss (last position, all eval samples) and phi (phi_beta_last).
     checkpoint: a file written atomically at every evaluation (the model, the optimizer, the generator and the record
@@ -273,7 +280,8 @@ def train_one(N: int, seed: int, iters: int, eval_batch: int = 1024, training: d
                              "run": run}, checkpoint)
         if t == iters:
             break
-        context, target = fresh_batch(training["batch"], N, g, balance=training.get("balance", False))
+        context, target = fresh_batch(training["batch"], N, g, balance=training.get("balance", False),
+                                      iid=t < training.get("pretrain", 0))
         loss = F.cross_entropy(last_position(params, context, key_drive=key_drive, final_norm=final_norm)[0], target)
         opt.zero_grad(set_to_none=True)
         loss.backward()

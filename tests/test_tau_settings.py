@@ -92,11 +92,50 @@ def test_balanced_chains_are_doubly_stochastic_and_keep_their_cross_ratios():
 def test_the_unigram_free_rung_trains_and_evaluates_on_balanced_chains(monkeypatch):
     """unigram_free: every training batch and the eval set are drawn with balance (the record: without)."""
     seen, draw = [], st.fresh_batch
-    monkeypatch.setattr(st, "fresh_batch", lambda B, N, g, balance=False: seen.append(balance) or draw(B, N, g,
-                                                                                                       balance=balance))
+    monkeypatch.setattr(st, "fresh_batch", lambda B, N, g, balance=False, iid=False: seen.append(balance) or
+                        draw(B, N, g, balance=balance, iid=iid))
     run = st.train_one(8, 0, 6, eval_batch=64, training={**ts.SETTINGS["unigram_free"][0], "eval_every": 3})
     assert seen == [True] * 6
     assert run["levels"] == st.predictor_levels(*fc.eval_set(64, 8, balance=True))
+
+
+def test_independent_states_keep_the_chains_frequencies_and_drop_their_transitions():
+    """fresh_chains.independent: every column of the chain is its stationary distribution, which it keeps; on such
+    data the Bayes 2-Gen predictor does worse than 1-Gen (it splits the same counts by the previous state), where on
+    the chains it does better, and the best 1-point predictor gains over uniform about what it gains on the chains."""
+    T = fc.sample_chains(64, fc.C, 1.0, torch.Generator().manual_seed(3))
+    p = fc.stationary(T)
+    independent = fc.independent(T)
+    assert torch.allclose(independent, p.unsqueeze(-1).expand(-1, -1, fc.C))
+    assert not torch.allclose(p, torch.full_like(p, 1 / fc.C), atol=0.02)  # not the uniform distribution
+    assert torch.allclose(fc.stationary(independent), p, atol=1e-5)
+    chains = fc.predictor_levels(*fc.eval_set(4096, 32))
+    g = torch.Generator().manual_seed(10**6 + 32)  # eval_set's generator: the same chains, their states independent
+    iid = fc.predictor_levels(*fc.fresh_batch(4096, 32, g, iid=True))
+    assert chains["loss_2gen"] < chains["loss_1gen"] and iid["loss_2gen"] > iid["loss_1gen"]
+    gain = lambda levels: math.log(fc.C) - levels["loss_best_1gen"]  # noqa: E731
+    assert 0.5 < gain(iid) / gain(chains) < 2
+
+
+def test_readout_first_trains_on_independent_states_then_on_the_chains_and_counts_from_the_switch(monkeypatch):
+    """readout_first: the first `pretrain` batches have independent states, the rest are the chains', the eval set is
+    the chains' throughout; its times (the head, tau, the steps, the early rate) count from the switch, so a run
+    pretrained S steps reads as the same run never pretrained."""
+    seen, draw = [], st.fresh_batch
+    monkeypatch.setattr(st, "fresh_batch", lambda B, N, g, balance=False, iid=False: seen.append(iid) or
+                        draw(B, N, g, balance=balance, iid=iid))
+    run = st.train_one(8, 0, 6, eval_batch=64, training={**ts.SETTINGS["readout_first"][0], "pretrain": 4,
+                                                          "eval_every": 3})
+    assert seen == [True] * 4 + [False] * 2
+    assert run["levels"] == st.predictor_levels(*fc.eval_set(64, 8))
+    plain = trajectory(32, 0, head=2025, slope=2e-5)
+    plain["loss"] = [2.30 if s < 2025 else 2.10 for s in plain["t"]]  # and a drop with the head
+    S = 1000  # the pretrained run: 1000 steps on the plateau first, then the same trajectory
+    pretrained = {**plain, "pretrain": S, "t": list(range(0, S, 50)) + [s + S for s in plain["t"]],
+                  "loss": [2.35] * (S // 50) + plain["loss"], "phi": [0.1] * (S // 50) + plain["phi"]}
+    want, got = st.tau_2gen_drop(plain), st.tau_2gen_drop(pretrained)
+    assert want["head"] == pytest.approx(2000, abs=50) and got == want
+    assert st.early_rate(pretrained) == pytest.approx(2e-5, rel=1e-6) == st.early_rate(plain)
 
 
 def test_every_rung_has_its_colour_and_its_description():
