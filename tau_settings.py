@@ -71,11 +71,13 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "unigram_free": ({**TRAINING, "balance": True}, "no unigram signal: doubly stochastic chains, uniform stationary"),
     "readout_first": ({**TRAINING, "pretrain": 4000}, "the plateau's readout learned first: 4000 steps on the chains' "
                       "states drawn independently (their frequencies, no transitions), the head counted from the switch"),
+    "readout_first_drive1": ({**TRAINING, "pretrain": 4000, "drive": {"att1.P": 32}}, "readout_first with drive1's "
+                             "push: layer 1's position bias's gradient x 32 / N (in both phases)"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
-CAPS = {**{name: 20000 for name in SETTINGS}, "batch512": 6000, "momentum0": 6000, "lr0.003125": 40000,
-        "readout_first": 24000}  # steps: the record's cap (20000; readout_first's after its 4000 on independent
-# states), or twice the steps a smaller step needs in gradient flow (4x, 16x the record's head)
+CAPS = {**{name: 20000 + SETTINGS[name][0].get("pretrain", 0) for name in SETTINGS}, "batch512": 6000,
+        "momentum0": 6000, "lr0.003125": 40000}  # steps: the record's cap (20000, after any pretraining), or twice
+# the steps a smaller step needs in gradient flow (4x, 16x the record's head)
 HYBRIDS = {  # the SA-transformer's side of the ladder: name: (its Run's changes, what it tests); "sa", the parent, is
     # the committed record's (figures/sa_scaling.json's tau)
     "sa_softmax": ({"readout": "softmax"}, "the SA-transformer with a learned readout and a softmax (the "
@@ -212,7 +214,7 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
                "sa_unigram_free": "peru", "frozenWU": "crimson", "bounded_readout": "indigo", "final_norm": "slateblue",
-               "readout_first": "darkcyan"}
+               "readout_first": "darkcyan", "readout_first_drive1": "olivedrab"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

@@ -138,6 +138,17 @@ def test_readout_first_trains_on_independent_states_then_on_the_chains_and_count
     assert st.early_rate(pretrained) == pytest.approx(2e-5, rel=1e-6) == st.early_rate(plain)
 
 
+def test_readout_first_drive1_is_readout_first_with_drive1s_push_and_readout_first_itself_at_N0():
+    """The two rungs together, nothing else: at N = N0 = 32 the drive's factor is 1 and the run is readout_first's; at
+    N = 8 (factor 4) it is not."""
+    rf, both = ts.SETTINGS["readout_first"][0], ts.SETTINGS["readout_first_drive1"][0]
+    assert both == {**rf, **ts.SETTINGS["drive1"][0]} and ts.CAPS["readout_first_drive1"] == ts.CAPS["readout_first"]
+    short = {"pretrain": 2, "eval_every": 2}
+    for N, same in ((32, True), (8, False)):
+        runs = [st.train_one(N, 0, 4, eval_batch=64, training={**training, **short}) for training in (rf, both)]
+        assert (runs[0]["loss"] == runs[1]["loss"]) == same
+
+
 def test_every_rung_has_its_colour_and_its_description():
     """The figure draws each rung in its own colour and the legend says what it tests: a rung added without them
     would fail only when its runs are collected, hours later."""
