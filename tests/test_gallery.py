@@ -27,7 +27,7 @@ from analysis import sa_fits, thresholds
 from analysis.sa_record import PRESETS
 from analysis.estimators import censored_median, median_ci, median_coverage, median_rank
 from analysis.thresholds import NULL_ALPHA, PHI_STAR
-from analysis.transformer_tau import tau_2gen_drop
+from analysis.transformer_tau import chain_steps, tau_2gen_drop
 from bayes import PREDICTORS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -390,10 +390,14 @@ def tau_settings():
     def law(fit):  # offset_fit's c with its interval
         return [f(fit["c"], 0), f(fit["c_ci"][0], 0), f(fit["c_ci"][1], 0)]
 
+    def ratios(name):  # its heads as multiples of the record's runs of the same (N, seed)
+        return [r for by_seed in c[name]["head_vs_baseline"].values() for r in by_seed.values()]
+
     def hybrid(name):  # an SA-side rung's slope and its law's part
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
-    own = ("record", "drive1", "drive1_keys", "unigram_free", "frozenWU", "bounded_readout", "final_norm")
+    own = ("record", "drive1", "drive1_keys", "unigram_free", "frozenWU", "bounded_readout", "final_norm",
+           "readout_first", "readout_first_drive1")
     screen = [name for name in d["runs"] if name not in own]  # "record" extends the record; the others have their
     # own seeds
     keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
@@ -432,6 +436,10 @@ def tau_settings():
             + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["frozenWU"].values()})] + head("frozenWU")
             + [f(c["frozenWU"]["offset"]["c"], 0)] + head("bounded_readout")
             + [n(ts.CAPS["final_norm"])] + sorted(d["runs"]["final_norm"], key=int)
+            + [n(ts.SETTINGS["readout_first"][0]["pretrain"])]
+            + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["readout_first"].values()})]
+            + [f(min(ratios("readout_first")), 2), f(max(ratios("readout_first")), 2)] + head("readout_first")
+            + [f(c["readout_first"]["offset"]["c"], 0)]
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -1144,3 +1152,36 @@ def test_the_readout_rungs_as_results_states_them():
     assert f"falls with N' ({f(dil['64']['median'], 2)}, {f(dil['128']['median'], 2)} for the runs at N = 64, 128)" in text
     assert (f"its φ's early rate against H<sub>N</sub> / N is {f(tr['early_phi']['slope_vs_HN_over_N'], 2)}, the "
             f"theory's 2") in text
+
+
+def plateau_share(run: dict, start: float, end: float) -> float:
+    """The share of the best 1-point predictor's gain over uniform (log C) that a run's mean loss holds over its
+    evaluations from `start` to before `end` (steps on the chains)."""
+    loss = [y for t, y in zip(chain_steps(run), run["loss"]) if start <= t < end]
+    return (math.log(10) - float(np.mean(loss))) / (math.log(10) - run["levels"]["loss_best_1gen"])
+
+
+def test_the_readout_first_rung_as_results_states_it():
+    """RESULTS.md's reading of readout_first (tau_settings.json, beside the record's runs of the same (N, seed) in
+    sa_scaling.json): where its plateau is at the switch, its heads after it, their fit, the steps it saves."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d, record = load("tau_settings.json"), load("sa_scaling.json")["transformer_runs"]
+    runs = [(record[N][s], r) for N, by_seed in d["runs"]["readout_first"].items() for s, r in by_seed.items()]
+    assert [len(s) for s in d["runs"]["readout_first"].values()] == [4, 4, 4]
+    assert ts.SETTINGS["readout_first"][0]["pretrain"] == 4000 and "4000 steps of the record's SGD" in text
+    heads = [(tau_2gen_drop(base)["head"], tau_2gen_drop(r)["head"]) for base, r in runs]
+    at_switch = [plateau_share(r, -1000, 0) for _, r in runs]
+    before_head = [plateau_share(base, h - 1000, h) for (base, _), (h, _) in zip(runs, heads)]
+    assert (f"the loss holds {f(min(at_switch), 2)}–{f(max(at_switch), 2)} of the best 1-point predictor's gain over "
+            f"uniform (median {f(float(np.median(at_switch)), 2)}; its last 1000 steps), the record's runs "
+            f"{f(min(before_head), 2)}–{f(max(before_head), 2)} (median {f(float(np.median(before_head)), 2)}) over the "
+            f"1000 steps before their heads") in text
+    ratios = [h / h0 for h0, h in heads]
+    line, law = d["compare"]["readout_first"]["summary"]["fit_head"]["vs_N_over_logN"], d["compare"]["readout_first"]["offset"]
+    assert (f"The heads then form {n(round(min(h for _, h in heads)))}–{n(round(max(h for _, h in heads)))} steps "
+            f"after the switch, {f(min(ratios), 2)}–{f(max(ratios), 2)} × the record's run of the same seed, and as "
+            f"flat in N: slope {f(line['slope'], 2)} [{f(line['slope_ci'][0], 2)}, {f(line['slope_ci'][1], 2)}], "
+            f"c = {f(law['c'], 0)} [{f(law['c_ci'][0], 0)}, {f(law['c_ci'][1], 0)}]") in text
+    saved = [h0 - h for h0, h in heads]
+    assert f"So {n(round(min(saved)))}–{n(round(max(saved)))} steps of the record's head time" in text
