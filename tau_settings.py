@@ -1,7 +1,6 @@
 """Why the transformer's tau_2Gen(N) does not grow as N / log N (Fig. 6c bottom; Sec. "The transition from G1 to
-G2", Appendix "Testing predictions", eq. parameter_dynamics_simplest): the runs of Fig. 6c bottom again with one
-thing changed, each a rung that can restore the theory's tau ~ N / log N (the theory's coordinates measured in both
-models: tau_velocities.py).
+G2", Appendix "Testing predictions", eq. parameter_dynamics_simplest): Fig. 6c bottom's runs again with one thing
+changed, each a rung that can restore tau ~ N / log N (the theory's coordinates' velocities: tau_velocities.py).
 
 The theory's rates (beta's w_C I H_N / N, delta's w_B F_1 / N) assume a zero start (uniform attention), one-hot
 states without layer norm, a direct attention matrix and a mixture readout; the transformer of the record (the
@@ -12,7 +11,8 @@ rung, asked from both sides:
     SETTINGS   the transformer, one change: the SGD (the batch, the step, momentum), a position bias or the
                unembedding held, a bias masked, the theory's start, layer 1's position bias pushed as the theory
                pushes delta (its gradient x 32 / N), the data without a unigram signal, or the plateau's readout
-               learned first on data without transitions; "record": the record's settings at an N it lacks.
+               learned first on data without transitions (alone, with drive1, with frozenWU); "record": the
+               record's settings at an N it lacks.
     HYBRIDS    the SA-transformer with one part of the transformer's (sa_hybrids.py): its kind of readout, or its
                attention (embeddings, layer norm, factorised W_Q, W_K, W_V, its start); or on unigram_free's data.
 
@@ -26,8 +26,7 @@ early growth against the theory's (H_N / N)^2. The screen: N = 32, 64, 128, seed
     python tau_settings.py --settings record --N 512   # the record's settings at N = 512 (hours a run; resumable)
     python tau_settings.py --replot          # only redraw from figures/tau_settings.json
 
-Each transformer run is train_one's (analysis/transformer_tau.py) with the setting, paired with the record's run of its
-(N, seed); each finished run is kept as ROOT/<rung>_N<N>_s<seed>.json (a killed screen resumes from them).
+A run is kept as ROOT/<rung>_N<N>_s<seed>.json (a killed screen resumes from them), beside the record's (N, seed).
 """
 import glob
 import json
@@ -69,10 +68,11 @@ SETTINGS = {  # name: (the SGD settings, what it tests)
     "drive1_keys": ({**TRAINING, "key_drive": 32}, "drive1 on the path that carries the flat push alone: layer 1's "
                     "position bias's gradient through layer 2's keys x 32 / N"),
     "unigram_free": ({**TRAINING, "balance": True}, "no unigram signal: doubly stochastic chains, uniform stationary"),
-    "readout_first": ({**TRAINING, "pretrain": 4000}, "the plateau's readout learned first: 4000 steps on the chains' "
-                      "states drawn independently (their frequencies, no transitions), the head counted from the switch"),
-    "readout_first_drive1": ({**TRAINING, "pretrain": 4000, "drive": {"att1.P": 32}}, "readout_first with drive1's "
-                             "push: layer 1's position bias's gradient x 32 / N (in both phases)"),
+    "readout_first": ({**TRAINING, "pretrain": 4000}, "the plateau's readout learned first: 4000 steps on the "
+                      "chains' states drawn independently (their frequencies, no transitions), the head counted from "
+                      "the switch"),
+    "readout_first_drive1": ({**TRAINING, "pretrain": 4000, "drive": {"att1.P": 32}}, "readout_first with drive1"),
+    "readout_first_frozenWU": ({**TRAINING, "pretrain": 4000, "frozen": ["W_U.weight"]}, "readout_first with frozenWU"),
     "record": (TRAINING, "the record's own settings, at an N it does not hold (--N 512)"),
 }
 CAPS = {**{name: 20000 + SETTINGS[name][0].get("pretrain", 0) for name in SETTINGS}, "batch512": 6000,
@@ -214,7 +214,7 @@ RUNG_COLORS = {"baseline": "k", "batch512": "tab:blue", "momentum0": "tab:orange
                "drive1_keys": "navy", "sa_softmax_matched": "gold", "sa_attention": "magenta", "unigram_free": "sienna",
                "sa_attention_matched": "darkorange", "sa_attention_matched_small": "teal", "sa_drive_flat": "lime",
                "sa_unigram_free": "peru", "frozenWU": "crimson", "bounded_readout": "indigo", "final_norm": "slateblue",
-               "readout_first": "darkcyan", "readout_first_drive1": "olivedrab"}
+               "readout_first": "darkcyan", "readout_first_drive1": "olivedrab", "readout_first_frozenWU": "deeppink"}
 RESTORES, DOES_NOT = 0.6, 0.3  # a rung's slope against N / log N that restores the law, and one that does not
 
 

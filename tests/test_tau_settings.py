@@ -143,6 +143,7 @@ def test_readout_first_drive1_is_readout_first_with_drive1s_push_and_readout_fir
     N = 8 (factor 4) it is not."""
     rf, both = ts.SETTINGS["readout_first"][0], ts.SETTINGS["readout_first_drive1"][0]
     assert both == {**rf, **ts.SETTINGS["drive1"][0]} and ts.CAPS["readout_first_drive1"] == ts.CAPS["readout_first"]
+    assert ts.SETTINGS["readout_first_frozenWU"][0] == {**rf, **ts.SETTINGS["frozenWU"][0]}
     short = {"pretrain": 2, "eval_every": 2}
     for N, same in ((32, True), (8, False)):
         runs = [st.train_one(N, 0, 4, eval_batch=64, training={**training, **short}) for training in (rf, both)]
