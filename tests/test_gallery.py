@@ -439,7 +439,8 @@ def tau_settings():
             + [n(ts.SETTINGS["readout_first"][0]["pretrain"])]
             + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["readout_first"].values()})]
             + [f(min(ratios("readout_first")), 2), f(max(ratios("readout_first")), 2)] + head("readout_first")
-            + [f(c["readout_first"]["offset"]["c"], 0)]
+            + [f(c["readout_first"]["offset"]["c"], 0)] + [n(ts.SETTINGS["readout_first_drive1"][0]["drive"]["att1.P"])]
+            + head("readout_first_drive1") + [f(c["readout_first_drive1"]["offset"]["c"], 0)]
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -1185,3 +1186,38 @@ def test_the_readout_first_rung_as_results_states_it():
             f"c = {f(law['c'], 0)} [{f(law['c_ci'][0], 0)}, {f(law['c_ci'][1], 0)}]") in text
     saved = [h0 - h for h0, h in heads]
     assert f"So {n(round(min(saved)))}–{n(round(max(saved)))} steps of the record's head time" in text
+    assert f"per N), {n(round(min(saved)))}–{n(round(max(saved)))} steps of it go at every N" in text  # the summary
+
+
+def test_readout_first_drive1_as_results_states_it_beside_its_prediction():
+    """RESULTS.md's prediction for readout_first_drive1 (each (N, seed): readout_first's head plus the steps drive1
+    adds to the record's run) and its measurement, both recomputed from tau_settings.json and sa_scaling.json."""
+    with open(os.path.join(ROOT, "RESULTS.md")) as fh:
+        text = " ".join(fh.read().split())
+    d, record = load("tau_settings.json"), load("sa_scaling.json")["transformer_runs"]
+    both = d["runs"]["readout_first_drive1"]
+    assert [len(s) for s in both.values()] == [4, 4, 4]
+    head = lambda run: tau_2gen_drop(run)["head"]  # noqa: E731
+    predicted = {N: [head(d["runs"]["readout_first"][N][s]) + head(d["runs"]["drive1"][N][s]) - head(record[N][s])
+                     for s in by_seed] for N, by_seed in both.items()}
+    measured = {N: [head(r) for r in by_seed.values()] for N, by_seed in both.items()}
+
+    def fits(heads):
+        line, law = sa_fits.fit_tau_censored(heads)["vs_N_over_logN"], sa_fits.offset_fit(heads)
+        return (f"{', '.join(n(round(float(np.median(v)))) for v in heads.values())}",
+                f"slope {f(line['slope'], 2)} [{f(line['slope_ci'][0], 2)}, {f(line['slope_ci'][1], 2)}]",
+                f"c = {f(law['c'], 0)} [{f(law['c_ci'][0], 0)}, {f(law['c_ci'][1], 0)}]", law)
+
+    medians, slope, law, _ = fits(predicted)
+    assert (f"heads at medians {medians} steps after the switch at N = 32, 64, 128, {slope} against N / log N and "
+            f"{law}.") in text
+    medians, slope, law, fit = fits(measured)
+    big = lambda heads: f"{n(round(min(heads['128'])))}–{n(round(max(heads['128'])))}"  # noqa: E731
+    assert (f"Measured: medians {medians} (at N = 128 {big(measured)} against {big(predicted)} predicted), {slope} "
+            f"and **{law} steps per unit of N / log N**, the law's part {f(fit['share'], 2)} of the head's time at "
+            f"N = 128") in text
+    sa_law = d["hybrids"]["sa"]["offset"]["c"]  # the SA-transformer's c
+    assert (f"under an N-independent T0 of {n(round(fit['T0']))} steps, and c is {f(fit['c'] / sa_law, 2)} of the "
+            f"SA-transformer's {f(sa_law, 0)}") in text
+    assert d["compare"]["readout_first_drive1"]["offset"]["c"] == pytest.approx(fit["c"])
+    assert f"the formation grows with N, {law} (4 seeds per N)" in text  # the summary
