@@ -397,7 +397,7 @@ def tau_settings():
         return [f(hybrids[name]["vs_N_over_logN"]["slope"], 2), f(hybrids[name]["offset"]["c"], 0)]
 
     own = ("record", "drive1", "drive1_keys", "unigram_free", "frozenWU", "bounded_readout", "final_norm",
-           "readout_first", "readout_first_drive1")
+           "readout_first", "readout_first_drive1", "readout_first_frozenWU")
     screen = [name for name in d["runs"] if name not in own]  # "record" extends the record; the others have their
     # own seeds
     keys = d["runs"]["drive1_keys"]  # and drive1 on the runs' (N, seed) the key-path rung has, fitted alike
@@ -441,6 +441,9 @@ def tau_settings():
             + [f(min(ratios("readout_first")), 2), f(max(ratios("readout_first")), 2)] + head("readout_first")
             + [f(c["readout_first"]["offset"]["c"], 0)] + [n(ts.SETTINGS["readout_first_drive1"][0]["drive"]["att1.P"])]
             + head("readout_first_drive1") + [f(c["readout_first_drive1"]["offset"]["c"], 0)]
+            + head("readout_first_frozenWU")
+            + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["readout_first_frozenWU"].values()})]
+            + sorted(d["runs"]["readout_first_frozenWU"], key=int)
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -1221,3 +1224,10 @@ def test_readout_first_drive1_as_results_states_it_beside_its_prediction():
             f"SA-transformer's {f(sa_law, 0)}") in text
     assert d["compare"]["readout_first_drive1"]["offset"]["c"] == pytest.approx(fit["c"])
     assert f"the formation grows with N, {law} (4 seeds per N)" in text  # the summary
+    held = d["runs"]["readout_first_frozenWU"]  # and with the unembedding held instead
+    heads = " and ".join(", ".join(n(round(head(r))) for r in by_seed.values()) for by_seed in held.values())
+    ratios = [r for by_seed in d["compare"]["readout_first_frozenWU"]["head_vs_baseline"].values() for r in by_seed.values()]
+    line = d["compare"]["readout_first_frozenWU"]["summary"]["fit_head"]["vs_N_over_logN"]
+    assert (f"heads {heads} steps after the switch at N = {' and '.join(held)}, {f(min(ratios), 2)}–{f(max(ratios), 2)}"
+            f" × the record's runs, slope {f(line['slope'], 2)} [{f(line['slope_ci'][0], 2)}, "
+            f"{f(line['slope_ci'][1], 2)}] ({len(held['32'])} seeds per N, nominal)") in text
