@@ -456,9 +456,9 @@ def collect(root: str, figures: str) -> dict:
 def main():
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], runs=(
         f"Default run: every rung of the screen ({len(SETTINGS) - 1 + len(HYBRIDS)}) x N = 32, 64, 128 x seeds 0, 1, "
-        "those in --root skipped: roughly 10 h on the 2-core development VM with --jobs 2 (an estimate from its "
-        "pieces, not timed whole: the two knock-outs' 12 runs took 1 h 46 min, frozenWU's 6 runs 15 min, as one-thread "
-        "processes beside other jobs, 2026-11-28 and 29; the runs that reach the 20000-step cap take longest); writes "
+        "those in --root skipped: roughly 11.5 h on the 2-core development VM with --jobs 2 (an estimate from its "
+        "pieces, not timed whole: the two knock-outs' 12 runs took 1 h 46 min, frozenWU's 6 runs 15, readout_first's "
+        "23 min, as one-thread processes, 2026-11-28 to 30; runs that reach the 20000-step cap take longest); writes "
         "runs/tau_settings/<setting>_N<N>_s<seed>.json, figures/tau_settings.png and figures/tau_settings.json.\n"
         "--replot: seconds, trains nothing."))
     parser.add_argument("--root", default=os.path.join("runs", "tau_settings"), help="where each run's JSON goes")
