@@ -443,7 +443,6 @@ def tau_settings():
             + head("readout_first_drive1") + [f(c["readout_first_drive1"]["offset"]["c"], 0)]
             + head("readout_first_frozenWU")
             + [n(k) for k in sorted({len(by_seed) for by_seed in d["runs"]["readout_first_frozenWU"].values()})]
-            + sorted(d["runs"]["readout_first_frozenWU"], key=int)
             + [n(full["offset"]["N"][0]), n(full["offset"]["N"][-1])] + law(full["offset"]) + ["512", n(first)])
 
 
@@ -1225,9 +1224,11 @@ def test_readout_first_drive1_as_results_states_it_beside_its_prediction():
     assert d["compare"]["readout_first_drive1"]["offset"]["c"] == pytest.approx(fit["c"])
     assert f"the formation grows with N, {law} (4 seeds per N)" in text  # the summary
     held = d["runs"]["readout_first_frozenWU"]  # and with the unembedding held instead
-    heads = " and ".join(", ".join(n(round(head(r))) for r in by_seed.values()) for by_seed in held.values())
+    heads = " / ".join(", ".join(n(round(head(r))) for r in by_seed.values()) for by_seed in held.values())
     ratios = [r for by_seed in d["compare"]["readout_first_frozenWU"]["head_vs_baseline"].values() for r in by_seed.values()]
     line = d["compare"]["readout_first_frozenWU"]["summary"]["fit_head"]["vs_N_over_logN"]
-    assert (f"heads {heads} steps after the switch at N = {' and '.join(held)}, {f(min(ratios), 2)}–{f(max(ratios), 2)}"
+    law = d["compare"]["readout_first_frozenWU"]["offset"]
+    assert (f"heads {heads} steps after the switch at N = {', '.join(held)}, {f(min(ratios), 2)}–{f(max(ratios), 2)}"
             f" × the record's runs, slope {f(line['slope'], 2)} [{f(line['slope_ci'][0], 2)}, "
-            f"{f(line['slope_ci'][1], 2)}] ({len(held['32'])} seeds per N, nominal)") in text
+            f"{f(line['slope_ci'][1], 2)}], c = {f(law['c'], 0)} [{f(law['c_ci'][0], 0)}, {f(law['c_ci'][1], 0)}] "
+            f"({len(held['32'])} seeds per N, nominal)") in text
